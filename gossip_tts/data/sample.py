@@ -1,0 +1,31 @@
+"""One training example as stored in a latent tar, and the codec facts a shard records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CodecInfo:
+    """Which latent space a shard lives in; a run refuses shards whose info differs."""
+
+    codec: str
+    latent_dim: int
+    frame_rate: float
+
+
+@dataclass
+class LatentSample:
+    key: str
+    latent: np.ndarray  # (T, D) audio latents
+    ref: np.ndarray  # (T', D) reference latents from another clip of the same speaker
+    text: str
+    speaker: str
+    meta: dict[str, Any] = field(default_factory=dict)  # everything else from key.json
+
+    @property
+    def frames(self) -> int:
+        return int(self.latent.shape[0])

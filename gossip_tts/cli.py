@@ -1,0 +1,125 @@
+"""The `gossip-tts` command line. Callbacks only build configs and call `run()`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gossip_tts.device import DEVICE_CHOICES
+from gossip_tts.train.config import PRESET_CHOICES
+
+
+def _fail_cleanly(fn, *args, **kwargs):
+    """Turn a config error into one clear line and exit code 2, instead of a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gossip-tts")
+def main() -> None:
+    """Peer-to-peer text-to-speech training."""
+
+
+@main.command()
+@click.option("--data", "data", multiple=True, help="Folder of latent tars or http(s) URL (repeatable). Default: a built-in corpus.")
+@click.option("--preset", type=click.Choice(PRESET_CHOICES), default="small", show_default=True)
+@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Stop after this many steps (default: run until Ctrl+C).")
+@click.option("--checkpoint-dir", type=click.Path(path_type=Path), default=None, help="Where checkpoints go.")
+@click.option("--checkpoint-every", type=float, default=300.0, show_default=True, help="Seconds between checkpoints.")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--lr", type=float, default=3e-4, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="This peer's data order, noise and dropout.")
+@click.option("--log-every", type=float, default=5.0, show_default=True, help="Seconds between progress lines.")
+def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, seed, log_every) -> None:
+    """Train a TTS model on a stream of latent tars."""
+    from gossip_tts.peer_app import PeerAppConfig, run
+    from gossip_tts.train.config import TrainConfig
+    from peer.loop import LoopConfig
+
+    cfg = _fail_cleanly(
+        lambda: PeerAppConfig(
+            train=TrainConfig(preset=preset, device=device, sources=list(data), batch_size=batch_size, lr=lr, seed=seed),
+            loop=LoopConfig(
+                max_steps=max_steps, checkpoint_dir=checkpoint_dir, checkpoint_every_s=checkpoint_every,
+                resume=resume, log_every_s=log_every,
+            ),
+        )
+    )
+    _fail_cleanly(run, cfg)
+
+
+@main.command()
+@click.argument("src_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--codec", type=click.Choice(["mel", "dac"]), default="mel", show_default=True)
+@click.option("--codec-weights", type=click.Path(exists=True, dir_okay=False), default=None, help="DAC weights file.")
+@click.option("--shard-size", type=int, default=256, show_default=True, help="Samples per tar.")
+@click.option("--speaker", default=None, help="Speaker name (default: the folder name).")
+@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
+def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device) -> None:
+    """Turn an LJSpeech-style folder (wavs/ + metadata.csv) into latent tars."""
+    from gossip_tts.audio.pack import PackConfig, run
+
+    cfg = _fail_cleanly(
+        PackConfig, src_dir=src_dir, out_dir=out_dir, codec=codec, codec_weights=codec_weights,
+        shard_size=shard_size, speaker=speaker, device=device,
+    )
+    _fail_cleanly(run, cfg)
+
+
+@main.command()
+@click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--text", required=True)
+@click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Voice to imitate (wav).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--seconds", type=float, default=None, help="Output length (default: estimated from the text).")
+@click.option("--steps", type=int, default=32, show_default=True)
+@click.option("--cfg-text", type=float, default=3.0, show_default=True, help="Text guidance scale.")
+@click.option("--cfg-speaker", type=float, default=3.0, show_default=True, help="Speaker guidance scale.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
+@click.option("--codec-weights", type=click.Path(exists=True, dir_okay=False), default=None)
+def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights) -> None:
+    """Speak TEXT with a trained checkpoint and write a wav."""
+    from gossip_tts.synth_app import SynthConfig, run
+
+    cfg = _fail_cleanly(
+        SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference, seconds=seconds, steps=steps,
+        cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device, codec_weights=codec_weights,
+    )
+    _fail_cleanly(run, cfg)
+
+
+@main.command("eval")
+@click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--data", "data", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
+@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
+@click.option("--max-samples", type=int, default=256, show_default=True)
+def eval_cmd(checkpoint, data, device, max_samples) -> None:
+    """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
+    from gossip_tts.eval_app import EvalConfig, run
+
+    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data), device=device, max_samples=max_samples)
+    _fail_cleanly(run, cfg)
+
+
+@main.command()
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Key file to write (mode 0600).")
+def keygen(out) -> None:
+    """Make an Ed25519 identity; its public key is the peer id."""
+    from gossip_tts.cli_keygen import write_key_file
+
+    if out.exists():
+        raise click.UsageError(f"{out} already exists; refusing to overwrite a key")
+    click.echo(f"peer_id={_fail_cleanly(write_key_file, out)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Errors the data pipeline raises, kept apart so callers can catch them without importing readers."""
+
+from __future__ import annotations
+
+from gossip_tts.data.sample import CodecInfo
+
+
+class ShardMismatchError(ValueError):
+    """A shard's latents live in another latent space (codec, dim or frame rate) than the run.
+
+    Mixing latent spaces silently would train on garbage, so this is the one data fault
+    that stops a stream instead of being skipped.
+    """
+
+    def __init__(self, shard: str, found: CodecInfo, expected: CodecInfo, key: str | None = None) -> None:
+        where = f"shard {shard}" + (f", sample {key!r}" if key else "")
+        super().__init__(
+            f"{where} holds latents of codec {found.codec!r} (latent_dim {found.latent_dim}, "
+            f"frame_rate {found.frame_rate:g}) but this run uses codec {expected.codec!r} "
+            f"(latent_dim {expected.latent_dim}, frame_rate {expected.frame_rate:g}); "
+            "re-encode the data with the run's codec or point the run at matching shards"
+        )
+        self.shard = shard
+        self.found = found
+        self.expected = expected
+
+
+class SourceError(OSError):
+    """A shard source (folder, file or URL) cannot be listed or opened."""
+
+
+class EmptyStreamError(RuntimeError):
+    """A whole pass over the shards gave no usable sample, so looping again would spin forever."""

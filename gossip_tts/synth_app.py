@@ -1,0 +1,87 @@
+"""`gossip-tts synthesize`: text (+ a reference clip) -> latents by the Euler sampler -> wav."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gossip_tts.audio import load_codec
+from gossip_tts.audio.io import read_wav, write_wav
+from gossip_tts.data.batch import encode_text
+from gossip_tts.device import resolve_device
+from gossip_tts.model import sample
+from gossip_tts.train.load import load_model
+
+
+@dataclass
+class SynthConfig:
+    checkpoint: Path
+    text: str
+    out: Path
+    reference: Path | None = None
+    """A wav of the voice to speak in; without one the speaker condition is dropped."""
+    seconds: float | None = None
+    """Length of the output; default: estimated from the text at the training data's pace."""
+    steps: int = 32
+    cfg_text: float = 3.0
+    cfg_speaker: float = 3.0
+    seed: int = 0
+    device: str = "cpu"
+    codec_weights: str | None = None
+
+    def __post_init__(self) -> None:
+        self.checkpoint, self.out = Path(self.checkpoint), Path(self.out)
+        if not self.text.strip():
+            raise ValueError("--text is empty")
+        if self.reference is not None:
+            self.reference = Path(self.reference)
+            if not self.reference.exists():
+                raise ValueError(f"reference wav {self.reference} does not exist")
+        if self.seconds is not None and not 0 < self.seconds <= 60:
+            raise ValueError(f"--seconds must be in (0, 60], got {self.seconds}")
+        if self.steps <= 0:
+            raise ValueError(f"--steps must be > 0, got {self.steps}")
+
+
+def estimate_frames(text: str, meta: dict, frame_rate: float) -> int:
+    """Frames for `text` at the pace (frames per text byte) seen in training, else ~14 bytes/s."""
+    per_byte = meta.get("frames_per_text_byte") or frame_rate / 14.0
+    return max(8, int(round(len(text.encode("utf-8")) * per_byte)))
+
+
+def run(cfg: SynthConfig, emit=print) -> Path:
+    device = resolve_device(cfg.device)
+    model, meta = load_model(cfg.checkpoint, device)
+    codec_meta = meta["codec"]
+    codec = load_codec(codec_meta["codec"], weights=cfg.codec_weights)
+    if codec.latent_dim != codec_meta["latent_dim"]:
+        raise ValueError(f"codec {codec.name} gives dim {codec.latent_dim}, checkpoint wants {codec_meta['latent_dim']}")
+    max_bytes = meta["train_config"]["max_text_bytes"]
+    ids = encode_text(cfg.text, max_bytes)
+    text_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    text_mask = torch.ones_like(text_ids, dtype=torch.bool)
+    if cfg.reference is not None:
+        wav, sr = read_wav(cfg.reference)
+        ref_np = codec.encode(wav, sr)[: meta["train_config"]["max_ref_frames"]]
+        ref = torch.from_numpy(np.ascontiguousarray(ref_np, dtype=np.float32))[None].to(device)
+        ref_mask = torch.ones(ref.shape[:2], dtype=torch.bool, device=device)
+    else:
+        ref = torch.zeros(1, 4, codec.latent_dim, device=device)
+        ref_mask = torch.zeros(1, 4, dtype=torch.bool, device=device)
+    n_frames = (
+        int(round(cfg.seconds * codec.frame_rate)) if cfg.seconds else estimate_frames(cfg.text, meta, codec.frame_rate)
+    )
+    gen = torch.Generator().manual_seed(cfg.seed)
+    with torch.no_grad():
+        latents = sample(
+            model, text_ids, text_mask, ref, ref_mask, n_frames,
+            steps=cfg.steps, cfg_text=cfg.cfg_text, cfg_speaker=cfg.cfg_speaker, generator=gen,
+        )
+    wav_out = codec.decode(latents[0].float().cpu().numpy())
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    write_wav(cfg.out, wav_out, codec.sample_rate)
+    emit(f"wrote {cfg.out} ({len(wav_out) / codec.sample_rate:.2f} s, {n_frames} frames, {cfg.steps} steps)")
+    return cfg.out

@@ -1,0 +1,169 @@
+"""The TTS replica a peer trains: Echo-style DiT + AdamW + a latent-tar stream.
+
+It satisfies `peer.trainer.Trainer`, so the peer (and gossip) can drive it without knowing
+it is a TTS model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import asdict
+from typing import Any, Iterator
+
+import torch
+
+from gossip_tts.data import BatcherConfig, CollateConfig, DurationBatcher, LatentStream, StreamConfig
+from gossip_tts.data.batch import Batch
+from gossip_tts.data.sample import CodecInfo
+from gossip_tts.device import resolve_device
+from gossip_tts.model import EchoDiT, ModelConfig, flow_matching_loss, model_config
+from gossip_tts.train.config import TrainConfig
+from gossip_tts.train.schedule import warmup_cosine
+from peer.trainer import ParamSpec, StepStats, flatten, unflatten_into
+
+MODEL_PREFIX = "model."
+OPTIM_PREFIX = "optim."
+
+
+def build_model(cfg: ModelConfig, seed: int, device: torch.device) -> EchoDiT:
+    """Same config + same seed -> same initial weights on every peer (a shared starting point)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = EchoDiT(cfg)
+    return model.to(device)
+
+
+class TTSTrainer:
+    """One local replica. Parameters live on `device`; gossip sees float32 CPU copies."""
+
+    def __init__(self, cfg: TrainConfig, *, init_seed: int = 0) -> None:
+        if not cfg.sources:
+            raise ValueError("TrainConfig.sources is empty: give at least one folder of tars or URL")
+        self.cfg = cfg
+        self.device = resolve_device(cfg.device)
+        self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=cfg.seed))
+        collate_cfg = CollateConfig(
+            max_frames=cfg.max_frames, max_ref_frames=cfg.max_ref_frames, max_text_bytes=cfg.max_text_bytes
+        )
+        batcher = DurationBatcher(
+            self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=cfg.seed)
+        )
+        self._batches: Iterator[Batch] = iter(batcher)
+        self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
+        self.info: CodecInfo = self.stream.info
+        # The pace of speech in the data (latent frames per text byte), so synthesis can guess a length.
+        first = self._first
+        self.frames_per_text_byte = float(first.latent_mask.sum()) / max(1.0, float(first.text_mask.sum()))
+        self.model_cfg = model_config(cfg.preset, self.info.latent_dim)
+        # All peers of a swarm start from the same weights: the init seed is shared, not per peer.
+        self.model = build_model(self.model_cfg, init_seed, self.device)
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self._params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self._step = 0
+        self._autocast = self.device.type == "cuda" and cfg.bf16
+
+    # --- Trainer protocol -------------------------------------------------------------
+    @property
+    def step_count(self) -> int:
+        return self._step
+
+    def step(self) -> StepStats:
+        batch = self._next_batch().to(self.device)
+        lr = self.cfg.lr * warmup_cosine(
+            self._step, warmup=self.cfg.warmup_steps, total=self.cfg.total_steps, min_ratio=self.cfg.min_lr_ratio
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self._autocast else contextlib.nullcontext()
+        with ctx:
+            loss = flow_matching_loss(
+                self.model,
+                batch,
+                self.generator,
+                text_dropout=self.cfg.text_dropout,
+                speaker_dropout=self.cfg.speaker_dropout,
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float("nan")
+        if self.cfg.grad_clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.grad_clip))
+        self.optimizer.step()
+        self._step += 1
+        return StepStats(
+            step=self._step,
+            loss=float(loss.detach()),
+            samples=batch.size,
+            audio_seconds=batch.audio_seconds,
+            extra={"lr": lr, "grad_norm": grad_norm},
+        )
+
+    def param_spec(self) -> ParamSpec:
+        return {n: (tuple(p.shape), "float32") for n, p in zip(self._names, self._params)}
+
+    def get_flat_params(self) -> torch.Tensor:
+        return flatten(self._params)
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        unflatten_into(flat, self._params)
+
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """A detached CPU snapshot (safe to write in the background while training goes on)."""
+        tensors: dict[str, torch.Tensor] = {
+            MODEL_PREFIX + n: p.detach().to("cpu", copy=True) for n, p in zip(self._names, self._params)
+        }
+        opt_state = self.optimizer.state
+        for n, p in zip(self._names, self._params):
+            for key, value in opt_state.get(p, {}).items():
+                if torch.is_tensor(value):
+                    tensors[f"{OPTIM_PREFIX}{n}.{key}"] = value.detach().to("cpu", copy=True).reshape(value.shape)
+        tensors["rng.torch"] = self.generator.get_state()
+        meta = {
+            "format": "gossip-tts/tts-trainer/1",
+            "step": self._step,
+            "model_config": asdict(self.model_cfg),
+            "codec": asdict(self.info),
+            "train_config": self.cfg.to_json(),
+            "frames_per_text_byte": self.frames_per_text_byte,
+        }
+        return tensors, meta
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        saved = meta.get("model_config")
+        if saved != asdict(self.model_cfg):
+            raise ValueError(
+                f"checkpoint model config differs from this run: {json.dumps(saved)} vs {json.dumps(asdict(self.model_cfg))}"
+            )
+        if meta.get("codec") != asdict(self.info):
+            raise ValueError(f"checkpoint codec {meta.get('codec')} differs from the data's {asdict(self.info)}")
+        with torch.no_grad():
+            for n, p in zip(self._names, self._params):
+                p.copy_(tensors[MODEL_PREFIX + n].to(p.device, p.dtype))
+        for n, p in zip(self._names, self._params):
+            state = {
+                key[len(f"{OPTIM_PREFIX}{n}.") :]: value.to(p.device)
+                for key, value in tensors.items()
+                if key.startswith(f"{OPTIM_PREFIX}{n}.") and "." not in key[len(f"{OPTIM_PREFIX}{n}.") :]
+            }
+            if state:
+                if "step" in state:
+                    state["step"] = state["step"].to("cpu")
+                self.optimizer.state[p] = state
+        if "rng.torch" in tensors:
+            self.generator.set_state(tensors["rng.torch"].to(torch.uint8))
+        self._step = int(meta["step"])
+
+    def close(self) -> None:
+        self.stream.close()
+
+    # ----------------------------------------------------------------------------------
+    def _next_batch(self) -> Batch:
+        if self._first is not None:
+            batch, self._first = self._first, None
+            return batch
+        return next(self._batches)
+

@@ -94,7 +94,7 @@ class GossipNode:
         self.numel = int(x0.numel())
         self.fingerprint = model_fingerprint(spec)
         self.codec = parse_codec(cfg.compression)
-        self.schedule = parse_staleness(cfg.staleness)
+        self.schedule = parse_staleness(cfg.resolved_staleness)
         self.limits = limits or Limits()
         self.policy = VerifyPolicy(
             swarm=cfg.swarm,

@@ -1,0 +1,148 @@
+"""Gossip mixing: self-centred clipping, the mixing step, weight prediction.
+
+The mixing step is the consensus step of CHOCO-SGD (Koloskova et al. 2019) taken on
+public copies, with each neighbour's pull self-centred-clipped as in ClippedGossip
+(He, Karimireddy & Jaggi 2022) and weighted by a staleness rate (see ``staleness``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["clip", "AdaptiveRadius", "mix_step", "predict_weights", "consensus_distance"]
+
+
+def clip(v: Tensor, rho: float | None) -> Tensor:
+    """Self-centred clipping of ClippedGossip (He, Karimireddy & Jaggi 2022): ``v * min(1, rho / ||v||)``.
+
+    ``||v||`` is the Euclidean norm of the whole tensor. ``rho=None`` or ``rho=inf`` means
+    no clipping. A zero vector is returned as zeros. When ``rho`` is finite, a ``v`` with
+    non-finite entries has no usable direction and is clipped to zeros, so a neighbour
+    that sends inf/NaN cannot move the receiver. Always returns a new tensor.
+    """
+    if rho is None or rho == math.inf:
+        return v.clone()
+    if not (rho >= 0.0):
+        raise ValueError(f"clip radius rho must be >= 0 or None, got {rho!r}")
+    if not bool(torch.isfinite(v).all()):
+        return torch.zeros_like(v)
+    norm = float(torch.linalg.vector_norm(v.double()))
+    if norm <= rho:
+        return v.clone()
+    return v * (rho / norm)
+
+
+class AdaptiveRadius:
+    """Clipping radius from a running quantile of recent neighbour distances ``||x̂_j - x̂_i||``.
+
+    ClippedGossip (He, Karimireddy & Jaggi 2022) picks the clipping radius from the
+    distances to the neighbours so that only the farthest fraction is clipped; this keeps
+    the last ``window`` distances and uses ``multiplier * quantile(q)`` (linear
+    interpolation between order statistics, as ``numpy.quantile``'s default). Set ``q``
+    below ``1 - (largest expected fraction of Byzantine neighbours)``.
+
+    ``radius`` is ``inf`` (no clipping) until ``min_samples`` distances have been seen.
+    Non-finite distances are not recorded (they would poison the quantile).
+    """
+
+    def __init__(self, window: int = 64, q: float = 0.5, multiplier: float = 1.0, min_samples: int = 4) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if not (0.0 <= q <= 1.0):
+            raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
+        if not (multiplier > 0.0 and math.isfinite(multiplier)):
+            raise ValueError(f"multiplier must be finite and > 0, got {multiplier!r}")
+        if not (1 <= min_samples <= window):
+            raise ValueError(f"min_samples must be in [1, window], got {min_samples}")
+        self.window = window
+        self.q = q
+        self.multiplier = multiplier
+        self.min_samples = min_samples
+        self._d: deque[float] = deque(maxlen=window)
+
+    def observe(self, d: float) -> None:
+        """Record one neighbour distance (ignored if negative or non-finite)."""
+        d = float(d)
+        if math.isfinite(d) and d >= 0.0:
+            self._d.append(d)
+
+    @property
+    def warm(self) -> bool:
+        """True once ``min_samples`` distances are in the window."""
+        return len(self._d) >= self.min_samples
+
+    @property
+    def radius(self) -> float:
+        """``multiplier * quantile_q(window)``, or ``inf`` while not warm."""
+        if not self.warm:
+            return math.inf
+        xs = sorted(self._d)
+        pos = self.q * (len(xs) - 1)
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        frac = pos - lo
+        return self.multiplier * (xs[lo] + (xs[hi] - xs[lo]) * frac)
+
+
+def mix_step(
+    x: Tensor,
+    x_hat_self: Tensor,
+    neighbours: Sequence[tuple[Tensor, float]],
+    rho: float | None,
+) -> Tensor:
+    """CHOCO-SGD consensus step with ClippedGossip self-centred clipping.
+
+    Returns ``x + Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|`` (Koloskova et al. 2019, eq. for
+    ``x^{t+1}``; He, Karimireddy & Jaggi 2022 for the clipping), where ``neighbours`` is a
+    sequence of ``(x̂_j, λ_j)`` and ``|J| = len(neighbours)``. Pass only neighbours with
+    news: one given with ``λ_j = 0`` still counts in ``|J|``. With no neighbours, returns a
+    copy of ``x``. ``x`` is never modified in place.
+    """
+    if x.shape != x_hat_self.shape:
+        raise ValueError(f"x shape {tuple(x.shape)} does not match x_hat_self {tuple(x_hat_self.shape)}")
+    out = x.detach().clone()
+    if len(neighbours) == 0:
+        return out
+    acc = torch.zeros_like(x_hat_self)
+    for idx, (x_hat_j, lam) in enumerate(neighbours):
+        if x_hat_j.shape != x_hat_self.shape:
+            raise ValueError(
+                f"neighbour {idx}: shape {tuple(x_hat_j.shape)} does not match {tuple(x_hat_self.shape)}"
+            )
+        lam = float(lam)
+        if not (0.0 <= lam <= 1.0):
+            raise ValueError(f"neighbour {idx}: mixing rate must be in [0, 1], got {lam!r}")
+        if lam == 0.0:
+            continue
+        acc.add_(clip(x_hat_j - x_hat_self, rho), alpha=lam)
+    out.add_(acc.to(out.dtype), alpha=1.0 / len(neighbours))
+    return out
+
+
+def predict_weights(x_hat_j: Tensor, velocity_j: Tensor | None, tau: float, tau_c: float) -> Tensor:
+    """PipeMare weight prediction (Yang et al. 2021): ``x̂_j + min(τ, τ_c) · v_j``.
+
+    Extrapolates a neighbour copy that is ``tau`` steps old along its estimated velocity
+    ``v_j`` (change per step), capped at ``tau_c`` steps. ``velocity_j=None`` returns a
+    copy of ``x̂_j``.
+    """
+    if not (tau >= 0.0 and tau_c >= 0.0):
+        raise ValueError(f"tau and tau_c must be >= 0, got {tau!r}, {tau_c!r}")
+    if velocity_j is None:
+        return x_hat_j.clone()
+    if velocity_j.shape != x_hat_j.shape:
+        raise ValueError(f"velocity shape {tuple(velocity_j.shape)} does not match {tuple(x_hat_j.shape)}")
+    return x_hat_j + min(float(tau), float(tau_c)) * velocity_j
+
+
+def consensus_distance(xs: Sequence[Tensor]) -> float:
+    """Mean squared distance to the average, ``(1/n) Σ_i ||x_i − x̄||²`` (the consensus error of Koloskova et al. 2019)."""
+    if len(xs) == 0:
+        raise ValueError("consensus_distance needs at least one tensor")
+    stacked = torch.stack([x.detach().double().reshape(-1) for x in xs])
+    return float(((stacked - stacked.mean(0)) ** 2).sum(1).mean())

@@ -1,0 +1,126 @@
+"""GossipNode driven in-process (no sockets): the exact code a real peer and simnet run."""
+
+import random
+
+import pytest
+import torch
+
+from peer.gossip.config import GossipConfig
+from peer.gossip.node import GossipNode
+from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
+from protocol import FrameRefused, Identity
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make_swarm(n, *, compression="topk:0.1+int8", staleness="constant", clip=True, dim=64, seed=0):
+    clock = FakeClock()
+    trainers, nodes = [], []
+    for i in range(n):
+        tr = LeastSquaresTrainer(
+            LeastSquaresConfig(dim=dim, samples_per_shard=128, shard=i, n_shards=n, heterogeneity=1.0, seed=i, lr=0.05)
+        )
+        cfg = GossipConfig(swarm="test", gossip_every=2, compression=compression, staleness=staleness, clip=clip)
+        node = GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), tr.param_spec(), tr.get_flat_params(), clock=clock)
+        trainers.append(tr)
+        nodes.append(node)
+    return clock, trainers, nodes
+
+
+def run_swarm(clock, trainers, nodes, steps, gossip=True, seed=0):
+    rng = random.Random(seed)
+    for _ in range(steps):
+        for i, (tr, node) in enumerate(zip(trainers, nodes)):
+            tr.step()
+            clock.t += 0.01
+            if node.on_step_boundary(tr) and gossip:
+                j = rng.choice([k for k in range(len(nodes)) if k != i])
+                peer_key = nodes[j].identity.public_key if nodes[j].identity.public_key in node.neighbours else None
+                reply, _ = nodes[j].handle_request(node.build_request(peer_key))
+                node.handle_response(reply)
+
+
+def global_loss(trainers, w):
+    n = len(trainers)
+    total = 0.0
+    for i, tr in enumerate(trainers):
+        a, b = make_shard(tr.cfg, i)
+        total += 0.5 * float(((a @ w - b) ** 2).mean())
+    return total / n
+
+
+def test_gossip_reaches_consensus_and_beats_training_alone():
+    clock, trainers, nodes = make_swarm(4)
+    run_swarm(clock, trainers, nodes, 300)
+    ws = torch.stack([t.w for t in trainers])
+    spread = float((ws - ws.mean(0)).norm(dim=1).mean())
+    gossip_loss = sum(global_loss(trainers, t.w) for t in trainers) / len(trainers)
+
+    clock, alone, nodes = make_swarm(4)
+    run_swarm(clock, alone, nodes, 300, gossip=False)
+    ws_alone = torch.stack([t.w for t in alone])
+    spread_alone = float((ws_alone - ws_alone.mean(0)).norm(dim=1).mean())
+    alone_loss = sum(global_loss(alone, t.w) for t in alone) / len(alone)
+
+    # Measured (seed 0): spread 1.81 vs 5.87 alone; loss 15.4 vs 31.9 alone, optimum 13.06.
+    a = torch.cat([make_shard(t.cfg, i)[0] for i, t in enumerate(trainers)])
+    b = torch.cat([make_shard(t.cfg, i)[1] for i, t in enumerate(trainers)])
+    optimum = global_loss(trainers, torch.linalg.lstsq(a, b[:, None]).solution[:, 0])
+    assert spread < 0.4 * spread_alone, (spread, spread_alone)
+    assert gossip_loss - optimum < 0.25 * (alone_loss - optimum), (gossip_loss, alone_loss, optimum)
+
+
+def test_snapshot_for_new_pair_then_only_updates():
+    clock, trainers, nodes = make_swarm(2)
+    a, b = nodes
+    for tr in trainers:
+        tr.step()
+    a.on_step_boundary(trainers[0])
+    b.on_step_boundary(trainers[1])
+    trainers[0].step(), trainers[1].step()
+    assert a.on_step_boundary(trainers[0])  # step 2: publishes seq 1
+    reply, result = b.handle_request(a.build_request(None))
+    assert result.sender == a.identity.public_key
+    assert a.metrics.get("snapshots_sent_total") == 1
+    a.handle_response(reply)
+    held = b.neighbours[a.identity.public_key].copy
+    assert torch.equal(held.x_hat, a.public.x_hat) and held.seq == 1
+    # next round: b has a's seq 1, so a sends only the new update
+    for _ in range(2):
+        trainers[0].step()
+        a.on_step_boundary(trainers[0])
+    b.handle_request(a.build_request(b.identity.public_key))
+    assert a.metrics.get("snapshots_sent_total") == 1
+    assert b.metrics.get("updates_applied_total") == 1
+    assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, a.public.x_hat)
+
+
+def test_foreign_swarm_and_tampered_bodies_are_refused():
+    clock, trainers, nodes = make_swarm(2)
+    a, b = nodes
+    other_clock, other_trainers, _ = make_swarm(1)
+    stranger = GossipNode(
+        GossipConfig(swarm="elsewhere"), Identity.generate(b"\x09" * 32), other_trainers[0].param_spec(),
+        other_trainers[0].get_flat_params(), clock=clock,
+    )
+    with pytest.raises(FrameRefused) as err:
+        b.handle_request(stranger.build_request(None))
+    assert err.value.reason.value == "wrong_swarm"
+    with pytest.raises(FrameRefused):
+        b.handle_request(b"garbage")
+    body = bytearray(a.build_request(None))
+    body[40] ^= 0xFF  # inside the control frame
+    with pytest.raises(FrameRefused):
+        b.handle_request(bytes(body))
+    assert not b.neighbours  # nothing was learned from refused bodies
+    body = bytearray(a.build_request(None))
+    body[-5] ^= 0xFF  # inside the snapshot's signature: that frame alone is refused and counted
+    b.handle_request(bytes(body))
+    assert b.metrics.get("frames_refused_total", reason="bad_signature") == 1
+    assert b.neighbours[a.identity.public_key].copy.x_hat is None

@@ -25,6 +25,10 @@ class GossipConfig:
     clip_multiplier: float = 2.0
     clip_window: int = 64
     clip: bool = True
+    """Self-centred clipping of neighbour differences (off only as a control in experiments)."""
+    error_feedback: bool = True
+    """Keep the public copy x̂ (CHOCO-SGD). False drops what compression left out: the
+    naive compressed gossip that experiments use as a control."""
     max_clock_skew_s: float = 300.0
     allowed_keys: frozenset[bytes] | None = None
     """When set, frames from any other key are refused."""

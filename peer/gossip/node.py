@@ -188,6 +188,10 @@ class GossipNode:
                 return recon
 
             self.public.publish(x.to(torch.float32), compress)
+            if not self.cfg.error_feedback:
+                # Control arm: forget the residual. Receivers' copies drift from our x, and
+                # our mixing reference becomes x itself.
+                self.public.x_hat = x.detach().to(torch.float32).clone()
             self.last_x = x.detach().to(torch.float32).clone()  # served by /v1/state to joining peers
             self.outbox.append(seq, frame_box[0])
             self.metrics.inc("published_total", help="compressed updates published")

@@ -12,11 +12,15 @@ from gossip_tts.train.config import PRESET_CHOICES
 
 
 def _fail_cleanly(fn, *args, **kwargs):
-    """Turn a config error into one clear line and exit code 2, instead of a traceback."""
+    """Turn a user-facing error (bad value, missing file, missing extra) into one clear line."""
+    from peer.checkpoint import CheckpointError
+
     try:
         return fn(*args, **kwargs)
-    except ValueError as exc:
+    except (ValueError, CheckpointError) as exc:
         raise click.UsageError(str(exc)) from exc
+    except (OSError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,13 +67,14 @@ def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resu
 @click.option("--shard-size", type=int, default=256, show_default=True, help="Samples per tar.")
 @click.option("--speaker", default=None, help="Speaker name (default: the folder name).")
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
-def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace shards of the same name already in OUT_DIR.")
+def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, overwrite) -> None:
     """Turn an LJSpeech-style folder (wavs/ + metadata.csv) into latent tars."""
     from gossip_tts.audio.pack import PackConfig, run
 
     cfg = _fail_cleanly(
         PackConfig, src_dir=src_dir, out_dir=out_dir, codec=codec, codec_weights=codec_weights,
-        shard_size=shard_size, speaker=speaker, device=device,
+        shard_size=shard_size, speaker=speaker, device=device, overwrite=overwrite,
     )
     _fail_cleanly(run, cfg)
 

@@ -34,18 +34,32 @@ def main() -> None:
 @click.option("--preset", type=click.Choice(PRESET_CHOICES), default="small", show_default=True)
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps (default: run until Ctrl+C).")
-@click.option("--checkpoint-dir", type=click.Path(path_type=Path), default=None, help="Where checkpoints go.")
+@click.option("--checkpoint-dir", type=click.Path(path_type=Path), default=None, help="Where checkpoints (and peer.key) go.")
 @click.option("--checkpoint-every", type=float, default=300.0, show_default=True, help="Seconds between checkpoints.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @click.option("--lr", type=float, default=3e-4, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="This peer's data order, noise and dropout.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Mixed with the peer id into this peer's data order, noise and dropout.")
 @click.option("--log-every", type=float, default=5.0, show_default=True, help="Seconds between progress lines.")
-def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, seed, log_every) -> None:
-    """Train a TTS model on a stream of latent tars."""
+@click.option("--listen", default="0.0.0.0:0", show_default=True, help="HOST:PORT to serve on; port 0 picks a free port.")
+@click.option("--advertise-host", default=None, help="Address other peers should dial (default: the listen host or this machine's LAN IP).")
+@click.option("--peer", "peers", multiple=True, help="Bootstrap peer HOST:PORT (repeatable); the rest is learned by peer exchange.")
+@click.option("--mdns/--no-mdns", default=True, show_default=True, help="Find peers on the LAN by mDNS.")
+@click.option("--mdns-interface", "mdns_interfaces", multiple=True, help="IP of an interface for mDNS (repeatable; default: all).")
+@click.option("--swarm", default="default", show_default=True, help="Only peers of the same swarm train together.")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Identity file (gossip-tts keygen).")
+@click.option("--gossip-every", type=int, default=4, show_default=True, help="Local steps between exchanges.")
+@click.option("--compression", default="topk:0.01+int8", show_default=True, help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8].")
+@click.option("--staleness", default="pipemare:K=2000,p_min=0,tau_max=64", show_default=True, help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T).")
+@click.option("--solo", is_flag=True, help="Train alone: no server, no discovery, no gossip.")
+def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, seed, log_every,
+         listen, advertise_host, peers, mdns, mdns_interfaces, swarm, key_file, gossip_every, compression, staleness, solo) -> None:
+    """Train a TTS model on a stream of latent tars, gossiping with other peers."""
     from gossip_tts.peer_app import PeerAppConfig, run
     from gossip_tts.train.config import TrainConfig
+    from peer.gossip.config import GossipConfig
     from peer.loop import LoopConfig
+    from peer.net_config import NetConfig
 
     cfg = _fail_cleanly(
         lambda: PeerAppConfig(
@@ -54,6 +68,13 @@ def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resu
                 max_steps=max_steps, checkpoint_dir=checkpoint_dir, checkpoint_every_s=checkpoint_every,
                 resume=resume, log_every_s=log_every,
             ),
+            gossip=GossipConfig(swarm=swarm, gossip_every=gossip_every, compression=compression, staleness=staleness),
+            net=NetConfig(
+                listen=listen, advertise_host=advertise_host, peers=list(peers), mdns=mdns,
+                mdns_interfaces=list(mdns_interfaces) or None,
+            ),
+            solo=solo,
+            key_file=key_file,
         )
     )
     _fail_cleanly(run, cfg)

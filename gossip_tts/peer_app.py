@@ -1,7 +1,8 @@
-"""`gossip-tts peer`: build a TTS replica and train it (alone, or with gossip once enabled)."""
+"""`gossip-tts peer`: build a TTS replica and train it, gossiping with the swarm (or alone)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -10,13 +11,25 @@ from pathlib import Path
 from gossip_tts.model import count_parameters
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.trainer import TTSTrainer
+from peer.gossip.config import GossipConfig
 from peer.loop import LoopConfig, LoopResult, run_loop
+from peer.net_config import NetConfig
+from peer.runtime import GossipPeer
+from protocol import Identity
 
 
 @dataclass
 class PeerAppConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+    solo: bool = False
+    """Train alone: no server, no discovery, no gossip."""
+    key_file: Path | None = None
+    """Identity to use; default: `<checkpoint-dir>/peer.key` (made on first use), else a fresh one."""
+    seed_from_key: bool = True
+    """Derive the data-order seed from the peer id, so that every peer reads its own order."""
     cache_dir: Path | None = None
     """Where the built-in corpus is generated when no --data is given."""
 
@@ -30,17 +43,35 @@ def default_sources(cache_dir: Path | None, emit=print) -> list[str]:
     return [str(train_dir)]
 
 
+def load_identity(cfg: PeerAppConfig, emit=print) -> Identity:
+    """The peer's key: --key, else one kept beside the checkpoints (stable across restarts), else fresh."""
+    path = cfg.key_file
+    if path is None and cfg.loop.checkpoint_dir is not None:
+        path = Path(cfg.loop.checkpoint_dir) / "peer.key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Identity.generate().save(path)
+            emit(f"made a new peer key at {path}")
+    return Identity.load(path) if path is not None else Identity.generate()
+
+
 def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not cfg.train.sources:
         cfg.train.sources = default_sources(cfg.cache_dir, emit)
+    identity = load_identity(cfg, emit)
+    if cfg.seed_from_key:
+        cfg.train.seed = int.from_bytes(hashlib.blake2b(identity.public_key + cfg.train.seed.to_bytes(8, "little", signed=True), digest_size=4).digest(), "little")
     trainer = TTSTrainer(cfg.train)
     try:
         emit(
             f"model {cfg.train.preset} ({count_parameters(trainer.model) / 1e6:.2f}M params) on {trainer.device}, "
             f"codec {trainer.info.codec} dim {trainer.info.latent_dim} @ {trainer.info.frame_rate:.2f} Hz"
         )
-        result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
+        if cfg.solo:
+            result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
+        else:
+            result = GossipPeer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit).run(stop)
     finally:
         trainer.close()
     emit(

@@ -8,6 +8,7 @@ default executor so the loop never stalls.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import random
 import socket
@@ -38,6 +39,14 @@ def lan_ip() -> str:
             return "127.0.0.1"
 
 
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+        return True
+    except ValueError:
+        return False
+
+
 class Network:
     def __init__(self, node: GossipNode, cfg: NetConfig, metrics: Metrics, emit: Callable[[str], None]) -> None:
         self.node, self.cfg, self.metrics, self.emit = node, cfg, metrics, emit
@@ -65,6 +74,7 @@ class Network:
         advertise = self.cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)
         self.address = format_address(advertise, bound_port)
         self.node.listen = self.address
+        self.table = NeighbourTable(NeighbourConfig(self_peer_id=self.node.peer_id, self_addresses=(self.address,)))
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
         self._discoveries.append(StaticDiscovery(self.cfg.peers, on_found=self._on_found))
         if self.cfg.mdns:
@@ -74,7 +84,8 @@ class Network:
                 MdnsDiscovery(
                     MdnsConfig(
                         peer_id=self.node.peer_id, swarm=self.node.cfg.swarm, fingerprint=self.node.fingerprint,
-                        port=bound_port, address=advertise, interfaces=self.cfg.mdns_interfaces,
+                        port=bound_port, interfaces=self.cfg.mdns_interfaces,
+                        advertise_ips=[advertise] if _is_ipv4(advertise) and advertise != "0.0.0.0" else None,
                     ),
                     on_found=self._on_found, on_lost=self._on_lost,
                 )

@@ -1,0 +1,30 @@
+"""Latent tar shards: writing, streaming with prefetch, crop/pad/batching, the built-in corpus."""
+
+from gossip_tts.data.batch import Batch, encode_text
+from gossip_tts.data.builtin import ensure_builtin_corpus
+from gossip_tts.data.collate import BatcherConfig, CollateConfig, DurationBatcher, collate
+from gossip_tts.data.errors import EmptyStreamError, ShardMismatchError, SourceError
+from gossip_tts.data.reader import LatentStream, StreamConfig
+from gossip_tts.data.sample import CodecInfo, LatentSample
+from gossip_tts.data.sources import list_shards, open_shard
+from gossip_tts.data.tars import ShardWriter
+
+__all__ = [
+    "Batch",
+    "BatcherConfig",
+    "CodecInfo",
+    "CollateConfig",
+    "DurationBatcher",
+    "EmptyStreamError",
+    "LatentSample",
+    "LatentStream",
+    "ShardMismatchError",
+    "ShardWriter",
+    "SourceError",
+    "StreamConfig",
+    "collate",
+    "encode_text",
+    "ensure_builtin_corpus",
+    "list_shards",
+    "open_shard",
+]

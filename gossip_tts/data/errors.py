@@ -26,7 +26,14 @@ class ShardMismatchError(ValueError):
 
 
 class SourceError(OSError):
-    """A shard source (folder, file or URL) cannot be listed or opened."""
+    """A shard source (folder, file or URL) cannot be listed or opened.
+
+    `status` holds the HTTP status when a server answered with an error, else None.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class EmptyStreamError(RuntimeError):

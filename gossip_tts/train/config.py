@@ -40,6 +40,8 @@ class TrainConfig:
     speaker_dropout: float = 0.1
     bf16: bool = True
     """Use bf16 autocast on CUDA (ignored elsewhere)."""
+    threads: int | None = None
+    """torch CPU threads (None: torch's default). One thread is fastest on a busy shared CPU."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESET_CHOICES:
@@ -60,6 +62,8 @@ class TrainConfig:
         for name in ("text_dropout", "speaker_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         self.sources = list(self.sources)
 

@@ -41,6 +41,8 @@ class TTSTrainer:
         if not cfg.sources:
             raise ValueError("TrainConfig.sources is empty: give at least one folder of tars or URL")
         self.cfg = cfg
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
         self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=cfg.seed))
         collate_cfg = CollateConfig(

@@ -1,0 +1,98 @@
+"""collate (crop/pad/masks) and DurationBatcher (similar lengths per batch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gossip_tts.data import BatcherConfig, CollateConfig, DurationBatcher, LatentSample, collate
+
+FR = 50.0
+
+
+def sample(i: int, frames: int, ref_frames: int = 4, text: str | None = None, dim: int = 3) -> LatentSample:
+    lat = np.arange(frames * dim, dtype=np.float32).reshape(frames, dim) + 1000 * i + 1  # never zero
+    ref = -np.arange(ref_frames * dim, dtype=np.float32).reshape(ref_frames, dim) - 1
+    return LatentSample(f"k{i}", lat, ref, text if text is not None else f"text {i}", "s", {"frame_rate": FR})
+
+
+def test_padding_masks_and_seconds():
+    cfg = CollateConfig(max_frames=100, max_ref_frames=100, max_text_bytes=100)
+    ss = [sample(0, 5, 2, "ab"), sample(1, 9, 6, "héllo"), sample(2, 1, 3, "")]
+    b = collate(ss, cfg, np.random.default_rng(0))
+    assert b.latent.shape == (3, 9, 3) and b.latent.dtype == torch.float32
+    assert b.latent_mask.dtype == torch.bool and b.latent_mask.sum(1).tolist() == [5, 9, 1]
+    for i, s in enumerate(ss):
+        n = s.frames
+        assert torch.equal(b.latent[i, :n], torch.from_numpy(s.latent))
+        assert torch.all(b.latent[i, n:] == 0) and not b.latent_mask[i, n:].any() and b.latent_mask[i, :n].all()
+    assert b.ref.shape == (3, 6, 3) and b.ref_mask.sum(1).tolist() == [2, 6, 3]
+    assert torch.all(b.ref[0, 2:] == 0) and torch.equal(b.ref[1], torch.from_numpy(ss[1].ref))
+    assert b.text_ids.shape == (3, 6) and b.text_ids.dtype == torch.int64  # "héllo" is 6 UTF-8 bytes
+    assert b.text_ids[0, :2].tolist() == [97, 98] and b.text_ids[0, 2:].tolist() == [0] * 4
+    assert b.text_mask.sum(1).tolist() == [2, 6, 0]
+    assert b.audio_seconds == pytest.approx(15 / FR)
+    assert b.size == 3
+
+
+def test_crop_at_random_offset_within_caps():
+    cfg = CollateConfig(max_frames=8, max_ref_frames=3, max_text_bytes=4)
+    long = sample(0, 50, 20, "a long text")
+    starts = set()
+    for seed in range(20):
+        b = collate([long, sample(1, 5)], cfg, np.random.default_rng(seed))
+        assert b.latent.shape[1] == 8 and b.ref.shape[1] == 3 and b.text_ids.shape[1] == 4
+        row = b.latent[0].numpy()
+        start = int(round((row[0, 0] - 1) / 3))
+        np.testing.assert_array_equal(row, long.latent[start : start + 8])  # a contiguous window
+        starts.add(start)
+        assert b.latent_mask[0].all() and b.latent_mask[1].sum() == 5
+        assert b.audio_seconds == pytest.approx((8 + 5) / FR)
+    assert len(starts) > 5  # the offset really varies with the rng
+    a = collate([long], cfg, np.random.default_rng(7))
+    b = collate([long], cfg, np.random.default_rng(7))
+    assert torch.equal(a.latent, b.latent) and torch.equal(a.ref, b.ref)
+
+
+def test_collate_rejects_bad_input():
+    cfg = CollateConfig(8, 8, 8)
+    with pytest.raises(ValueError):
+        collate([], cfg, np.random.default_rng(0))
+    s = sample(0, 4)
+    s.meta = {}
+    with pytest.raises(ValueError, match="frame_rate"):
+        collate([s], cfg, np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        collate([sample(0, 4), sample(1, 4, dim=5)], cfg, np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        CollateConfig(0, 8, 8)
+
+
+def test_duration_batcher_groups_similar_lengths():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 200, size=256)
+    samples = [sample(i, int(n)) for i, n in enumerate(lengths)]
+    cfg = BatcherConfig(batch_size=8, bucket_size=64, collate=CollateConfig(1000, 10, 50), seed=1)
+    batches = list(DurationBatcher(samples, cfg))
+    assert sum(b.size for b in batches) == 256 and all(b.size == 8 for b in batches)
+    spread = np.mean([(b.latent_mask.sum(1).max() - b.latent_mask.sum(1).min()).item() for b in batches])
+    # control: the same batches cut from the unsorted stream
+    control = np.mean([np.ptp(lengths[i : i + 8]) for i in range(0, 256, 8)])
+    assert spread < control / 4
+    pad = sum((~b.latent_mask).sum().item() for b in batches)
+    control_pad = sum(int((lengths[i : i + 8].max() - lengths[i : i + 8]).sum()) for i in range(0, 256, 8))
+    assert pad < control_pad / 4
+    firsts = [b.latent_mask.sum(1).min().item() for b in batches[:8]]
+    assert firsts != sorted(firsts)  # batch order within a bucket is shuffled
+
+
+def test_duration_batcher_remainders_and_drop_last():
+    samples = [sample(i, 5 + i) for i in range(23)]
+    cc = CollateConfig(100, 10, 10)
+    sizes = [b.size for b in DurationBatcher(samples, BatcherConfig(4, 10, cc))]
+    assert sum(sizes) == 23 and sizes.count(3) == 1 and all(s in (3, 4) for s in sizes)
+    sizes = [b.size for b in DurationBatcher(samples, BatcherConfig(4, 10, cc, drop_last=True))]
+    assert sizes == [4] * 5
+    with pytest.raises(ValueError):
+        BatcherConfig(8, 4, cc)

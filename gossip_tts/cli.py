@@ -51,7 +51,7 @@ def main() -> None:
 @click.option("--swarm", default="default", show_default=True, help="Only peers of the same swarm train together.")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Identity file (gossip-tts keygen).")
 @click.option("--gossip-every", type=int, default=4, show_default=True, help="Local steps between exchanges.")
-@click.option("--compression", default="topk:0.01+int8", show_default=True, help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8].")
+@click.option("--compression", default="topk:0.1+int8", show_default=True, help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8].")
 @click.option("--staleness", default="pipemare:K=2000,p_min=0,tau_max=64", show_default=True, help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T).")
 @click.option("--solo", is_flag=True, help="Train alone: no server, no discovery, no gossip.")
 def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, max_frames, threads, seed, log_every,

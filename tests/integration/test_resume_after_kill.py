@@ -1,0 +1,35 @@
+"""Checkpoint → kill -9 → --resume continues from the checkpointed step (issue: foundation)."""
+
+import signal
+import time
+
+from peer.checkpoint import load_checkpoint
+from tests.integration.conftest import tiny_args
+from tests.integration.peers import last_step
+
+
+def test_kill_then_resume_continues_from_the_same_step(corpus, spawn, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    first = spawn("first", *tiny_args(corpus["shard0"], ckpt, "--solo", "--checkpoint-every", "0.5", steps=100000))
+    first.wait_for(r"^step \d+ ", timeout=180)
+    # wait until a checkpoint from a later step than 5 exists, then kill without warning
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            step = load_checkpoint(ckpt)[1]["step"]
+            if step >= 5:
+                break
+        except Exception:
+            pass
+        time.sleep(0.2)
+    first.kill(signal.SIGKILL)
+    saved_step = load_checkpoint(ckpt)[1]["step"]  # the last good checkpoint is loadable after kill -9
+    assert saved_step >= 5
+
+    second = spawn("second", *tiny_args(corpus["shard0"], ckpt, "--solo", "--resume", steps=saved_step + 5))
+    assert second.wait_exit(180) == 0, second.text()
+    text = second.text()
+    assert f"at step {saved_step}" in text and "resumed from" in text, text
+    assert f"stopped at step {saved_step + 5}" in text, text
+    assert load_checkpoint(ckpt)[1]["step"] == saved_step + 5
+    assert last_step(text) <= saved_step + 5

@@ -40,6 +40,7 @@ from protocol import (
     VerifyPolicy,
     decode_frame,
     encode_frame,
+    flat_model_spec,
     make_snapshot_frame,
     make_update_frame,
     model_fingerprint,
@@ -48,6 +49,16 @@ from protocol import (
     read_vector,
     unpack_bundle,
 )
+
+
+FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
+
+
+def limits_for(numel: int) -> Limits:
+    """Frame limits sized to this model: one exact fp32 snapshot plus a control frame fits,
+    anything much larger is refused before it is read (the protocol defaults admit 1e9 params)."""
+    snapshot = 4 * numel + (1 << 20)
+    return Limits(max_frame_bytes=2 * snapshot, max_decompressed_bytes=snapshot)
 
 
 @dataclass
@@ -95,13 +106,14 @@ class GossipNode:
         self.fingerprint = model_fingerprint(spec)
         self.codec = parse_codec(cfg.compression)
         self.schedule = parse_staleness(cfg.resolved_staleness)
-        self.limits = limits or Limits()
+        self.limits = limits or limits_for(self.numel)
         self.policy = VerifyPolicy(
             swarm=cfg.swarm,
             fingerprint=self.fingerprint,
             allowed_keys=cfg.allowed_keys,
             max_clock_skew_s=cfg.max_clock_skew_s,
             limits=self.limits,
+            model_spec=flat_model_spec(self.numel),
         )
         self.public = PublicCopy(x0.detach().to(torch.float32).cpu())
         self.outbox = Outbox(cfg.outbox_bytes)
@@ -289,7 +301,8 @@ class GossipNode:
             if n.acked_seq >= latest:
                 return []
             frames = self.outbox.since(n.acked_seq)
-            if frames is not None:
+            # A long gap costs more as updates than as one exact snapshot.
+            if frames is not None and sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD:
                 return frames
         self.metrics.inc("snapshots_sent_total", help="exact public-copy snapshots sent to fill a gap")
         return [

@@ -1,0 +1,157 @@
+"""Training throughput of one peer with gossip on, relative to the same trainer with it off.
+
+    python benchmarks/gossip_overhead.py [--preset small] [--phases 6] [--steps-per-phase 8]
+
+The measured peer trains in this process and talks to two neighbour processes over real
+HTTP on 127.0.0.1. Its training alternates between phases with gossip (mix, publish every
+--gossip-every steps, exchange) and phases without, on the same trainer in one run, so
+machine noise hits both arms alike. The neighbours run the same model but do not train
+(each takes a step every few seconds, so they still publish and answer exchanges): on
+this 2-core machine two training neighbours would measure CPU contention, not gossip.
+Target: ratio >= 0.97.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe  # noqa: E402
+
+from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
+from gossip_tts.train.config import TrainConfig  # noqa: E402
+from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
+from peer.gossip.config import GossipConfig  # noqa: E402
+from peer.loop import LoopConfig  # noqa: E402
+from peer.net_config import NetConfig  # noqa: E402
+from peer.runtime import GossipPeer  # noqa: E402
+from protocol import Identity  # noqa: E402
+
+
+class IdleTrainer:
+    """A neighbour that holds the model and gossips, but barely trains (one step per `period` s)."""
+
+    def __init__(self, inner: TTSTrainer, period: float) -> None:
+        self.inner, self.period = inner, period
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    @property
+    def step_count(self) -> int:
+        return self.inner.step_count
+
+    def step(self):
+        time.sleep(self.period)
+        return self.inner.step()
+
+
+class PhasedPeer(GossipPeer):
+    """Switches gossip on and off every `steps_per_phase` steps and times each phase."""
+
+    def __init__(self, *a, steps_per_phase: int, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.steps_per_phase = steps_per_phase
+        self.phase_times: dict[bool, list[float]] = {True: [], False: []}
+        self._t0 = time.perf_counter()
+
+    def _on_step(self, trainer, stats) -> None:
+        phase = (stats.step - 1) // self.steps_per_phase
+        gossip_on = phase % 2 == 1  # phase 0 (warm-up-ish) is solo; then alternate
+        if gossip_on:
+            super()._on_step(trainer, stats)
+        if stats.step % self.steps_per_phase == 0:
+            now = time.perf_counter()
+            self.phase_times[gossip_on].append(now - self._t0)
+            self._t0 = now
+            print(f"\rphase {phase + 1} ({'gossip' if gossip_on else 'solo'}): {now - self._t0:.1f}", end="", file=sys.stderr)
+
+
+def trainer_cfg(args, sources, seed: int) -> TrainConfig:
+    return TrainConfig(preset=args.preset, device="cpu", sources=sources, batch_size=args.batch_size,
+                       max_frames=args.max_frames, seed=seed, threads=args.threads)
+
+
+def neighbour_main(args) -> None:
+    sources = [str(ensure_builtin_corpus()[0])]
+    trainer = IdleTrainer(TTSTrainer(trainer_cfg(args, sources, seed=args.neighbour)), period=args.neighbour_period)
+    peer = GossipPeer(trainer, LoopConfig(log_every_s=1e9), GossipConfig(swarm="bench", gossip_every=1, compression=args.compression),
+                      NetConfig(listen="127.0.0.1:0", mdns=False, peers=args.peer, join=False), Identity.generate(),
+                      emit=lambda s: print(s, flush=True))
+    peer.run()
+
+
+def spawn_neighbour(args, i: int, peers: list[str]) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, __file__, "--neighbour", str(i), "--preset", args.preset, "--compression", args.compression,
+           "--threads", "1", "--batch-size", str(args.batch_size), "--max-frames", str(args.max_frames)]
+    for p in peers:
+        cmd += ["--peer", p]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("listening on http://"):
+            return proc, line.split()[2].removeprefix("http://")
+    raise RuntimeError("neighbour did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--phases", type=int, default=6, help="alternating phases after the first (even: equal counts)")
+    ap.add_argument("--steps-per-phase", type=int, default=8)
+    ap.add_argument("--gossip-every", type=int, default=4)
+    ap.add_argument("--compression", default="topk:0.1+int8")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-frames", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--neighbour", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--neighbour-period", type=float, default=3.0, help=argparse.SUPPRESS)
+    ap.add_argument("--peer", action="append", default=[], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.neighbour is not None:
+        return neighbour_main(args)
+    print(describe())
+    sources = [str(ensure_builtin_corpus()[0])]
+    procs = []
+    try:
+        p1, a1 = spawn_neighbour(args, 1, [])
+        p2, a2 = spawn_neighbour(args, 2, [a1])
+        procs = [p1, p2]
+        trainer = TTSTrainer(trainer_cfg(args, sources, seed=0))
+        total = args.steps_per_phase * (args.phases + 1)
+        peer = PhasedPeer(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
+                          GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),
+                          NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2], join=False), Identity.generate(),
+                          emit=lambda s: None, steps_per_phase=args.steps_per_phase)
+        peer.run()
+        trainer.close()
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+    print(file=sys.stderr)
+    solo = peer.phase_times[False][1:]  # drop the first solo phase: warm-up
+    gossip = peer.phase_times[True]
+    n = min(len(solo), len(gossip))
+    solo, gossip = solo[:n], gossip[:n]
+    ratio = sum(solo) / sum(gossip)
+    m = peer.metrics
+    print(f"preset {args.preset}, batch {args.batch_size}, gossip every {args.gossip_every} steps, {args.compression}, "
+          f"2 neighbours, {n} phases of {args.steps_per_phase} steps per arm")
+    print(f"solo   s/phase: {' '.join(f'{t:.2f}' for t in solo)}")
+    print(f"gossip s/phase: {' '.join(f'{t:.2f}' for t in gossip)}")
+    print(f"exchanges {m.total('exchanges_total'):.0f}, bytes sent {m.total('bytes_sent_total') / 1e6:.1f} MB, "
+          f"received {m.total('bytes_received_total') / 1e6:.1f} MB, mixes {m.total('mixes_total'):.0f}")
+    print(f"throughput with gossip / without: {ratio:.3f} (target >= 0.97)")
+    print("summary: " + json.dumps({"ratio": round(ratio, 4), "exchanges": m.total("exchanges_total"),
+                                    "preset": args.preset, "phases_per_arm": n}, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

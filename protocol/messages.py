@@ -1,0 +1,156 @@
+"""Frames as peer/ uses them: one frame holds one update, one snapshot, or a control message.
+
+An update carries `C(x - x̂)` of the flat parameter vector (CHOCO-SGD publish step); the
+builder returns the reconstruction receivers will see, which the sender adds to its
+public copy `x̂`. A snapshot carries `x̂` exactly, for new pairs and gaps the outbox cannot
+fill. Several frames travel in one HTTP body as a bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Mapping
+
+import torch
+
+from .codecs import CodecBase, TensorCodec, parse_codec
+from .errors import FrameRefused, RefusalReason
+from .frame import Frame, codec_seed, encode_frame
+from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
+from .identity import Identity
+from .limits import Limits
+
+__all__ = ["make_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
+           "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
+           "flat_model_spec", "UPDATE_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
+
+UPDATE_TENSOR = "delta"
+SNAPSHOT_TENSOR = "vector"
+BUNDLE_MAGIC = b"GTTB"
+_COUNT = struct.Struct(">4sI")
+_LENGTH = struct.Struct(">Q")
+
+
+def _check_vector(name: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D float32 tensor")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} has non-finite values; receivers would refuse it")
+
+
+def _vector_frame(identity: Identity, kind: FrameKind, name: str, codec: CodecBase,
+                  x: torch.Tensor, *, swarm: str, fingerprint: str, seq: int, step: int,
+                  timestamp: float, extra: dict | None,
+                  limits: Limits | None) -> tuple[bytes, torch.Tensor]:
+    _check_vector(name, x)
+    x = x.detach().cpu()
+    packed, recon = codec.compress(x, codec_seed(identity.public_key, seq, name))
+    header = FrameHeader(swarm=swarm, fingerprint=fingerprint, sender=identity.public_key,
+                         kind=kind, seq=seq, step=step, timestamp=float(timestamp),
+                         codec=codec.spec, tensors=(TensorSpec(name, (x.numel(),), "float32"),),
+                         extra=dict(extra or {}))
+    frame = encode_frame(identity, header, {f"{name}/{k}": v for k, v in packed.items()}, limits)
+    return frame, recon
+
+
+def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
+                      timestamp: float, codec: TensorCodec | str, delta: torch.Tensor,
+                      extra: dict | None = None,
+                      limits: Limits | None = None) -> tuple[bytes, torch.Tensor]:
+    """(frame bytes, the reconstruction every receiver will decode, bit for bit).
+
+    The codec seed comes from (sender, seq), so random-k sends no index bytes.
+    """
+    codec = parse_codec(codec) if isinstance(codec, str) else codec
+    return _vector_frame(identity, FrameKind.UPDATE, UPDATE_TENSOR, codec, delta, swarm=swarm,
+                         fingerprint=fingerprint, seq=seq, step=step, timestamp=timestamp,
+                         extra=extra, limits=limits)
+
+
+def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
+                        timestamp: float, vector: torch.Tensor, extra: dict | None = None,
+                        limits: Limits | None = None) -> bytes:
+    """An exact fp32 snapshot of a flat vector (the public copy x̂)."""
+    return _vector_frame(identity, FrameKind.SNAPSHOT, SNAPSHOT_TENSOR, parse_codec("identity"),
+                         vector, swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
+                         timestamp=timestamp, extra=extra, limits=limits)[0]
+
+
+def make_control_frame(identity: Identity, *, kind: FrameKind, swarm: str, fingerprint: str,
+                       seq: int, step: int, timestamp: float, extra: dict | None = None,
+                       limits: Limits | None = None) -> bytes:
+    """A frame with no tensors (HELLO, ACK): signed metadata in `extra`."""
+    header = FrameHeader(swarm=swarm, fingerprint=fingerprint, sender=identity.public_key,
+                         kind=FrameKind(kind), seq=seq, step=step, timestamp=float(timestamp),
+                         codec="identity", tensors=(), extra=dict(extra or {}))
+    return encode_frame(identity, header, {}, limits)
+
+
+def read_vector(frame: Frame) -> torch.Tensor:
+    """The single 1-D logical tensor of an update or snapshot frame."""
+    if len(frame.tensors) != 1:
+        raise ValueError(f"expected one tensor, frame has {sorted(frame.tensors)}")
+    (tensor,) = frame.tensors.values()
+    if tensor.dim() != 1:
+        raise ValueError(f"expected a 1-D tensor, got shape {tuple(tensor.shape)}")
+    return tensor
+
+
+def flat_model_spec(numel: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """`VerifyPolicy.model_spec` for update and snapshot frames of an N-parameter vector."""
+    return {UPDATE_TENSOR: ((numel,), "float32"), SNAPSHOT_TENSOR: ((numel,), "float32")}
+
+
+def model_spec_of(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) of a state dict, the input of `model_fingerprint`."""
+    return {name: (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+            for name, t in tensors.items()}
+
+
+def model_fingerprint(spec: Mapping[str, tuple[tuple[int, ...], str]]) -> str:
+    """Hex BLAKE2b-256 of the sorted parameter names, shapes and dtypes.
+
+    Peers with different architectures get different fingerprints and refuse each other.
+    """
+    doc = [[name, [int(d) for d in shape], str(dtype)]
+           for name, (shape, dtype) in sorted(spec.items())]
+    return hashlib.blake2b(canonical_json(doc), digest_size=32,
+                           person=b"gossip-tts/model").hexdigest()
+
+
+def pack_bundle(frames: list[bytes]) -> bytes:
+    """Several frames in one body: magic "GTTB", u32 count, then u64 length + frame each."""
+    parts = [_COUNT.pack(BUNDLE_MAGIC, len(frames))]
+    for frame in frames:
+        parts += [_LENGTH.pack(len(frame)), bytes(frame)]
+    return b"".join(parts)
+
+
+def unpack_bundle(data: bytes | memoryview, limits: Limits) -> list[bytes]:
+    """Split a bundle into frames (still unverified); FrameRefused on any bad framing."""
+    view = memoryview(data).cast("B")
+    if len(view) > limits.max_frame_bytes:
+        raise FrameRefused(RefusalReason.TOO_LARGE, f"bundle {len(view)} bytes")
+    if len(view) < _COUNT.size:
+        raise FrameRefused(RefusalReason.TRUNCATED, "bundle shorter than its header")
+    magic, count = _COUNT.unpack_from(view, 0)
+    if magic != BUNDLE_MAGIC:
+        raise FrameRefused(RefusalReason.BAD_MAGIC, f"bundle magic {magic!r}")
+    if count > limits.max_bundle_frames:
+        raise FrameRefused(RefusalReason.TOO_LARGE, f"{count} frames, limit {limits.max_bundle_frames}")
+    frames, pos = [], _COUNT.size
+    for i in range(count):
+        if pos + _LENGTH.size > len(view):
+            raise FrameRefused(RefusalReason.TRUNCATED, f"bundle ends before frame {i}")
+        (length,) = _LENGTH.unpack_from(view, pos)
+        pos += _LENGTH.size
+        if length > limits.max_frame_bytes:
+            raise FrameRefused(RefusalReason.TOO_LARGE, f"frame {i} is {length} bytes")
+        if pos + length > len(view):
+            raise FrameRefused(RefusalReason.TRUNCATED, f"bundle ends inside frame {i}")
+        frames.append(bytes(view[pos:pos + length]))
+        pos += length
+    if pos != len(view):
+        raise FrameRefused(RefusalReason.TRAILING_BYTES, f"{len(view) - pos} bytes after the frames")
+    return frames

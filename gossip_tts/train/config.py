@@ -40,6 +40,8 @@ class TrainConfig:
     speaker_dropout: float = 0.1
     bf16: bool = True
     """Use bf16 autocast on CUDA (ignored elsewhere)."""
+    init_from: str | None = None
+    """Start from this checkpoint's model weights (fresh optimiser, step 0): fine-tuning."""
     threads: int | None = None
     """torch CPU threads (None: torch's default). One thread is fastest on a busy shared CPU."""
 

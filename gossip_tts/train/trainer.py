@@ -20,6 +20,7 @@ from gossip_tts.device import resolve_device
 from gossip_tts.model import EchoDiT, ModelConfig, flow_matching_loss, model_config
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.schedule import warmup_cosine
+from peer.checkpoint import load_checkpoint
 from peer.trainer import ParamSpec, StepStats, flatten, unflatten_into
 
 MODEL_PREFIX = "model."
@@ -60,6 +61,8 @@ class TTSTrainer:
         self.model_cfg = model_config(cfg.preset, self.info.latent_dim)
         # All peers of a swarm start from the same weights: the init seed is shared, not per peer.
         self.model = build_model(self.model_cfg, init_seed, self.device)
+        if cfg.init_from:
+            self._init_from(cfg.init_from)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self._params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
@@ -163,6 +166,14 @@ class TTSTrainer:
         self.stream.close()
 
     # ----------------------------------------------------------------------------------
+    def _init_from(self, path: str) -> None:
+        """Fine-tuning: every peer starts from the same pretrained weights."""
+        tensors, meta = load_checkpoint(path)
+        if meta.get("model_config") != asdict(self.model_cfg):
+            raise ValueError(f"--init-from {path}: its model config differs from preset {self.cfg.preset!r} on this data")
+        weights = {k[len(MODEL_PREFIX) :]: v for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
+        self.model.load_state_dict(weights)
+
     def _next_batch(self) -> Batch:
         if self._first is not None:
             batch, self._first = self._first, None

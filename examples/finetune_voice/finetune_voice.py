@@ -1,0 +1,138 @@
+"""Fine-tune a voice end to end: recordings → latents → tars → gossiping peers → a wav.
+
+    python examples/finetune_voice/finetune_voice.py --voice ../shared/data/ljspeech-mini --out runs/voice
+
+1. Split the recordings (an LJSpeech-style folder: wavs/ + metadata.csv) into train and
+   held-out clips, and `gossip-tts pack` each into latent tars (one train shard per peer).
+2. Pretrain a base model on the built-in corpus (or pass --base CKPT).
+3. Start --peers peers on 127.0.0.1, each on its own shard, all from the base weights
+   (`--init-from`), gossiping signed compressed deltas.
+4. Evaluate the base and every peer on the held-out clips, and speak a held-out sentence
+   in the voice (the reference is a train clip) to OUT/finetuned.wav.
+
+On a CPU this shows the pipeline, not studio quality: a few minutes of training on ~3
+minutes of audio moves the loss on held-out clips, and the wav has the voice's spectrum,
+but intelligible speech needs a GPU and more steps (--preset 100m, --steps 20000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
+    out = open(log, "w") if log else None
+    return subprocess.Popen([sys.executable, "-m", "gossip_tts.cli", *args], stdout=out or None,
+                            stderr=subprocess.STDOUT if out else None, text=True)
+
+
+def run(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "gossip_tts.cli", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"gossip-tts {args[0]} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def read_metadata(voice: Path) -> list[list[str]]:
+    with open(voice / "metadata.csv", newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.reader(f, delimiter="|", quoting=csv.QUOTE_NONE) if r and (voice / "wavs" / f"{r[0]}.wav").exists()]
+    if len(rows) < 6:
+        raise SystemExit(f"{voice} has {len(rows)} usable clips; the example needs at least 6")
+    return rows
+
+
+def split_folder(voice: Path, rows: list[list[str]], dest: Path) -> Path:
+    """An LJSpeech-style folder of links to a subset of the clips."""
+    (dest / "wavs").mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        link = dest / "wavs" / f"{row[0]}.wav"
+        if not link.exists():
+            link.symlink_to((voice / "wavs" / f"{row[0]}.wav").resolve())
+    with open(dest / "metadata.csv", "w", encoding="utf-8") as f:
+        f.writelines("|".join(r) + "\n" for r in rows)
+    return dest
+
+
+def eval_loss(ckpt: Path, val: Path) -> float:
+    m = re.search(r"eval_loss=([0-9.eE+-]+)", run("eval", "--checkpoint", str(ckpt), "--data", str(val)))
+    assert m, "eval printed no eval_loss"
+    return float(m.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--voice", type=Path, required=True, help="LJSpeech-style folder: wavs/*.wav + metadata.csv")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--peers", type=int, default=2)
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--base", type=Path, default=None, help="a checkpoint to fine-tune (default: pretrain one)")
+    ap.add_argument("--base-steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=300, help="fine-tuning steps per peer")
+    ap.add_argument("--held-out", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--max-frames", type=int, default=128)
+    ap.add_argument("--synth-steps", type=int, default=32)
+    args = ap.parse_args()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    knobs = ["--preset", args.preset, "--device", "auto", "--threads", str(args.threads), "--batch-size",
+             str(args.batch_size), "--max-frames", str(args.max_frames), "--log-every", "10"]
+
+    rows = read_metadata(args.voice)
+    train_rows, val_rows = rows[: -args.held_out], rows[-args.held_out :]
+    print(f"[1/4] packing {len(train_rows)} train and {len(val_rows)} held-out clips of {args.voice}", flush=True)
+    per_peer = math.ceil(len(train_rows) / args.peers)
+    for i in range(args.peers):
+        part = train_rows[i * per_peer : (i + 1) * per_peer]
+        run("pack", str(split_folder(args.voice, part, out / "clips" / f"train{i}")), str(out / "tars" / f"train{i}"),
+            "--speaker", "voice", "--overwrite")
+    run("pack", str(split_folder(args.voice, val_rows, out / "clips" / "val")), str(out / "tars" / "val"),
+        "--speaker", "voice", "--overwrite")
+
+    base = args.base
+    if base is None:
+        base = out / "base"
+        print(f"[2/4] pretraining a {args.preset} base on the built-in corpus for {args.base_steps} steps", flush=True)
+        run("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base))
+    else:
+        print(f"[2/4] fine-tuning {base}", flush=True)
+
+    print(f"[3/4] {args.peers} peers fine-tune for {args.steps} steps each, gossiping on 127.0.0.1", flush=True)
+    procs, address = [], None
+    for i in range(args.peers):
+        log = out / f"peer{i}.log"
+        boot = ["--peer", address] if address else []
+        procs.append(cli("peer", *knobs, "--init-from", str(base), "--data", str(out / "tars" / f"train{i}"),
+                         "--checkpoint-dir", str(out / f"peer{i}"), "--max-steps", str(args.steps), "--listen",
+                         "127.0.0.1:0", "--no-mdns", "--swarm", "finetune-voice", *boot, log=log))
+        while address is None:
+            m = re.search(r"listening on http://(\S+)", log.read_text())
+            if m:
+                address = m.group(1)
+            elif procs[-1].poll() is not None:
+                raise SystemExit(f"peer 0 failed:\n{log.read_text()}")
+    for i, p in enumerate(procs):
+        if p.wait() != 0:
+            raise SystemExit(f"peer {i} failed:\n{(out / f'peer{i}.log').read_text()[-3000:]}")
+
+    print("[4/4] held-out eval loss and a sample", flush=True)
+    before = eval_loss(base, out / "tars" / "val")
+    after = [eval_loss(out / f"peer{i}", out / "tars" / "val") for i in range(args.peers)]
+    print(f"held-out eval loss: base {before:.4f} -> fine-tuned {', '.join(f'{a:.4f}' for a in after)}")
+    text = val_rows[0][-1]
+    reference = args.voice / "wavs" / f"{train_rows[0][0]}.wav"
+    wav = out / "finetuned.wav"
+    run("synthesize", "--checkpoint", str(out / "peer0"), "--text", text, "--reference", str(reference),
+        "--out", str(wav), "--steps", str(args.synth_steps))
+    print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
+
+
+if __name__ == "__main__":
+    main()

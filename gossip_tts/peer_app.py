@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +56,22 @@ def load_identity(cfg: PeerAppConfig, emit=print) -> Identity:
     return Identity.load(path) if path is not None else Identity.generate()
 
 
+def stop_on_sigterm(stop: threading.Event, emit) -> None:
+    """SIGTERM (service managers, `kill`) leaves as gracefully as Ctrl+C: final checkpoint, then exit."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame) -> None:
+        emit("SIGTERM: stopping after this step")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    stop = stop or threading.Event()
+    stop_on_sigterm(stop, emit)
     if not cfg.train.sources:
         cfg.train.sources = default_sources(cfg.cache_dir, emit)
     identity = load_identity(cfg, emit)

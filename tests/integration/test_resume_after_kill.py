@@ -1,5 +1,6 @@
 """Checkpoint → kill -9 → --resume continues from the checkpointed step (issue: foundation)."""
 
+import re
 import signal
 import time
 
@@ -33,3 +34,15 @@ def test_kill_then_resume_continues_from_the_same_step(corpus, spawn, tmp_path):
     assert f"stopped at step {saved_step + 5}" in text, text
     assert load_checkpoint(ckpt)[1]["step"] == saved_step + 5
     assert last_step(text) <= saved_step + 5
+
+
+def test_ctrl_c_and_sigterm_stop_cleanly_with_a_final_checkpoint(corpus, spawn, tmp_path):
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        ckpt = tmp_path / f"ckpt-{sig.name}"
+        p = spawn(sig.name, *tiny_args(corpus["shard0"], ckpt, "--listen", "127.0.0.1:0", "--no-mdns", steps=100000))
+        p.wait_listening()
+        p.wait_for(r"^step \d+ ", timeout=120)
+        p.proc.send_signal(sig)
+        assert p.wait_exit(60) == 0, p.text()[-2000:]
+        stopped = int(re.search(r"stopped at step (\d+)", p.text()).group(1))
+        assert load_checkpoint(ckpt)[1]["step"] == stopped

@@ -8,14 +8,6 @@ import torch
 from gossip_tts.model import PRESETS, EchoDiT, ModelConfig, count_parameters, model_config
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls run faster on one thread, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def meta_count(preset: str, latent_dim: int = 128) -> int:
     with torch.device("meta"):

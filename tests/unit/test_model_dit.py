@@ -12,14 +12,6 @@ from gossip_tts.model import EchoDiT, flow_matching_loss, model_config
 D = 128
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls run faster on one thread, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def random_model(seed: int = 0) -> EchoDiT:
     """Tiny model with every weight random: zero-initialised projections would hide mask bugs."""

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from gossip_tts.model import EchoDiT, ModelConfig, forward_flops, model_config, train_flops_per_sample
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls run faster on one thread, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def micro_config(n_layers: int = 1) -> ModelConfig:

@@ -11,14 +11,6 @@ from gossip_tts.model import EchoDiT, eval_loss, flow_matching_loss, model_confi
 D = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls run faster on one thread, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def make_batch(seed: int = 0, extra_pad: int = 0) -> Batch:
     """Three clips of 12, 9 and 5 real frames (padded with junk to 12 + extra_pad)."""

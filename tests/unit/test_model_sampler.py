@@ -10,14 +10,6 @@ from gossip_tts.model import EchoDiT, model_config, sample
 D = 32
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small matmuls run faster on one thread, and much faster on a shared, busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def random_model() -> EchoDiT:
     torch.manual_seed(0)

@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 import aiohttp
+import torch
 from aiohttp import web
 
 from peer.discovery import PeerInfo, StaticDiscovery, format_address, parse_address
@@ -57,6 +58,7 @@ class Network:
         self._discoveries: list = []
         self._tasks: set[asyncio.Task] = set()
         self._wake: asyncio.Event | None = None
+        self._pending_publish: tuple[torch.Tensor, int] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.address = ""
 
@@ -113,8 +115,15 @@ class Network:
         task.add_done_callback(self._tasks.discard)
 
     # ---------------------------------------------------------- called from training
-    def want_exchange(self) -> None:
-        """Thread-safe: ask the loop to run one exchange with a random neighbour."""
+    def want_exchange(self, x: torch.Tensor | None = None, step: int = 0) -> None:
+        """Thread-safe: publish `x` (if given) and run one exchange with a random neighbour.
+
+        Compressing and signing happen on an executor thread, not the training thread. If
+        publishes pile up behind a slow exchange only the newest is kept: C(x_new − x̂)
+        already carries everything the older ones would have.
+        """
+        if x is not None:
+            self._pending_publish = (x, step)
         if self.loop is not None and self._wake is not None:
             self.loop.call_soon_threadsafe(self._wake.set)
 
@@ -145,10 +154,20 @@ class Network:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            pending, self._pending_publish = self._pending_publish, None
+            if pending is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._publish, *pending)
             chosen = self.table.choose(self.rng, k=1)
             if chosen:
                 await self.exchange_with(chosen[0])
             self.metrics.set("neighbours_live", len(self.table.live()), help="live neighbours in the table")
+
+    def _publish(self, x: torch.Tensor, step: int) -> None:
+        self.node.publish(x, step)
+        self.metrics.set(
+            "consensus_distance", self.node.consensus_distance(x),
+            help="RMS distance of our parameters to the mean of ours and the neighbour copies we hold",
+        )
 
     async def exchange_with(self, info: PeerInfo) -> bool:
         loop = asyncio.get_running_loop()

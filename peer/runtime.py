@@ -71,12 +71,8 @@ class GossipPeer:
         self.metrics.set("steps", stats.step, help="local training steps")
         self.metrics.set("loss", stats.loss, help="training loss of the last step")
         self.metrics.inc("samples_total", stats.samples, help="training examples consumed")
-        if self.node.on_step_boundary(trainer, stats):
-            self.metrics.set(
-                "consensus_distance", self.node.consensus_distance(self.node.last_x),
-                help="RMS distance to the mean of our and the neighbour copies we hold",
-            )
-            self.network.want_exchange()
+        if self.node.on_step_boundary(trainer, stats, publish_now=False):
+            self.network.want_exchange(trainer.get_flat_params(), stats.step)
 
     def _join(self) -> None:
         """Adopt the state of the furthest-along neighbour found within `join_wait_s`, if ahead of us."""

@@ -134,10 +134,12 @@ class GossipNode:
     def peer_id(self) -> str:
         return self.identity.peer_id
 
-    def on_step_boundary(self, trainer: Trainer, stats: StepStats | None = None) -> bool:
+    def on_step_boundary(self, trainer: Trainer, stats: StepStats | None = None, *, publish_now: bool = True) -> bool:
         """Mix news into the trainer's parameters; publish every `gossip_every` steps.
 
-        Returns True when an update was published (the caller then starts an exchange).
+        Returns True when a publish was due (the caller then starts an exchange). With
+        `publish_now=False` the caller publishes itself (a real peer compresses and signs
+        off the training thread, from a parameter copy taken here at the boundary).
         """
         k = trainer.step_count
         now = self.clock()
@@ -152,7 +154,8 @@ class GossipNode:
             self._mix(trainer, news, k)
         if k % self.cfg.gossip_every != 0:
             return False
-        self.publish(trainer.get_flat_params(), k)
+        if publish_now:
+            self.publish(trainer.get_flat_params(), k)
         return True
 
     def _mix(self, trainer: Trainer, news: list[tuple[bytes, Neighbour]], k: int) -> None:

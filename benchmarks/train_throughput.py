@@ -37,9 +37,10 @@ def peak_tflops(explicit: float | None) -> float | None:
     return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
-def measure(preset: str, sources: list[str], device: str, steps: int, batch_size: int, max_frames: int) -> dict:
+def measure(preset: str, sources: list[str], device: str, steps: int, batch_size: int, max_frames: int,
+            offload: bool = False) -> dict:
     cfg = TrainConfig(preset=preset, device=device, sources=sources, batch_size=batch_size, max_frames=max_frames,
-                      max_ref_frames=64, warmup_steps=1)
+                      max_ref_frames=64, warmup_steps=1, offload=offload)
     trainer = TTSTrainer(cfg)
     try:
         for _ in range(3):  # warm-up: allocator, kernels, prefetch
@@ -60,7 +61,7 @@ def measure(preset: str, sources: list[str], device: str, steps: int, batch_size
         frames_per_sample = audio / samples * trainer.info.frame_rate
         flops = train_flops_per_sample(trainer.model_cfg, int(frames_per_sample), 64, 64)
         return {
-            "preset": preset,
+            "preset": preset + ("+offload" if offload else ""),
             "params_m": round(count_parameters(trainer.model) / 1e6, 2),
             "device": str(trainer.device),
             "samples_per_s": samples / dt,
@@ -81,6 +82,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--offload", action="store_true", help="also measure each preset with ZeRO-style offload")
     ap.add_argument("--data", action="append", default=None, help="tar sources (default: the built-in corpus)")
     args = ap.parse_args()
     if args.threads:
@@ -88,7 +90,10 @@ def main() -> None:
     sources = args.data or [str(ensure_builtin_corpus()[0])]
     print(describe())
     peak = peak_tflops(args.peak_tflops)
-    rows = [measure(p, sources, args.device, args.steps, args.batch_size, args.max_frames) for p in args.presets.split(",")]
+    rows = []
+    for p in args.presets.split(","):
+        for off in ([False, True] if args.offload else [False]):
+            rows.append(measure(p, sources, args.device, args.steps, args.batch_size, args.max_frames, off))
     print(f"{'preset':<8}{'params':>9}{'device':>8}{'samples/s':>11}{'audio-s/s':>11}{'s/step':>8}{'TFLOP/s':>9}{'MFU':>7}")
     for r in rows:
         mfu = r["model_tflops_per_s"] / peak if peak else None

@@ -39,6 +39,7 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @click.option("--lr", type=float, default=3e-4, show_default=True)
+@click.option("--offload", is_flag=True, help="Keep fp32 master weights and optimizer state in CPU memory (ZeRO-Offload).")
 @click.option("--init-from", type=click.Path(exists=True, path_type=Path), default=None, help="Start from this checkpoint's weights (fine-tuning).")
 @click.option("--max-frames", type=int, default=256, show_default=True, help="Latent frames per clip (longer clips are cropped).")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice).")
@@ -55,7 +56,7 @@ def main() -> None:
 @click.option("--compression", default="topk:0.1+int8", show_default=True, help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8].")
 @click.option("--staleness", default="pipemare:K=2000,p_min=0,tau_max=64", show_default=True, help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T).")
 @click.option("--solo", is_flag=True, help="Train alone: no server, no discovery, no gossip.")
-def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, init_from, max_frames, threads, seed, log_every,
+def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, offload, init_from, max_frames, threads, seed, log_every,
          listen, advertise_host, peers, mdns, mdns_interfaces, swarm, key_file, gossip_every, compression, staleness, solo) -> None:
     """Train a TTS model on a stream of latent tars, gossiping with other peers."""
     from gossip_tts.peer_app import PeerAppConfig, run
@@ -68,7 +69,7 @@ def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resu
         lambda: PeerAppConfig(
             train=TrainConfig(
                 preset=preset, device=device, sources=list(data), batch_size=batch_size, lr=lr, seed=seed,
-                max_frames=max_frames, threads=threads, init_from=str(init_from) if init_from else None,
+                max_frames=max_frames, threads=threads, offload=offload, init_from=str(init_from) if init_from else None,
             ),
             loop=LoopConfig(
                 max_steps=max_steps, checkpoint_dir=checkpoint_dir, checkpoint_every_s=checkpoint_every,

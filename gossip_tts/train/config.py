@@ -40,6 +40,8 @@ class TrainConfig:
     speaker_dropout: float = 0.1
     bf16: bool = True
     """Use bf16 autocast on CUDA (ignored elsewhere)."""
+    offload: bool = False
+    """ZeRO-Offload: fp32 master weights and AdamW state in CPU memory, bf16 weights on the GPU."""
     init_from: str | None = None
     """Start from this checkpoint's model weights (fresh optimiser, step 0): fine-tuning."""
     threads: int | None = None

@@ -19,6 +19,7 @@ from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
 from gossip_tts.model import EchoDiT, ModelConfig, flow_matching_loss, model_config
 from gossip_tts.train.config import TrainConfig
+from gossip_tts.train.offload import MasterWeights
 from gossip_tts.train.schedule import warmup_cosine
 from peer.checkpoint import load_checkpoint
 from peer.trainer import ParamSpec, StepStats, flatten, unflatten_into
@@ -65,7 +66,14 @@ class TTSTrainer:
             self._init_from(cfg.init_from)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self._params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self._offload: MasterWeights | None = None
+        if cfg.offload:
+            self._offload = MasterWeights(self._params, pin=self.device.type == "cuda")
+            if self.device.type == "cuda":
+                self.model.to(torch.bfloat16)  # the GPU holds bf16 weights only
+        # What the optimiser, gossip and checkpoints see: the fp32 masters when offloaded.
+        self._master = self._offload.masters if self._offload else self._params
+        self.optimizer = torch.optim.AdamW(self._master, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self._step = 0
         self._autocast = self.device.type == "cuda" and cfg.bf16
@@ -92,12 +100,17 @@ class TTSTrainer:
                 text_dropout=self.cfg.text_dropout,
                 speaker_dropout=self.cfg.speaker_dropout,
             )
+        self.model.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float("nan")
         if self.cfg.grad_clip > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.grad_clip))
+        if self._offload:
+            self._offload.grads_to_masters()
         self.optimizer.step()
+        if self._offload:
+            self._offload.push_to_device()
         self._step += 1
         return StepStats(
             step=self._step,
@@ -111,18 +124,20 @@ class TTSTrainer:
         return {n: (tuple(p.shape), "float32") for n, p in zip(self._names, self._params)}
 
     def get_flat_params(self) -> torch.Tensor:
-        return flatten(self._params)
+        return flatten(self._master)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        unflatten_into(flat, self._params)
+        unflatten_into(flat, self._master)
+        if self._offload:
+            self._offload.push_to_device()
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """A detached CPU snapshot (safe to write in the background while training goes on)."""
         tensors: dict[str, torch.Tensor] = {
-            MODEL_PREFIX + n: p.detach().to("cpu", copy=True) for n, p in zip(self._names, self._params)
+            MODEL_PREFIX + n: p.detach().to("cpu", torch.float32, copy=True) for n, p in zip(self._names, self._master)
         }
         opt_state = self.optimizer.state
-        for n, p in zip(self._names, self._params):
+        for n, p in zip(self._names, self._master):
             for key, value in opt_state.get(p, {}).items():
                 if torch.is_tensor(value):
                     tensors[f"{OPTIM_PREFIX}{n}.{key}"] = value.detach().to("cpu", copy=True).reshape(value.shape)
@@ -146,9 +161,11 @@ class TTSTrainer:
         if meta.get("codec") != asdict(self.info):
             raise ValueError(f"checkpoint codec {meta.get('codec')} differs from the data's {asdict(self.info)}")
         with torch.no_grad():
-            for n, p in zip(self._names, self._params):
+            for n, p in zip(self._names, self._master):
                 p.copy_(tensors[MODEL_PREFIX + n].to(p.device, p.dtype))
-        for n, p in zip(self._names, self._params):
+        if self._offload:
+            self._offload.push_to_device()
+        for n, p in zip(self._names, self._master):
             state = {
                 key[len(f"{OPTIM_PREFIX}{n}.") :]: value.to(p.device)
                 for key, value in tensors.items()

@@ -60,7 +60,9 @@ class PhasedPeer(GossipPeer):
         super().__init__(*a, **kw)
         self.steps_per_phase = steps_per_phase
         self.phase_times: dict[bool, list[float]] = {True: [], False: []}
+        self.phase_cpu: dict[bool, list[float]] = {True: [], False: []}
         self._t0 = time.perf_counter()
+        self._c0 = time.thread_time()
 
     def _on_step(self, trainer, stats) -> None:
         phase = (stats.step - 1) // self.steps_per_phase
@@ -68,9 +70,10 @@ class PhasedPeer(GossipPeer):
         if gossip_on:
             super()._on_step(trainer, stats)
         if stats.step % self.steps_per_phase == 0:
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.thread_time()
             self.phase_times[gossip_on].append(now - self._t0)
-            self._t0 = now
+            self.phase_cpu[gossip_on].append(cpu - self._c0)
+            self._t0, self._c0 = now, cpu
             print(f"\rphase {phase + 1} ({'gossip' if gossip_on else 'solo'}): {now - self._t0:.1f}", end="", file=sys.stderr)
 
 
@@ -141,6 +144,8 @@ def main() -> None:
     n = min(len(solo), len(gossip))
     solo, gossip = solo[:n], gossip[:n]
     ratio = sum(solo) / sum(gossip)
+    cpu_solo, cpu_gossip = peer.phase_cpu[False][1 : n + 1], peer.phase_cpu[True][:n]
+    cpu_ratio = sum(cpu_solo) / sum(cpu_gossip)
     m = peer.metrics
     print(f"preset {args.preset}, batch {args.batch_size}, gossip every {args.gossip_every} steps, {args.compression}, "
           f"2 neighbours, {n} phases of {args.steps_per_phase} steps per arm")
@@ -148,8 +153,13 @@ def main() -> None:
     print(f"gossip s/phase: {' '.join(f'{t:.2f}' for t in gossip)}")
     print(f"exchanges {m.total('exchanges_total'):.0f}, bytes sent {m.total('bytes_sent_total') / 1e6:.1f} MB, "
           f"received {m.total('bytes_received_total') / 1e6:.1f} MB, mixes {m.total('mixes_total'):.0f}")
-    print(f"throughput with gossip / without: {ratio:.3f} (target >= 0.97)")
-    print("summary: " + json.dumps({"ratio": round(ratio, 4), "exchanges": m.total("exchanges_total"),
+    print(f"training-thread CPU s/phase: solo {' '.join(f'{t:.2f}' for t in cpu_solo)}; "
+          f"gossip {' '.join(f'{t:.2f}' for t in cpu_gossip)}")
+    print(f"throughput with gossip / without, wall clock: {ratio:.3f} (target >= 0.97)")
+    print(f"training-thread CPU time without / with gossip: {cpu_ratio:.3f} "
+          "(what gossip costs the training thread itself; immune to other processes' load)")
+    print("summary: " + json.dumps({"ratio": round(ratio, 4), "cpu_ratio": round(cpu_ratio, 4),
+                                    "exchanges": m.total("exchanges_total"),
                                     "preset": args.preset, "phases_per_arm": n}, sort_keys=True))
 
 

@@ -144,6 +144,24 @@ def eval_cmd(checkpoint, data, device, max_samples) -> None:
 
 
 @main.command()
+@click.option("--scenario", default="stragglers", show_default=True, help="Built-in name (stragglers, wan, churn, byzantine, scale, tts) or a TOML file.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Folder for metrics.jsonl, summary.json and plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--max-real-seconds", type=float, default=None, help="Cut each run short after this much real time.")
+def simnet(scenario, seed, out, no_plots, max_real_seconds) -> None:
+    """Simulate a swarm of real peers over simulated links (deterministic from --seed)."""
+    import gossip_tts.simnet_models  # noqa: F401  (registers the tts-tiny model)
+    from simnet.cli_app import SimnetAppConfig, run
+
+    cfg = _fail_cleanly(SimnetAppConfig, scenario=scenario, seed=seed, out=out, plots=not no_plots,
+                        max_real_s=max_real_seconds)
+    summary = _fail_cleanly(run, cfg)
+    if summary.get("interrupted"):
+        sys.exit(130)
+
+
+@main.command()
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Key file to write (mode 0600).")
 def keygen(out) -> None:
     """Make an Ed25519 identity; its public key is the peer id."""

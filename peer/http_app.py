@@ -28,10 +28,14 @@ MAX_BODY = 2**31 - 1
 async def _exchange(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     metrics = request.app[METRICS_KEY]
+    if not node.accepting:  # still joining: our public copy is about to be replaced
+        return web.json_response({"retry": "joining"}, status=503)
     body = await request.read()
     loop = asyncio.get_running_loop()
     try:
         reply, result = await loop.run_in_executor(None, node.handle_request, body)
+    except ValueError as exc:  # our own state cannot be encoded (e.g. non-finite parameters)
+        return web.json_response({"error": str(exc)[:200]}, status=500)
     except FrameRefused as exc:
         metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
         return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)

@@ -48,6 +48,9 @@ def _is_ipv4(host: str) -> bool:
         return False
 
 
+MAX_IN_FLIGHT = 2
+
+
 class Network:
     def __init__(self, node: GossipNode, cfg: NetConfig, metrics: Metrics, emit: Callable[[str], None]) -> None:
         self.node, self.cfg, self.metrics, self.emit = node, cfg, metrics, emit
@@ -59,6 +62,7 @@ class Network:
         self._tasks: set[asyncio.Task] = set()
         self._wake: asyncio.Event | None = None
         self._pending_publish: tuple[torch.Tensor, int] | None = None
+        self._in_flight: set[str] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.address = ""
 
@@ -77,7 +81,9 @@ class Network:
         self.address = format_address(advertise, bound_port)
         self.node.listen = self.address
         self.table = NeighbourTable(NeighbourConfig(self_peer_id=self.node.peer_id, self_addresses=(self.address,)))
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s, sock_connect=min(5.0, self.cfg.request_timeout_s))
+        )
         self._discoveries.append(StaticDiscovery(self.cfg.peers, on_found=self._on_found))
         if self.cfg.mdns:
             from peer.mdns import MdnsConfig, MdnsDiscovery
@@ -150,6 +156,11 @@ class Network:
 
     # -------------------------------------------------------------------- workers
     async def _exchange_worker(self) -> None:
+        """Publish, then exchange with a random neighbour not already being talked to.
+
+        Up to MAX_IN_FLIGHT exchanges run at once, so one neighbour that stopped answering
+        (its requests wait for a timeout) does not silence this peer.
+        """
         assert self._wake is not None
         while True:
             await self._wake.wait()
@@ -157,13 +168,26 @@ class Network:
             pending, self._pending_publish = self._pending_publish, None
             if pending is not None:
                 await asyncio.get_running_loop().run_in_executor(None, self._publish, *pending)
-            chosen = self.table.choose(self.rng, k=1)
-            if chosen:
-                await self.exchange_with(chosen[0])
+            if len(self._in_flight) < MAX_IN_FLIGHT:
+                chosen = self.table.choose(self.rng, k=1, exclude=tuple(self._in_flight))
+                if chosen:
+                    self._spawn(self._tracked_exchange(chosen[0]))
             self.metrics.set("neighbours_live", len(self.table.live()), help="live neighbours in the table")
 
+    async def _tracked_exchange(self, info: PeerInfo) -> None:
+        self._in_flight.add(info.address)
+        try:
+            await self.exchange_with(info)
+        finally:
+            self._in_flight.discard(info.address)
+
     def _publish(self, x: torch.Tensor, step: int) -> None:
-        self.node.publish(x, step)
+        try:
+            self.node.publish(x, step)
+        except ValueError as exc:  # e.g. non-finite parameters: nothing sane to publish
+            self.metrics.inc("publish_failures_total", help="updates that could not be published")
+            log.error("could not publish an update at step %d: %s", step, exc)
+            return
         self.metrics.set(
             "consensus_distance", self.node.consensus_distance(x),
             help="RMS distance of our parameters to the mean of ours and the neighbour copies we hold",
@@ -181,7 +205,7 @@ class Network:
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
             result = await loop.run_in_executor(None, self.node.handle_response, reply)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, FrameRefused) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused) as exc:
             self.table.mark_failure(info.address, time.monotonic())
             self.metrics.inc("exchange_failures_total", help="exchanges that failed or timed out")
             log.info("exchange with %s failed: %s", info.address, exc)

@@ -49,13 +49,17 @@ class GossipPeer:
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
             clock=time.time, metrics=self.metrics,
         )
+        self.node.accepting = not self.net_cfg.join
         self.network = Network(self.node, self.net_cfg, self.metrics, self.emit)
         self._thread.start()
         try:
             address = self._call(self.network.async_start(), timeout=60)
             self.emit(f"listening on http://{address} peer_id={self.identity.peer_id}")
             if self.net_cfg.join:
-                self._join()
+                try:
+                    self._join()
+                finally:
+                    self.node.accepting = True
             loop_cfg = LoopConfig(**{**self.loop_cfg.__dict__, "resume": False})  # already resumed above
             return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[self._on_step], emit=self.emit)
         finally:

@@ -124,6 +124,7 @@ class GossipNode:
         self.epoch = max(1, int(clock() * 1e6))
         self._control_seq = self.epoch
         self.last_x = self.public.x_hat.clone()
+        self.accepting = True  # a joining peer refuses exchanges until it has adopted a state
         self._step = 0
         self._last_boundary: float | None = None
         self.step_seconds = 0.0  # EMA of wall time per local step, to turn delays into steps

@@ -39,6 +39,7 @@ def test_bad_frames_get_4xx_are_counted_and_training_continues(corpus, spawn, tm
     p = spawn("peer", *tiny_args(corpus["shard0"], tmp_path / "p", "--listen", "127.0.0.1:0", "--swarm", swarm_name,
                                  "--no-mdns", steps=100000))
     base = f"http://{p.wait_listening()}"
+    p.wait_for(r"^step \d+ ", timeout=120)  # past joining (a joining peer answers 503)
     status = json.loads(_get(base + "/"))
     assert status["swarm"] == swarm_name
 

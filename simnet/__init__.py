@@ -1,0 +1,18 @@
+"""simnet: many real gossip peers in one process over simulated links, deterministic from a seed.
+
+Every peer runs the unchanged `peer.gossip.GossipNode` (real signed frames, real codecs,
+real `async_opt` mixing) and `peer.neighbours.NeighbourTable`; simnet only supplies what a
+process and a network would: a virtual clock, links with latency, bandwidth, loss and
+partitions, a speed model for compute, churn, and Byzantine trainers. The synchronous
+baselines (all-reduce, DiLoCo) run over the same speed model and links.
+
+    from simnet import load_scenario, run
+    summary = run(load_scenario("stragglers", seed=0, out_dir="out/"))
+"""
+
+from simnet.config import RunSpec, SimConfig, WorldConfig
+from simnet.models import register_model
+from simnet.scenario import builtin_scenarios, load_scenario
+from simnet.sim import run
+
+__all__ = ["RunSpec", "SimConfig", "WorldConfig", "builtin_scenarios", "load_scenario", "register_model", "run"]

@@ -1,0 +1,167 @@
+"""The gossip method: a swarm of real peers (SimPeer) over simulated links, with churn and attackers."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+
+import torch
+
+from async_opt import consensus_distance
+from peer.metrics import Metrics
+from peer.trainer import Trainer
+from protocol import Identity, RefusalReason
+from simnet.attacks import AttackTrainer
+from simnet.churn import ChurnEvent, churn_events
+from simnet.config import WorldConfig
+from simnet.links import Partitions, SimLinks
+from simnet.models import get_model
+from simnet.scheduler import Scheduler, VirtualClock
+from simnet.sim_peer import SimPeer
+from simnet.speed import SpeedModel
+from simnet.topology import Topology
+
+COUNTERS = (
+    "published_total", "exchanges_ok_total", "exchange_failures_total", "exchange_timeouts_total",
+    "evictions_total", "snapshots_sent_total", "updates_applied_total", "update_gaps_total", "mixes_total",
+    "joins_total", "joins_alone_total", "diverged_total", "non_finite_blocked_at_sender_total", "forged_frames_total",
+)
+
+
+def identity_for(seed: int, index: int) -> Identity:
+    """A fixed key per (seed, peer slot): same run, same keys, same signatures."""
+    return Identity.generate(hashlib.blake2b(f"simnet-key:{seed}:{index}".encode(), digest_size=32).digest())
+
+
+class GossipSim:
+    """Builds the world from a WorldConfig and advances it event by event."""
+
+    method = "gossip"
+
+    def __init__(self, world: WorldConfig, seed: int) -> None:
+        n = world.n_peers
+        self.world, self.seed = world, seed
+        self.sched = Scheduler()
+        self.clock = VirtualClock(self.sched)
+        self.speed = SpeedModel(world.speed, n, seed)
+        self.topo = Topology(world.topology, n, seed)
+        self.links = SimLinks(world.links, self.topo, Partitions(world.partitions, self.topo), self.sched, seed)
+        self.attack = world.attack
+        entry = get_model(world.model)
+        self._factory = entry.factory
+        self.evaluate = entry.evaluator(n, seed, **world.model_args) if entry.evaluator else None
+        self.gossip_cfg = world.gossip_config()
+        self.all_metrics: list[Metrics] = []
+        self.peer_steps = 0
+        self.churn_counts = {"crash": 0, "leave": 0, "join": 0}
+        attackers = world.attack.attackers(n, seed)
+        self.peers = [SimPeer(self, i, identity_for(seed, i), i in attackers) for i in range(n)]
+        self.index_of = {p.address: p.index for p in self.peers}
+        order = list(range(n))
+        random.Random(f"simnet-eval:{seed}").shuffle(order)
+        self._eval_order = order
+        for p in self.peers:
+            p.start(self.make_trainer(p.index), self.gossip_cfg, join=False)
+        for p in self.peers:
+            for j in self.topo.neighbours(p.index):
+                p.learn(self.peers[j])
+        for ev in churn_events(world.churn, n, world.duration_s, seed):
+            self.sched.at(ev.t, lambda ev=ev: self._churn(ev))
+
+    # ------------------------------------------------------------------ wiring for SimPeer
+    def now(self) -> float:
+        return self.sched.now()
+
+    def new_metrics(self) -> Metrics:
+        m = Metrics()
+        self.all_metrics.append(m)
+        return m
+
+    def make_trainer(self, i: int) -> Trainer:
+        trainer = self._factory(i, self.world.n_peers, self.seed, **self.world.model_args)
+        if self.peers[i].attacker:
+            return AttackTrainer(trainer, self.attack, seed=self.seed * 1_000_003 + i)
+        return trainer
+
+    def discover(self, peer: SimPeer) -> list[SimPeer]:
+        """A (re)started peer announces itself to its online topology neighbours and learns them."""
+        found = [self.peers[j] for j in self.topo.neighbours(peer.index) if self.peers[j].online]
+        for other in found:
+            other.learn(peer)
+            peer.learn(other)
+        peer.rng.shuffle(found)
+        return found
+
+    def _churn(self, ev: ChurnEvent) -> None:
+        peer = self.peers[ev.peer]
+        if ev.action == "join":
+            if not peer.online:
+                self.churn_counts["join"] += 1
+                peer.start(self.make_trainer(ev.peer), self.gossip_cfg, join=True)
+        elif peer.online:
+            self.churn_counts[ev.action] += 1
+            peer.stop(ev.action)
+
+    # ------------------------------------------------------------------ driving and observing
+    def advance_to(self, t: float) -> None:
+        self.sched.run_until(t)
+
+    def _honest_online(self) -> list[SimPeer]:
+        return [p for p in self.peers if p.online and not p.attacker]
+
+    def sample(self) -> dict:
+        """One metrics row: loss over (up to eval_peers) honest online peers, consensus, traffic."""
+        honest = self._honest_online()
+        chosen = [p for p in (self.peers[i] for i in self._eval_order) if p.online and not p.attacker and not p.joining]
+        chosen = chosen[: self.world.eval_peers]
+        losses = [self._loss(p) for p in chosen]
+        finite = [x for x in losses if math.isfinite(x)]
+        live = [x for p in honest if not p.diverged and not p.joining and (x := p.honest_params()) is not None]
+        return {
+            "t": self.now(),
+            "loss": (sum(finite) / len(finite) if len(finite) == len(losses) else math.inf) if losses else None,
+            "loss_min": min(finite) if finite else None,
+            "loss_max": max(finite) if finite else None,
+            "consensus": consensus_distance(live) if len(live) >= 2 else 0.0,
+            "bytes_per_peer": sum(self.links.bytes_sent) / self.world.n_peers,
+            "peer_steps": self.peer_steps,
+            "online": sum(p.online for p in self.peers),
+            "diverged": sum(p.diverged for p in honest),
+        }
+
+    def _loss(self, p: SimPeer) -> float:
+        if p.diverged:
+            return math.inf
+        if self.evaluate is None:
+            return p.loss_ema if p.loss_ema is not None else math.inf
+        x = p.honest_params()
+        if x is None or not bool(torch.isfinite(x).all()):
+            return math.inf
+        value = self.evaluate(x)
+        return value if math.isfinite(value) else math.inf
+
+    def close(self) -> None:
+        """Release every live trainer (data streams may hold threads or files)."""
+        for p in self.peers:
+            if p.trainer is not None:
+                p.trainer.close()
+
+    def staleness(self) -> list[float]:
+        return [v for m in self.all_metrics for v in m.recent("mixed_staleness_steps")]
+
+    def totals(self) -> dict:
+        """Counters summed over every peer incarnation, plus link and churn statistics."""
+        out = {name.removesuffix("_total"): sum(m.total(name) for m in self.all_metrics) for name in COUNTERS}
+        refused = {}
+        for reason in RefusalReason:
+            k = sum(m.get("frames_refused_total", reason=reason.value) for m in self.all_metrics)
+            if k:
+                refused[reason.value] = k
+        out["frames_refused"] = refused
+        out["bytes_sent"] = sum(m.total("bytes_sent_total") for m in self.all_metrics)
+        out["messages_lost"] = self.links.messages_lost
+        out["packets_lost"] = self.links.packets_lost
+        out["churn"] = dict(self.churn_counts)
+        out["attackers"] = sum(p.attacker for p in self.peers)
+        return out

@@ -1,0 +1,26 @@
+"""Compressed gossip with public copies (CHOCO error feedback) ends within 2% of uncompressed
+gossip; the same top-k without them (error_feedback=False, the control) does clearly worse."""
+
+from conftest import simulate
+
+WORLD = {
+    "n_peers": 8, "duration_s": 60.0, "eval_every_s": 2.0, "model_args": {"lr_decay_steps": 200},
+    "topology": {"kind": "random_regular", "degree": 4}, "gossip": {"gossip_every": 4},
+}
+RUNS = [
+    {"name": "dense", "set": {"gossip": {"compression": "identity"}}},
+    {"name": "topk_ef", "set": {"gossip": {"compression": "topk:0.1+int8"}}},
+    {"name": "topk_noef", "set": {"gossip": {"compression": "topk:0.1+int8", "error_feedback": False}}},
+]
+
+
+def test_public_copies_make_topk_as_good_as_dense():
+    s = simulate(WORLD, RUNS, [["topk_ef", "dense"], ["topk_noef", "dense"]])
+    ef = s["ratios"]["topk_ef/dense"]["final_loss"]
+    no_ef = s["ratios"]["topk_noef/dense"]["final_loss"]
+    # Measured (seed 0): 1.011 with public copies, 1.152 without.
+    assert abs(ef - 1.0) <= 0.02, ef
+    assert no_ef > 1.05, no_ef
+    # And it does send less: measured 0.75 MB vs 1.18 MB per peer (headers, signatures and the
+    # exact snapshots that start each pair weigh a lot next to 676 parameters).
+    assert s["runs"]["topk_ef"]["bytes_per_peer"] < 0.8 * s["runs"]["dense"]["bytes_per_peer"]

@@ -36,6 +36,7 @@ from protocol import (
     FrameRefused,
     Identity,
     Limits,
+    RefusalReason,
     ReplayWindow,
     VerifyPolicy,
     decode_frame,
@@ -322,18 +323,20 @@ class GossipNode:
         now = self.clock()
         raw_frames = unpack_bundle(body, self.limits)  # raises FrameRefused on a malformed body
         if not raw_frames:
-            raise FrameRefused(_reason("TRUNCATED"), "empty bundle")
+            raise FrameRefused(RefusalReason.TRUNCATED, "empty bundle")
         control = decode_frame(raw_frames[0], self.policy, now=now, replay=self.replay)
         if control.header.kind != FrameKind.ACK:
-            raise FrameRefused(_reason("BAD_HEADER"), "an exchange must start with a control frame")
+            raise FrameRefused(RefusalReason.BAD_HEADER, "an exchange must start with a control frame")
         sender = control.header.sender
         if sender == self.identity.public_key:
-            raise FrameRefused(_reason("BAD_HEADER"), "frame from ourselves")
+            raise FrameRefused(RefusalReason.BAD_HEADER, "frame from ourselves")
         extra = control.header.extra
         refused = 0
         with self._lock:
             n = self._neighbour(sender)
             epoch = int(extra.get("epoch", 0))
+            if epoch < n.epoch:
+                raise FrameRefused(RefusalReason.BAD_HEADER, "control frame from an older run of this peer")
             if epoch > n.epoch:  # restarted peer: whatever we held of it is void
                 n.copy, n.epoch = NeighbourCopy(), epoch
             n.listen = str(extra.get("listen", ""))[:256]
@@ -391,9 +394,3 @@ class GossipNode:
     def forget(self, key: bytes) -> None:
         with self._lock:
             self.neighbours.pop(key, None)
-
-
-def _reason(name: str):
-    from protocol import RefusalReason
-
-    return RefusalReason[name]

@@ -124,3 +124,19 @@ def test_foreign_swarm_and_tampered_bodies_are_refused():
     b.handle_request(bytes(body))
     assert b.metrics.get("frames_refused_total", reason="bad_signature") == 1
     assert b.neighbours[a.identity.public_key].copy.x_hat is None
+
+
+def test_a_restarted_peer_is_taken_afresh_and_its_old_run_is_refused():
+    clock, trainers, nodes = make_swarm(2)
+    a, b = nodes
+    old_request = a.build_request(None)
+    b.handle_request(old_request)
+    held = b.neighbours[a.identity.public_key]
+    assert held.copy.x_hat is not None
+    clock.t += 10  # same key, later start: a new epoch
+    restarted = GossipNode(a.cfg, a.identity, trainers[0].param_spec(), trainers[0].get_flat_params() + 1.0, clock=clock)
+    assert restarted.epoch > a.epoch
+    b.handle_request(restarted.build_request(None))
+    assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)
+    with pytest.raises(FrameRefused, match="older run"):
+        b.handle_request(a.build_request(b.identity.public_key))

@@ -17,6 +17,9 @@ def _fail_cleanly(fn, *args, **kwargs):
 
     try:
         return fn(*args, **kwargs)
+    except KeyboardInterrupt:  # Ctrl+C outside the training loop (start-up, joining): no traceback
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     except (ValueError, CheckpointError) as exc:
         raise click.UsageError(str(exc)) from exc
     except (OSError, ImportError) as exc:

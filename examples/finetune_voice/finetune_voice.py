@@ -132,6 +132,33 @@ def main() -> None:
     run("synthesize", "--checkpoint", str(out / "peer0"), "--text", text, "--reference", str(reference),
         "--out", str(wav), "--steps", str(args.synth_steps))
     print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
+    plot_spectrograms(args.voice / "wavs" / f"{val_rows[0][0]}.wav", wav, out / "finetuned.png")
+
+
+def plot_spectrograms(real: Path, generated: Path, png: Path) -> None:
+    """Log-mel spectrograms of the held-out recording and of the generated wav, one above the other."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no spectrogram plot (pip install -e '.[plot]')")
+        return
+    from gossip_tts.audio import load_codec, read_wav
+
+    codec = load_codec("mel")
+    fig, axes = plt.subplots(2, 1, figsize=(8, 5))
+    for ax, path, title in zip(axes, (real, generated), ("held-out recording", "generated (fine-tuned peer 0)")):
+        wav, sr = read_wav(path)
+        ax.imshow(codec.encode(wav, sr).T, origin="lower", aspect="auto", cmap="magma")
+        ax.set_title(f"{title}: {path.name}", fontsize=9)
+        ax.set_ylabel("mel bin")
+    axes[-1].set_xlabel(f"frame ({codec.frame_rate:.1f} per second)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    plt.close(fig)
+    print(f"wrote {png}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,20 @@ def build_model(cfg: ModelConfig, seed: int, device: torch.device) -> EchoDiT:
     return model.to(device)
 
 
+def speech_pace(sources: list[str], info: CodecInfo, n: int = 64) -> float:
+    """Latent frames per text byte over the first `n` whole clips (batches are cropped), so
+    synthesis can guess how long a text takes to say in this data's voice and pace."""
+    frames = text_bytes = 0
+    with LatentStream(StreamConfig(sources=sources, info=info, shuffle_shards=False, shuffle_buffer=1, loop=False,
+                                   prefetch=8)) as stream:
+        for i, sample in enumerate(stream):
+            if i >= n:
+                break
+            frames += sample.frames
+            text_bytes += len(sample.text.encode("utf-8"))
+    return frames / max(1, text_bytes)
+
+
 class TTSTrainer:
     """One local replica. Parameters live on `device`; gossip sees float32 CPU copies."""
 
@@ -56,9 +70,7 @@ class TTSTrainer:
         self._batches: Iterator[Batch] = iter(batcher)
         self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
         self.info: CodecInfo = self.stream.info
-        # The pace of speech in the data (latent frames per text byte), so synthesis can guess a length.
-        first = self._first
-        self.frames_per_text_byte = float(first.latent_mask.sum()) / max(1.0, float(first.text_mask.sum()))
+        self.frames_per_text_byte = speech_pace(cfg.sources, self.info)
         self.model_cfg = model_config(cfg.preset, self.info.latent_dim)
         # All peers of a swarm start from the same weights: the init seed is shared, not per peer.
         self.model = build_model(self.model_cfg, init_seed, self.device)

@@ -47,7 +47,7 @@ def measure(preset: str, sources: list[str], device: str, steps: int, batch_size
             trainer.step()
         if trainer.device.type == "cuda":
             torch.cuda.synchronize()
-        samples = audio = frames = 0.0
+        samples = audio = 0.0
         t0 = time.perf_counter()
         for i in range(steps):
             stats = trainer.step()

@@ -42,10 +42,10 @@ def is_peer_id(text: object) -> bool:
     return isinstance(text, str) and _HEX_ID.fullmatch(text) is not None
 
 
-def parse_address(address: str) -> tuple[str, int]:
+def parse_address(address: str, *, listener: bool = False) -> tuple[str, int]:
     """Split "host:port" (or "[v6]:port") into host and port, or raise ValueError naming it.
 
-    Port 0 is refused: it means "any port" to a listener but nothing to a client.
+    Port 0 is refused unless `listener`: it means "any port" to a listener but nothing to a client.
     """
     if not isinstance(address, str):
         raise ValueError(f"peer address must be a string 'HOST:PORT', got {address!r}")
@@ -65,8 +65,8 @@ def parse_address(address: str) -> tuple[str, int]:
     if not port_text.isdigit() or not port_text.isascii():
         raise ValueError(f"peer address {address!r}: port {port_text!r} is not a decimal number")
     port = int(port_text)
-    if not 1 <= port <= 65535:
-        raise ValueError(f"peer address {address!r}: port {port} is outside 1..65535")
+    if not (0 if listener else 1) <= port <= 65535:
+        raise ValueError(f"peer address {address!r}: port {port} is outside {0 if listener else 1}..65535")
     return host, port
 
 

@@ -22,9 +22,6 @@ METRICS_KEY: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 HELLO_KEY: web.AppKey[Callable[[], bytes]] = web.AppKey("hello", Callable)
 INBOUND_KEY: web.AppKey[Callable[[str, bytes], None]] = web.AppKey("inbound", Callable)
 
-MAX_BODY = 2**31 - 1
-
-
 async def _exchange(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     metrics = request.app[METRICS_KEY]

@@ -30,8 +30,7 @@ class NetConfig:
     """Seeds the choice of neighbours."""
 
     def __post_init__(self) -> None:
-        host, _, port = self.listen.rpartition(":")
-        parse_address(f"{host}:{port if port != '0' else '1'}")  # port 0 is fine for a listener
+        parse_address(self.listen, listener=True)
         for address in self.peers:
             parse_address(address)
         if self.request_timeout_s <= 0 or self.hello_every_s <= 0 or self.join_wait_s < 0:

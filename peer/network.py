@@ -70,11 +70,11 @@ class Network:
     async def async_start(self) -> str:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        host, _, port = self.cfg.listen.rpartition(":")
+        host, port = parse_address(self.cfg.listen, listener=True)
         app = build_app(self.node, self.metrics, self._hello_bytes, self._on_inbound)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, int(port))
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         bound_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         advertise = self.cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)

@@ -31,7 +31,8 @@ def swarm_name() -> str:
 
 @pytest.fixture
 def spawn(tmp_path):
-    """Start peers; every one is killed at teardown, and the test fails if one was left running."""
+    """Start peers; whatever is still running at teardown (long-running peers a test left on
+    purpose, or ones a failed test abandoned) is killed with its process group."""
     started: list[PeerProcess] = []
 
     def _spawn(name: str, *args: str) -> PeerProcess:
@@ -40,10 +41,8 @@ def spawn(tmp_path):
         return p
 
     yield _spawn
-    leaked = [p for p in started if p.proc.poll() is None]
     for p in started:
         p.kill()
-    assert not leaked or all(p.proc.returncode is not None for p in leaked)
 
 
 def tiny_args(data: Path, ckpt: Path, *extra: str, steps: int = 200) -> list[str]:

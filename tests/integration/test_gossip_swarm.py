@@ -11,7 +11,6 @@ for gossip peers vs 1.114 for the control; mean pairwise parameter distance 3.4â
 top-1% (Î³=0.02) the spread was 8.8 vs 13.1, so that setting would fail it.
 """
 
-import pytest
 
 from tests.integration.conftest import tiny_args
 from tests.integration.swarm_checks import eval_loss, flat_params, mean_pairwise_distance

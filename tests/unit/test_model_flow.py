@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from gossip_tts.data.batch import Batch
-from gossip_tts.model import EchoDiT, eval_loss, flow_matching_loss, model_config, sample_t
+from gossip_tts.model import (
+    eval_loss,
+    flow_matching_loss,
+    sample_t,
+)
+from tests.unit.model_helpers import random_tiny_model
 
 D = 16
 
@@ -26,13 +31,6 @@ def make_batch(seed: int = 0, extra_pad: int = 0) -> Batch:
     )
 
 
-def tiny_model() -> EchoDiT:
-    torch.manual_seed(0)
-    model = EchoDiT(model_config("tiny", D))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, p.shape[-1] ** -0.5) if p.dim() > 1 else p.fill_(1.0)
-    return model
 
 
 class Recorder(torch.nn.Module):
@@ -78,7 +76,7 @@ def test_loss_by_hand_with_a_stand_in_model() -> None:
 
 
 def test_loss_ignores_padded_frames_but_not_real_ones() -> None:
-    model, batch = tiny_model(), make_batch()
+    model, batch = random_tiny_model(D), make_batch()
     g = lambda: torch.Generator().manual_seed(5)  # noqa: E731
     base = flow_matching_loss(model, batch, g())
     junk = batch.latent.clone()
@@ -124,7 +122,7 @@ def test_given_t_keeps_noise_and_dropout() -> None:
 
 
 def test_eval_loss_is_deterministic_and_padding_free() -> None:
-    model = tiny_model()
+    model = random_tiny_model(D)
     batches = [make_batch(0), make_batch(1)]
     a = eval_loss(model, batches, seed=7)
     assert a == eval_loss(model, batches, seed=7)
@@ -147,6 +145,6 @@ def test_eval_loss_by_hand_with_a_stand_in_model() -> None:
 
 
 def test_eval_loss_does_not_build_a_graph() -> None:
-    model = tiny_model()
+    model = random_tiny_model(D)
     eval_loss(model, [make_batch()], grid=(0.5,))
     assert all(p.grad is None for p in model.parameters())

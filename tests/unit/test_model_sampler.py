@@ -6,18 +6,12 @@ import pytest
 import torch
 
 from gossip_tts.model import EchoDiT, model_config, sample
+from tests.unit.model_helpers import random_tiny_model
 
 D = 32
 
 
 
-def random_model() -> EchoDiT:
-    torch.manual_seed(0)
-    model = EchoDiT(model_config("tiny", D))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, p.shape[-1] ** -0.5) if p.dim() > 1 else p.fill_(1.0)
-    return model
 
 
 def conditions() -> dict[str, torch.Tensor]:
@@ -33,7 +27,7 @@ def conditions() -> dict[str, torch.Tensor]:
 
 
 def test_returns_finite_latents_of_the_asked_length() -> None:
-    model, c = random_model(), conditions()
+    model, c = random_tiny_model(D), conditions()
     out = sample(model, **c, n_frames=23, steps=4, generator=torch.Generator().manual_seed(0))
     assert out.shape == (2, 23, D) and out.dtype == torch.float32
     assert torch.isfinite(out).all()
@@ -44,7 +38,7 @@ def test_returns_finite_latents_of_the_asked_length() -> None:
 
 
 def test_one_step_equals_a_hand_computed_guided_euler_step() -> None:
-    model, c = random_model(), conditions()
+    model, c = random_tiny_model(D), conditions()
     s_text, s_spk = 2.5, 1.5
     out = sample(model, **c, n_frames=11, steps=1, cfg_text=s_text, cfg_speaker=s_spk,
                  generator=torch.Generator().manual_seed(4))
@@ -61,7 +55,7 @@ def test_one_step_equals_a_hand_computed_guided_euler_step() -> None:
 
 
 def test_unit_guidance_is_plain_conditional_euler() -> None:
-    model, c = random_model(), conditions()
+    model, c = random_tiny_model(D), conditions()
     out = sample(model, **c, n_frames=7, steps=2, cfg_text=1.0, cfg_speaker=1.0,
                  generator=torch.Generator().manual_seed(2))
     x = torch.randn(2, 7, D, generator=torch.Generator().manual_seed(2))
@@ -80,6 +74,6 @@ def test_untrained_model_returns_the_noise() -> None:
 
 def test_refuses_empty_requests() -> None:
     with pytest.raises(ValueError):
-        sample(random_model(), **conditions(), n_frames=0)
+        sample(random_tiny_model(D), **conditions(), n_frames=0)
     with pytest.raises(ValueError):
-        sample(random_model(), **conditions(), n_frames=4, steps=0)
+        sample(random_tiny_model(D), **conditions(), n_frames=4, steps=0)

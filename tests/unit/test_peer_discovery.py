@@ -225,3 +225,9 @@ def test_mdns_twin_announcing_our_own_key_is_filtered_as_self():
         assert rec_x.found == {} and rec_twin.found == {}
 
     asyncio.run(main())
+
+
+def test_port_zero_is_only_for_listeners():
+    assert parse_address("0.0.0.0:0", listener=True) == ("0.0.0.0", 0)
+    with pytest.raises(ValueError, match="outside 1..65535"):
+        parse_address("0.0.0.0:0")

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from gossip_tts.data import CollateConfig, LatentStream, StreamConfig, collate
+from gossip_tts.data.collate import skip_reason
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
 from gossip_tts.model import eval_loss
@@ -32,13 +33,19 @@ class EvalConfig:
             raise ValueError("batch_size and max_samples must be > 0")
 
 
-def evaluate(cfg: EvalConfig) -> float:
-    """Loss on a fixed t grid with fixed noise: the same checkpoint and data give the same number."""
+def evaluate(cfg: EvalConfig, emit=print) -> float:
+    """Loss on a fixed t grid with fixed noise: the same checkpoint and data give the same number.
+
+    Clips are whole, as in training; those over the model's limits are skipped and counted.
+    """
     device = resolve_device(cfg.device)
     model, meta = load_model(cfg.checkpoint, device)
     info = CodecInfo(**meta["codec"])
-    tc = meta["train_config"]
-    ccfg = CollateConfig(max_frames=tc["max_frames"], max_ref_frames=tc["max_ref_frames"], max_text_bytes=tc["max_text_bytes"])
+    mc = model.cfg
+    ref_cap = (meta.get("train_config") or {}).get("max_ref_frames", mc.max_frames)
+    ccfg = CollateConfig(max_frames=mc.max_frames, max_ref_frames=min(ref_cap, mc.max_frames),
+                         max_text_bytes=mc.max_text_bytes, text_frontend=mc.text_frontend)
+    skipped = 0
     stream = LatentStream(StreamConfig(sources=cfg.sources, info=info, seed=0, shuffle_shards=False, shuffle_buffer=1, loop=False))
     rng = np.random.default_rng(0)
     batches, chunk = [], []
@@ -46,6 +53,9 @@ def evaluate(cfg: EvalConfig) -> float:
         for i, sample in enumerate(stream):
             if i >= cfg.max_samples:
                 break
+            if skip_reason(sample, ccfg) is not None:
+                skipped += 1
+                continue
             chunk.append(sample)
             if len(chunk) == cfg.batch_size:
                 batches.append(collate(chunk, ccfg, rng).to(device))
@@ -54,13 +64,15 @@ def evaluate(cfg: EvalConfig) -> float:
         stream.close()
     if chunk:
         batches.append(collate(chunk, ccfg, rng).to(device))
+    if skipped:
+        emit(f"skipped {skipped} clips over the model's limits ({mc.max_frames} frames, {mc.max_text_bytes} text bytes)")
     if not batches:
-        raise ValueError(f"no readable samples in {cfg.sources}")
+        raise ValueError(f"no readable samples within the model's limits in {cfg.sources}")
     with torch.no_grad():
         return float(eval_loss(model, batches))
 
 
 def run(cfg: EvalConfig, emit=print) -> float:
-    loss = evaluate(cfg)
+    loss = evaluate(cfg, emit)
     emit(f"eval_loss={loss:.6f}")
     return loss

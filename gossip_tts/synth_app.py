@@ -10,7 +10,7 @@ import torch
 
 from gossip_tts.audio import load_codec
 from gossip_tts.audio.io import read_wav, write_wav
-from gossip_tts.data.batch import encode_text
+from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
 from gossip_tts.model import sample
 from gossip_tts.train.load import load_model
@@ -52,6 +52,16 @@ def estimate_frames(text: str, meta: dict, frame_rate: float) -> int:
     return max(8, int(round(len(text.encode("utf-8")) * per_byte)))
 
 
+def check_length(n_frames: int, limit: int, frame_rate: float) -> None:
+    """Refuse output longer than the longest clip the model was trained on (its RoPE positions
+    past that were never trained, so it would not speak them, only babble)."""
+    if n_frames > limit:
+        raise ValueError(
+            f"the output would be {n_frames} frames ({n_frames / frame_rate:.1f} s) but this model was trained on "
+            f"clips of at most {limit} frames ({limit / frame_rate:.1f} s); shorten the text or pass a smaller --seconds"
+        )
+
+
 def run(cfg: SynthConfig, emit=print) -> Path:
     device = resolve_device(cfg.device)
     model, meta = load_model(cfg.checkpoint, device)
@@ -59,13 +69,16 @@ def run(cfg: SynthConfig, emit=print) -> Path:
     codec = load_codec(codec_meta["codec"], weights=cfg.codec_weights)
     if codec.latent_dim != codec_meta["latent_dim"]:
         raise ValueError(f"codec {codec.name} gives dim {codec.latent_dim}, checkpoint wants {codec_meta['latent_dim']}")
-    max_bytes = meta["train_config"]["max_text_bytes"]
-    ids = encode_text(cfg.text, max_bytes)
+    mc = model.cfg
+    ids = encode_text(cfg.text, mc.text_frontend)
+    if len(ids) > mc.max_text_bytes:
+        raise ValueError(f"--text is {len(ids)} bytes; this model was trained on texts of at most {mc.max_text_bytes}: split it")
     text_ids = torch.tensor([ids], dtype=torch.long, device=device)
     text_mask = torch.ones_like(text_ids, dtype=torch.bool)
     if cfg.reference is not None:
         wav, sr = read_wav(cfg.reference)
-        ref_np = codec.encode(wav, sr)[: meta["train_config"]["max_ref_frames"]]
+        ref_cap = (meta.get("train_config") or {}).get("max_ref_frames", mc.max_frames)
+        ref_np = codec.encode(wav, sr)[: min(ref_cap, mc.max_frames)]
         ref = torch.from_numpy(np.ascontiguousarray(ref_np, dtype=np.float32))[None].to(device)
         ref_mask = torch.ones(ref.shape[:2], dtype=torch.bool, device=device)
     else:
@@ -74,6 +87,7 @@ def run(cfg: SynthConfig, emit=print) -> Path:
     n_frames = (
         int(round(cfg.seconds * codec.frame_rate)) if cfg.seconds else estimate_frames(cfg.text, meta, codec.frame_rate)
     )
+    check_length(n_frames, mc.max_frames, codec.frame_rate)
     gen = torch.Generator().manual_seed(cfg.seed)
     with torch.no_grad():
         latents = sample(

@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--held-out", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--max-frames", type=int, default=128)
+    ap.add_argument("--max-frames", type=int, default=1024, help="longest whole clip trained on (longer ones are skipped)")
     ap.add_argument("--synth-steps", type=int, default=32)
     args = ap.parse_args()
     out = args.out

@@ -38,7 +38,3 @@ class Batch:
             audio_seconds=self.audio_seconds,
         )
 
-
-def encode_text(text: str, max_bytes: int) -> list[int]:
-    """UTF-8 bytes of `text`, cut at `max_bytes` (the model's vocabulary is the 256 byte values)."""
-    return list(text.encode("utf-8"))[:max_bytes]

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
+from gossip_tts.data.text import TEXT_FRONTENDS
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -44,10 +46,13 @@ class ModelConfig:
     t_freq_dim: int = 256
     """Width of the sinusoidal timestep features fed to the timestep MLP."""
     max_text_bytes: int = 512
-    """Longest text, in UTF-8 bytes, the model accepts."""
+    """Longest text, in byte ids, the model accepts; the trainer sets it to the training cap."""
     max_frames: int = 4096
     """Longest latent clip (and speaker reference) the model accepts; RoPE positions past
-    what training saw extrapolate poorly, so longer inputs are refused, not silently used."""
+    what training saw extrapolate poorly, so longer inputs are refused, not silently used.
+    The trainer sets it to the longest clip it trains on (`TrainConfig.max_frames`)."""
+    text_frontend: str = "bytes"
+    """How text becomes byte ids: "bytes" (UTF-8) or "echo" (Echo TTS's, for imported weights)."""
     rope_theta: float = 10000.0
     """RoPE base period."""
     norm_eps: float = 1e-6
@@ -74,6 +79,8 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig {label}: head width {width // heads} must be even for RoPE")
         if self.n_heads < 2:
             raise ValueError("ModelConfig.n_heads must be >= 2: RoPE rotates half the heads")
+        if self.text_frontend not in TEXT_FRONTENDS:
+            raise ValueError(f"ModelConfig.text_frontend must be one of {TEXT_FRONTENDS}, got {self.text_frontend!r}")
         if self.t_freq_dim % 2:
             raise ValueError(f"ModelConfig.t_freq_dim must be even, got {self.t_freq_dim}")
         if not self.mlp_ratio > 0:

@@ -21,10 +21,12 @@ class TrainConfig:
     seed: int = 0
     """Seeds the model init, the noise, dropout and this replica's shard order."""
     batch_size: int = 16
+    """Most clips per batch; a batch also holds at most batch_size × max_frames padded frames."""
     bucket_size: int = 128
     """Samples gathered and sorted by duration before batching (less padding)."""
-    max_frames: int = 256
-    """Latent frames per clip (longer clips are cropped at a random offset)."""
+    max_frames: int = 1024
+    """Longest clip trained on, in latent frames (~12 s of the mel codec); longer clips are
+    skipped and counted, never cropped, and the model refuses positions past it."""
     max_ref_frames: int = 128
     max_text_bytes: int = 256
     lr: float = 3e-4

@@ -50,6 +50,14 @@ def speech_pace(sources: list[str], info: CodecInfo, n: int = 64) -> float:
     return frames / max(1, text_bytes)
 
 
+_LIMITS = ("max_frames", "max_ref_frames", "max_text_bytes")
+
+
+def _shape_of(model_cfg: dict[str, Any]) -> dict[str, Any]:
+    """A model config without its length limits: what must match for weights to load."""
+    return {k: v for k, v in model_cfg.items() if k not in _LIMITS}
+
+
 class TTSTrainer:
     """One local replica. Parameters live on `device`; gossip sees float32 CPU copies."""
 
@@ -61,21 +69,30 @@ class TTSTrainer:
             torch.set_num_threads(cfg.threads)
         self.device = resolve_device(cfg.device)
         self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=cfg.seed))
+        base = model_config(cfg.preset, 1)
         collate_cfg = CollateConfig(
-            max_frames=cfg.max_frames, max_ref_frames=cfg.max_ref_frames, max_text_bytes=cfg.max_text_bytes
+            max_frames=cfg.max_frames, max_ref_frames=cfg.max_ref_frames, max_text_bytes=cfg.max_text_bytes,
+            text_frontend=base.text_frontend,
         )
-        batcher = DurationBatcher(
+        self.batcher = DurationBatcher(
             self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=cfg.seed)
         )
-        self._batches: Iterator[Batch] = iter(batcher)
+        self._batches: Iterator[Batch] = iter(self.batcher)
         self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
         self.info: CodecInfo = self.stream.info
         self.frames_per_text_byte = speech_pace(cfg.sources, self.info)
-        self.model_cfg = model_config(cfg.preset, self.info.latent_dim)
+        # Position limits are what training sees (a fine-tune keeps its base's longer ones: they were trained).
+        init = load_checkpoint(cfg.init_from) if cfg.init_from else None
+        saved = init[1].get("model_config", {}) if init else {}
+        self.model_cfg = model_config(
+            cfg.preset, self.info.latent_dim, max_frames=max(cfg.max_frames, saved.get("max_frames", 0)),
+            max_text_bytes=max(cfg.max_text_bytes, saved.get("max_text_bytes", 0)),
+        )
         # All peers of a swarm start from the same weights: the init seed is shared, not per peer.
         self.model = build_model(self.model_cfg, init_seed, self.device)
-        if cfg.init_from:
-            self._init_from(cfg.init_from)
+        if init is not None:
+            self._init_from(str(cfg.init_from), *init)
+            del init
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self._offload: MasterWeights | None = None
@@ -129,7 +146,7 @@ class TTSTrainer:
             loss=float(loss.detach()),
             samples=batch.size,
             audio_seconds=batch.audio_seconds,
-            extra={"lr": lr, "grad_norm": grad_norm},
+            extra={"lr": lr, "grad_norm": grad_norm, "skipped_clips": float(sum(self.batcher.skipped.values()))},
         )
 
     def param_spec(self) -> ParamSpec:
@@ -195,10 +212,9 @@ class TTSTrainer:
         self.stream.close()
 
     # ----------------------------------------------------------------------------------
-    def _init_from(self, path: str) -> None:
-        """Fine-tuning: every peer starts from the same pretrained weights."""
-        tensors, meta = load_checkpoint(path)
-        if meta.get("model_config") != asdict(self.model_cfg):
+    def _init_from(self, path: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Fine-tuning: every peer starts from the same pretrained weights (length limits may differ)."""
+        if _shape_of(meta.get("model_config") or {}) != _shape_of(asdict(self.model_cfg)):
             raise ValueError(f"--init-from {path}: its model config differs from preset {self.cfg.preset!r} on this data")
         weights = {k[len(MODEL_PREFIX) :]: v for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
         self.model.load_state_dict(weights)

@@ -1,4 +1,4 @@
-"""collate (crop/pad/masks) and DurationBatcher (similar lengths per batch)."""
+"""collate (whole clips, pad, masks) and DurationBatcher (similar lengths, frame budget, skipped clips)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gossip_tts.data import BatcherConfig, CollateConfig, DurationBatcher, LatentSample, collate
+from gossip_tts.data.collate import cut_by_budget
 
 FR = 50.0
 
@@ -36,23 +37,54 @@ def test_padding_masks_and_seconds():
     assert b.size == 3
 
 
-def test_crop_at_random_offset_within_caps():
-    cfg = CollateConfig(max_frames=8, max_ref_frames=3, max_text_bytes=4)
-    long = sample(0, 50, 20, "a long text")
-    starts = set()
-    for seed in range(20):
-        b = collate([long, sample(1, 5)], cfg, np.random.default_rng(seed))
-        assert b.latent.shape[1] == 8 and b.ref.shape[1] == 3 and b.text_ids.shape[1] == 4
-        row = b.latent[0].numpy()
-        start = int(round((row[0, 0] - 1) / 3))
-        np.testing.assert_array_equal(row, long.latent[start : start + 8])  # a contiguous window
-        starts.add(start)
-        assert b.latent_mask[0].all() and b.latent_mask[1].sum() == 5
-        assert b.audio_seconds == pytest.approx((8 + 5) / FR)
-    assert len(starts) > 5  # the offset really varies with the rng
-    a = collate([long], cfg, np.random.default_rng(7))
-    b = collate([long], cfg, np.random.default_rng(7))
-    assert torch.equal(a.latent, b.latent) and torch.equal(a.ref, b.ref)
+def test_reference_is_cropped_but_target_clip_never_is():
+    cfg = CollateConfig(max_frames=50, max_ref_frames=3, max_text_bytes=40)
+    whole = sample(0, 50, 20, "a long text")
+    for seed in range(5):
+        b = collate([whole, sample(1, 5)], cfg, np.random.default_rng(seed))
+        assert torch.equal(b.latent[0], torch.from_numpy(whole.latent)) and b.ref.shape[1] == 3
+        assert b.text_mask[0].sum() == len("a long text")
+    with pytest.raises(ValueError, match="audio_over_cap"):
+        collate([sample(0, 51)], cfg, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="text_over_cap"):
+        collate([sample(0, 5, text="x" * 41)], cfg, np.random.default_rng(0))
+
+
+def test_every_batch_row_pairs_a_transcript_with_its_whole_clip():
+    """Fails if any row holds part of a clip (a crop) or another clip's text."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(5, 200, size=120)
+    samples = {f"text {i}": sample(i, int(n)) for i, n in enumerate(lengths)}
+    cc = CollateConfig(max_frames=120, max_ref_frames=8, max_text_bytes=50)
+    batcher = DurationBatcher(list(samples.values()), BatcherConfig(batch_size=6, bucket_size=24, collate=cc, seed=1))
+    rows = 0
+    for b in batcher:
+        for i in range(b.size):
+            text = bytes(b.text_ids[i, : int(b.text_mask[i].sum())].tolist()).decode()
+            clip = samples[text].latent
+            n = int(b.latent_mask[i].sum())
+            assert n == clip.shape[0], f"{text!r}: {n} of its {clip.shape[0]} frames"
+            np.testing.assert_array_equal(b.latent[i, :n].numpy(), clip)
+            rows += 1
+    over = int((lengths > 120).sum())
+    assert over > 0 and batcher.skipped == {"audio_over_cap": over} and rows == len(lengths) - over
+
+
+def test_frame_budget_caps_padded_frames_and_packs_short_clips():
+    lengths = [4] * 20 + [90] * 6
+    samples = [sample(i, n) for i, n in enumerate(lengths)]
+    cc = CollateConfig(max_frames=100, max_ref_frames=8, max_text_bytes=50)
+    batches = list(DurationBatcher(samples, BatcherConfig(batch_size=10, bucket_size=26, collate=cc, frame_budget=200)))
+    assert all(b.size * b.latent.shape[1] <= 200 for b in batches)
+    assert sorted(b.size for b in batches) == [2, 2, 2, 10, 10]
+    assert cut_by_budget([1, 2, 3, 50, 60], batch_size=4, frame_budget=100) == [3, 1, 1]
+
+
+def test_batcher_gives_up_when_no_clip_ever_fits():
+    cc = CollateConfig(max_frames=10, max_ref_frames=8, max_text_bytes=50)
+    endless = (sample(i, 20) for i in range(10**9))
+    with pytest.raises(ValueError, match="raise --max-frames"):
+        next(iter(DurationBatcher(endless, BatcherConfig(2, 4, cc, give_up_after=50))))
 
 
 def test_collate_rejects_bad_input():

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gossip_tts.data.batch import Batch, encode_text
+from gossip_tts.data.batch import Batch
+from gossip_tts.data.text import encode_text
 from gossip_tts.model import EchoDiT, flow_matching_loss, model_config
 
 D = 128
@@ -145,11 +146,11 @@ def test_refuses_wrong_shapes() -> None:
 def overfit_batch() -> Batch:
     g = torch.Generator().manual_seed(0)
     texts = ["hello world", "a quick fox", "gossip tts", "tiny model"]
-    n_bytes = max(len(encode_text(s, 512)) for s in texts)
+    n_bytes = max(len(encode_text(s)) for s in texts)
     ids = torch.zeros(4, n_bytes, dtype=torch.long)
     text_mask = torch.zeros(4, n_bytes, dtype=torch.bool)
     for i, s in enumerate(texts):
-        b = encode_text(s, 512)
+        b = encode_text(s)
         ids[i, : len(b)] = torch.tensor(b)
         text_mask[i, : len(b)] = True
     return Batch(

@@ -77,3 +77,14 @@ def test_refuses_empty_requests() -> None:
         sample(random_tiny_model(D), **conditions(), n_frames=0)
     with pytest.raises(ValueError):
         sample(random_tiny_model(D), **conditions(), n_frames=4, steps=0)
+
+
+def test_synthesis_longer_than_training_clips_is_refused_clearly() -> None:
+    from gossip_tts.synth_app import check_length
+
+    check_length(100, 100, 50.0)
+    with pytest.raises(ValueError, match=r"101 frames \(2.0 s\).*at most 100 frames"):
+        check_length(101, 100, 50.0)
+    model = EchoDiT(model_config("tiny", D, max_frames=16))
+    with pytest.raises(ValueError, match="accepts 16"):
+        sample(model, **conditions(), n_frames=17, steps=1)

@@ -1,4 +1,5 @@
-"""The TTS trainer: offloaded master weights give the same steps; state round-trips exactly."""
+"""The TTS trainer: whole clips only, position limit = training cap; offloaded master weights give the
+same steps; state round-trips exactly."""
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ def corpus(tmp_path_factory):
 
 
 def make(corpus, **kw):
-    return TTSTrainer(TrainConfig(preset="tiny", device="cpu", sources=[corpus], batch_size=4, max_frames=48,
+    return TTSTrainer(TrainConfig(preset="tiny", device="cpu", sources=[corpus], batch_size=4, max_frames=kw.pop("max_frames", 400),
                                   max_ref_frames=32, bucket_size=8, warmup_steps=2, **kw))
 
 
@@ -62,3 +63,28 @@ def test_checkpoint_of_another_model_is_refused(corpus):
     with pytest.raises(ValueError, match="model config differs"):
         a.load_state_tensors(tensors, meta)
     a.close()
+
+
+def test_training_batches_pair_each_transcript_with_its_whole_clip(corpus):
+    """Fails if the trainer ever feeds part of a clip with the clip's whole transcript."""
+    from gossip_tts.data import LatentStream, StreamConfig
+
+    with LatentStream(StreamConfig(sources=[corpus], info=None, shuffle_shards=False, shuffle_buffer=1, loop=False)) as s:
+        clips = {x.text: x.latent for x in s}
+    cap = sorted(x.shape[0] for x in clips.values())[len(clips) // 2]  # half the clips are over it
+    t = make(corpus, max_frames=cap)
+    try:
+        assert t.model.cfg.max_frames == cap  # the position limit is what training sees
+        seen = set()
+        for _ in range(6):
+            b = t._next_batch()
+            for i in range(b.size):
+                text = bytes(b.text_ids[i, : int(b.text_mask[i].sum())].tolist()).decode()
+                n = int(b.latent_mask[i].sum())
+                assert n == clips[text].shape[0] <= cap, f"{text!r}: {n} of {clips[text].shape[0]} frames"
+                assert torch.allclose(b.latent[i, :n], torch.from_numpy(clips[text].astype("float32")))
+                seen.add(text)
+        assert len(seen) > 1 and t.batcher.skipped["audio_over_cap"] > 0
+        assert t.step().extra["skipped_clips"] > 0
+    finally:
+        t.close()

@@ -120,7 +120,8 @@ class EchoDiT(nn.Module):
         if ref.shape[-1] != cfg.latent_dim:
             raise ValueError(f"reference has {ref.shape[-1]} channels; the model expects {cfg.latent_dim}")
         text = self.text_encoder(text_ids, text_mask)  # (B, L, text_dim)
-        speaker, speaker_mask = self.speaker_encoder(ref, ref_mask)  # (B, P, speaker_dim), (B, P)
+        # Cast like x_t in denoise: bf16 weights without autocast would refuse a float32 reference.
+        speaker, speaker_mask = self.speaker_encoder(ref.to(self.in_proj.weight.dtype), ref_mask)  # (B, P, speaker_dim), (B, P)
         kv = [block.attn.condition_kv(text, speaker) for block in self.blocks]
         return Conditions(kv=kv, mask=torch.cat([text_mask, speaker_mask], dim=1))
 

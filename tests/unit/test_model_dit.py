@@ -197,3 +197,19 @@ def test_zero_length_text_and_reference_work() -> None:
     with torch.no_grad():
         out = model(**kw)
     assert out.shape == kw["x_t"].shape and torch.isfinite(out).all()
+
+
+def test_bf16_weights_without_autocast_accept_float32_inputs() -> None:
+    """A bf16 model (offloaded training, half-precision synthesis) takes the float32 batches the data gives."""
+    torch.manual_seed(0)
+    model = EchoDiT(model_config("tiny", D))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, p.shape[-1] ** -0.5) if p.dim() > 1 else p.fill_(1.0)
+    b = overfit_batch()
+    args = (b.latent, torch.rand(4), b.text_ids, b.text_mask, b.ref, b.ref_mask)
+    want = model(*args)
+    half = model.to(torch.bfloat16)
+    got = half(*args)  # raised "expected m1 and m2 to have the same dtype" before the speaker reference was cast
+    assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+    assert (got.float() - want).norm() / want.norm() < 0.05

@@ -12,7 +12,7 @@ from gossip_tts.audio import load_codec
 from gossip_tts.audio.io import read_wav, write_wav
 from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
-from gossip_tts.model import sample
+from gossip_tts.model import GuidanceConfig, sample
 from gossip_tts.train.load import load_model
 
 
@@ -28,6 +28,10 @@ class SynthConfig:
     steps: int = 32
     cfg_text: float = 3.0
     cfg_speaker: float = 3.0
+    guidance: str = "independent"
+    """"independent" (Echo's single-drop branches, guided for t in [0.5, 1]) or "nested" (all steps)."""
+    truncation: float | None = None
+    """Scale of the start noise (Echo's 0.8 gives flatter, safer output); None: 1."""
     seed: int = 0
     device: str = "cpu"
     codec_weights: str | None = None
@@ -44,6 +48,14 @@ class SynthConfig:
             raise ValueError(f"--seconds must be in (0, 60], got {self.seconds}")
         if self.steps <= 0:
             raise ValueError(f"--steps must be > 0, got {self.steps}")
+        self.sampler  # validates the guidance settings
+
+    @property
+    def sampler(self) -> GuidanceConfig:
+        if self.guidance == "nested":
+            return GuidanceConfig.nested(self.cfg_text, self.cfg_speaker, self.steps)
+        return GuidanceConfig(mode=self.guidance, cfg_text=self.cfg_text, cfg_speaker=self.cfg_speaker, steps=self.steps,
+                              truncation=self.truncation)
 
 
 def estimate_frames(text: str, meta: dict, frame_rate: float) -> int:
@@ -90,10 +102,7 @@ def run(cfg: SynthConfig, emit=print) -> Path:
     check_length(n_frames, mc.max_frames, codec.frame_rate)
     gen = torch.Generator().manual_seed(cfg.seed)
     with torch.no_grad():
-        latents = sample(
-            model, text_ids, text_mask, ref, ref_mask, n_frames,
-            steps=cfg.steps, cfg_text=cfg.cfg_text, cfg_speaker=cfg.cfg_speaker, generator=gen,
-        )
+        latents = sample(model, text_ids, text_mask, ref, ref_mask, n_frames, guidance=cfg.sampler, generator=gen)
     wav_out = codec.decode(latents[0].float().cpu().numpy())
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
     write_wav(cfg.out, wav_out, codec.sample_rate)

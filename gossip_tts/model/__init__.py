@@ -5,9 +5,11 @@ from gossip_tts.model.config import PRESETS, ModelConfig, count_parameters, mode
 from gossip_tts.model.dit import Conditions, EchoDiT
 from gossip_tts.model.flops import forward_flops, train_flops_per_sample
 from gossip_tts.model.flow import eval_loss, flow_matching_loss, masked_mse, sample_t
-from gossip_tts.model.sampler import sample
+from gossip_tts.model.sampler import GUIDANCE_MODES, GuidanceConfig, sample
 
 __all__ = [
+    "GUIDANCE_MODES",
+    "GuidanceConfig",
     "PRESETS",
     "Conditions",
     "EchoDiT",

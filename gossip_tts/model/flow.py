@@ -66,6 +66,10 @@ def flow_matching_loss(
 ) -> Tensor:
     """Masked rectified-flow MSE of one batch, with per-sample text and speaker dropout.
 
+    The two dropouts are drawn independently, so every branch either sampler uses is trained:
+    (∅,S) and (T,∅) for Echo's independent guidance, each with probability p·(1−q) (0.09 at
+    the default 0.1/0.1), and (∅,∅) for the nested form with p·q (0.01).
+
     Draw order is fixed (noise, text drop, speaker drop, then t unless given), so passing `t`
     leaves the noise and dropout unchanged. Dropout zeroes the whole text_mask / ref_mask of a
     sample: the model learns the unconditional velocities that guidance needs.

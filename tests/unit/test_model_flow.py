@@ -110,6 +110,28 @@ def test_dropout_zeroes_whole_masks_per_sample_from_the_generator() -> None:
     assert torch.equal(first, model.seen["text_mask"])
 
 
+def test_default_dropouts_train_every_branch_both_samplers_use() -> None:
+    """Independent guidance needs (∅,S) and (T,∅), nested needs (∅,∅): at the trainer's default
+    0.1/0.1 each shows up near its p·q share, so none is left untrained."""
+    from gossip_tts.train.config import TrainConfig
+
+    tc, model, n = TrainConfig(), Recorder(), 2000
+    big = Batch(
+        latent=torch.zeros(n, 2, D), latent_mask=torch.ones(n, 2, dtype=torch.bool),
+        text_ids=torch.ones(n, 3, dtype=torch.long), text_mask=torch.ones(n, 3, dtype=torch.bool),
+        ref=torch.zeros(n, 4, D), ref_mask=torch.ones(n, 4, dtype=torch.bool), audio_seconds=1.0,
+    )
+    flow_matching_loss(model, big, torch.Generator().manual_seed(0), tc.text_dropout, tc.speaker_dropout)
+    has_t, has_s = model.seen["text_mask"].any(1), model.seen["ref_mask"].any(1)
+    share = {
+        "no_text": (~has_t & has_s).float().mean().item(),
+        "no_speaker": (has_t & ~has_s).float().mean().item(),
+        "neither": (~has_t & ~has_s).float().mean().item(),
+    }
+    assert 0.06 < share["no_text"] < 0.12 and 0.06 < share["no_speaker"] < 0.12, share
+    assert 0.003 < share["neither"] < 0.02, share
+
+
 def test_given_t_keeps_noise_and_dropout() -> None:
     batch, model = make_batch(), Recorder()
     t = torch.tensor([0.0, 0.5, 1.0])

@@ -15,7 +15,10 @@ Layout of a scenario file:
 
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from gossip_tts.device import DEVICE_CHOICES
+from gossip_tts.cli_peer import peer_options, run_peer
+from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
 from gossip_tts.train.config import PRESET_CHOICES
 
 
@@ -21,9 +22,9 @@ def _fail_cleanly(fn, *args, **kwargs):
         click.echo("interrupted", err=True)
         sys.exit(130)
     except (ValueError, CheckpointError) as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(str(exc) or type(exc).__name__) from exc
     except (OSError, ImportError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(str(exc) or type(exc).__name__) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,61 +34,15 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--data", "data", multiple=True, help="Folder of latent tars or http(s) URL (repeatable). Default: a built-in corpus.")
-@click.option("--preset", type=click.Choice(PRESET_CHOICES), default="small", show_default=True)
-@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="auto", show_default=True)
-@click.option("--max-steps", type=int, default=None, help="Stop after this many steps (default: run until Ctrl+C).")
-@click.option("--checkpoint-dir", type=click.Path(path_type=Path), default=None, help="Where checkpoints (and peer.key) go.")
-@click.option("--checkpoint-every", type=float, default=300.0, show_default=True, help="Seconds between checkpoints.")
-@click.option("--resume", is_flag=True, help="Continue from the checkpoint in --checkpoint-dir.")
-@click.option("--batch-size", type=int, default=16, show_default=True)
-@click.option("--lr", type=float, default=3e-4, show_default=True)
-@click.option("--offload", is_flag=True, help="Keep fp32 master weights and optimizer state in CPU memory (ZeRO-Offload).")
-@click.option("--init-from", type=click.Path(exists=True, path_type=Path), default=None, help="Start from this checkpoint's weights (fine-tuning).")
-@click.option("--max-frames", type=int, default=256, show_default=True, help="Latent frames per clip (longer clips are cropped).")
-@click.option("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Mixed with the peer id into this peer's data order, noise and dropout.")
-@click.option("--log-every", type=float, default=5.0, show_default=True, help="Seconds between progress lines.")
-@click.option("--listen", default="0.0.0.0:0", show_default=True, help="HOST:PORT to serve on; port 0 picks a free port.")
-@click.option("--advertise-host", default=None, help="Address other peers should dial (default: the listen host or this machine's LAN IP).")
-@click.option("--peer", "peers", multiple=True, help="Bootstrap peer HOST:PORT (repeatable); the rest is learned by peer exchange.")
-@click.option("--mdns/--no-mdns", default=True, show_default=True, help="Find peers on the LAN by mDNS.")
-@click.option("--mdns-interface", "mdns_interfaces", multiple=True, help="IP of an interface for mDNS (repeatable; default: all).")
-@click.option("--swarm", default="default", show_default=True, help="Only peers of the same swarm train together.")
-@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Identity file (gossip-tts keygen).")
-@click.option("--gossip-every", type=int, default=4, show_default=True, help="Local steps between exchanges.")
-@click.option("--compression", default="topk:0.1+int8", show_default=True, help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8].")
-@click.option("--staleness", default="pipemare:K=2000,p_min=0,tau_max=64", show_default=True, help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T).")
-@click.option("--solo", is_flag=True, help="Train alone: no server, no discovery, no gossip.")
-def peer(data, preset, device, max_steps, checkpoint_dir, checkpoint_every, resume, batch_size, lr, offload, init_from, max_frames, threads, seed, log_every,
-         listen, advertise_host, peers, mdns, mdns_interfaces, swarm, key_file, gossip_every, compression, staleness, solo) -> None:
-    """Train a TTS model on a stream of latent tars, gossiping with other peers."""
-    from gossip_tts.peer_app import PeerAppConfig, run
-    from gossip_tts.train.config import TrainConfig
-    from peer.gossip.config import GossipConfig
-    from peer.loop import LoopConfig
-    from peer.net_config import NetConfig
+@peer_options
+@click.pass_context
+def peer(ctx: click.Context, config_file, print_config, quiet, log_json, **_settings) -> None:
+    """Train a TTS model on a stream of latent tars, gossiping with other peers.
 
-    cfg = _fail_cleanly(
-        lambda: PeerAppConfig(
-            train=TrainConfig(
-                preset=preset, device=device, sources=list(data), batch_size=batch_size, lr=lr, seed=seed,
-                max_frames=max_frames, threads=threads, offload=offload, init_from=str(init_from) if init_from else None,
-            ),
-            loop=LoopConfig(
-                max_steps=max_steps, checkpoint_dir=checkpoint_dir, checkpoint_every_s=checkpoint_every,
-                resume=resume, log_every_s=log_every,
-            ),
-            gossip=GossipConfig(swarm=swarm, gossip_every=gossip_every, compression=compression, staleness=staleness),
-            net=NetConfig(
-                listen=listen, advertise_host=advertise_host, peers=list(peers), mdns=mdns,
-                mdns_interfaces=list(mdns_interfaces) or None,
-            ),
-            solo=solo,
-            key_file=key_file,
-        )
-    )
-    _fail_cleanly(run, cfg)
+    Every setting can also come from GOSSIP_TTS_<SECTION>_<FIELD> env vars or a --config
+    TOML file; a flag beats an env var, which beats the file. --print-config shows the result.
+    """
+    _fail_cleanly(run_peer, ctx, config_file, print_config, quiet, log_json)
 
 
 @main.command()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 LISTEN_RE = re.compile(r"listening on http://(\S+) peer_id=([0-9a-f]{64})")
+STAMP_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", re.M)  # the CLI's log-line timestamp
 
 
 class PeerProcess:
@@ -26,7 +27,8 @@ class PeerProcess:
         self.peer_id = ""
 
     def text(self) -> str:
-        return self.log_path.read_text()
+        """The log without line timestamps, so patterns can anchor at `^step`."""
+        return STAMP_RE.sub("", self.log_path.read_text())
 
     def wait_for(self, pattern: str, timeout: float) -> re.Match:
         deadline = time.monotonic() + timeout

@@ -25,7 +25,7 @@ def test_bad_flags_fail_with_one_clear_line(tmp_path, corpus):
     runner = CliRunner()
     result = runner.invoke(main, ["peer", "--solo", "--data", str(corpus["shard0"]), "--compression", "topk:2"])
     assert result.exit_code == 2 and "topk" in result.output and "Traceback" not in result.output
-    result = runner.invoke(main, ["peer", "--resume"])
+    result = runner.invoke(main, ["peer", "--resume", "--checkpoint-dir", "none"])
     assert result.exit_code == 2 and "resume needs a checkpoint directory" in result.output
 
 

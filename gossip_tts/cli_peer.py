@@ -1,0 +1,101 @@
+"""`gossip-tts peer`: its flags (each bound to a config field) and the steps before training.
+
+Nothing here imports torch at module level: `--help` must answer at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gossip_tts.cli_options import flag_names, setting, user_flags
+from gossip_tts.device import DEVICE_CHOICES
+from gossip_tts.train.config import PRESET_CHOICES
+
+_PATH = click.Path(path_type=Path)
+_OPTIONS = [
+    setting("--data", setting="train.sources", multiple=True, help="Folder of latent tars or http(s) URL (repeatable). Default: a built-in corpus."),
+    setting("--preset", setting="train.preset", type=click.Choice(PRESET_CHOICES), help="Model size."),
+    setting("--device", setting="train.device", type=click.Choice(DEVICE_CHOICES), help="auto: CUDA, then Apple MPS, then CPU."),
+    setting("--max-steps", setting="loop.max_steps", type=int, help="Stop after this many steps (default: run until Ctrl+C)."),
+    setting("--checkpoint-dir", setting="loop.checkpoint_dir", help="Where checkpoints and peer.key go (default: runs/<swarm>; 'none': save nothing)."),
+    setting("--checkpoint-every", setting="loop.checkpoint_every_s", type=float, help="Seconds between checkpoints."),
+    setting("--resume", setting="loop.resume", is_flag=True, help="Continue from the checkpoint in the checkpoint dir."),
+    setting("--batch-size", setting="train.batch_size", type=int),
+    setting("--lr", setting="train.lr", type=float, help="Peak learning rate."),
+    setting("--offload", setting="train.offload", is_flag=True, help="Keep fp32 master weights and optimizer state in CPU memory (ZeRO-Offload)."),
+    setting("--init-from", setting="train.init_from", type=click.Path(exists=True), help="Start from this checkpoint's weights (fine-tuning)."),
+    setting("--max-frames", setting="train.max_frames", type=int, help="Longest clip, in latent frames."),
+    setting("--threads", setting="train.threads", type=int, help="CPU threads for torch (default: torch's choice)."),
+    setting("--seed", setting="train.seed", type=int, help="Mixed with the peer id into this peer's data order, noise and dropout."),
+    setting("--log-every", setting="loop.log_every_s", type=float, help="Seconds between progress lines."),
+    setting("--listen", setting="net.listen", help="HOST:PORT to serve on; port 0 picks a free port."),
+    setting("--advertise-host", setting="net.advertise_host", help="Address other peers should dial (default: the listen host or this machine's LAN IP)."),
+    setting("--peer", setting="net.peers", multiple=True, help="Bootstrap peer HOST:PORT (repeatable); the rest is learned by peer exchange."),
+    setting("--mdns/--no-mdns", setting="net.mdns", help="Find peers on the LAN by mDNS."),
+    setting("--mdns-interface", setting="net.mdns_interfaces", multiple=True, help="IP of an interface for mDNS (repeatable; default: all)."),
+    setting("--swarm", setting="gossip.swarm", help="Only peers of the same swarm train together."),
+    setting("--key", setting="peer.key_file", type=click.Path(dir_okay=False, path_type=Path), help="Identity file (gossip-tts keygen; default: <checkpoint-dir>/peer.key)."),
+    setting("--gossip-every", setting="gossip.gossip_every", type=int, help="Local steps between exchanges."),
+    setting("--compression", setting="gossip.compression", help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8]."),
+    setting("--staleness", setting="gossip.staleness", help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T)."),
+    setting("--solo", setting="peer.solo", is_flag=True, help="Train alone: no server, no discovery, no gossip."),
+    click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="TOML file of settings ([train], [loop], [gossip], [net], [peer] tables); flags and GOSSIP_TTS_<SECTION>_<FIELD> env vars override it."),
+    click.option("--print-config", is_flag=True, help="Print the resolved configuration as TOML and exit."),
+    click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr."),
+    click.option("--log-json", type=_PATH, default=None, help="Also append every log line to this file as one JSON object per line."),
+]
+
+
+def peer_options(fn: Any) -> Any:
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, quiet: bool, log_json: Path | None) -> None:
+    """Resolve settings, check what can be checked at once, then train (see `gossip-tts peer --help`)."""
+    from gossip_tts import logs, preflight, settings
+
+    if hasattr(sys.stdout, "reconfigure"):  # piped stdout shows each line as it is written
+        sys.stdout.reconfigure(line_buffering=True)
+    logs.configure(quiet=quiet, json_file=log_json)
+    emit = logs.emitter()
+    names = flag_names(ctx.command)
+    resolved = preflight.with_checkpoint_dir(settings.resolve(user_flags(ctx), config_file, os.environ))
+    cfg = settings.build(resolved, names)
+    if print_config:
+        click.echo(settings.to_toml(cfg, resolved), nl=False)
+        return
+    directory = cfg.loop.checkpoint_dir
+    emit(f"gossip-tts peer starting: preset {cfg.train.preset}, device {cfg.train.device}, swarm {cfg.gossip.swarm}, "
+         + (f"checkpoints in {directory}" if directory else "checkpoints OFF"))
+    preflight.check_device(cfg.train.device)
+    preflight.check_checkpoint(directory, cfg.loop.resume, cfg.train.preset,
+                               is_default=resolved[preflight.CHECKPOINT_DIR].source == preflight.DEFAULT_DIR_SOURCE)
+    lock = preflight.DirectoryLock(directory) if directory else None
+    if lock:
+        lock.acquire()
+    else:
+        _nothing_saved()
+    try:
+        preflight.prepare_data(cfg, emit)
+        emit("building the model and reading the first batch…")
+        from gossip_tts.peer_app import run
+
+        run(cfg, emit=emit)
+    finally:
+        if lock:
+            lock.release()
+        else:
+            _nothing_saved()
+
+
+def _nothing_saved() -> None:
+    logging.getLogger("gossip_tts").warning("checkpoints are off (--checkpoint-dir none): nothing of this run is saved")

@@ -1,0 +1,118 @@
+"""Checks `gossip-tts peer` makes before any slow work (corpus, model), and where checkpoints go.
+
+A wrong `--device`, a checkpoint of another preset or a checkpoint folder another peer is
+using should fail in the first second with the flag to change, not after the corpus is
+built and the model allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from gossip_tts.settings import Key, Setting, effective
+
+CHECKPOINT_DIR: Key = ("loop", "checkpoint_dir")
+RUNS_ROOT = Path("runs")
+DEFAULT_DIR_SOURCE = "default: runs/<swarm>"
+
+
+def with_checkpoint_dir(settings: Mapping[Key, Setting]) -> dict[Key, Setting]:
+    """Checkpoints go to `runs/<swarm>/` unless a checkpoint dir was given (`none` turns them off).
+
+    Saved by default because a peer is meant to run for hours: losing them to a forgotten
+    flag costs more than a folder in the working directory. The folder also keeps peer.key,
+    so the peer id survives restarts."""
+    out = dict(settings)
+    if CHECKPOINT_DIR not in out:
+        swarm = effective(settings, ("gossip", "swarm"))
+        out[CHECKPOINT_DIR] = Setting(RUNS_ROOT / str(swarm), DEFAULT_DIR_SOURCE)
+    return out
+
+
+def check_device(name: str) -> None:
+    """Fail now (ValueError naming --device) when the device is not usable here."""
+    from gossip_tts.device import resolve_device
+
+    resolve_device(name)
+
+
+def checkpoint_meta(path: Path) -> dict[str, Any] | None:
+    """The gossip-tts metadata of a safetensors checkpoint, read from its header only.
+
+    The header is 8 bytes of little-endian length then JSON (the safetensors format), so
+    this reads a few KB however large the checkpoint is, and needs no torch."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(min(size, 100 << 20)))
+    except (OSError, ValueError, struct.error):
+        return None
+    for text in (header.get("__metadata__") or {}).values():
+        try:
+            meta = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(meta, dict) and "step" in meta:
+            return meta
+    return None
+
+
+def check_checkpoint(directory: Path | None, resume: bool, preset: str, is_default: bool) -> None:
+    """A checkpoint to resume must be of this preset; the default folder is never silently overwritten."""
+    if directory is None:
+        return
+    from peer.checkpoint import checkpoint_path
+
+    path = checkpoint_path(directory)
+    if not path.exists():
+        return
+    meta = checkpoint_meta(path) or {}
+    theirs = (meta.get("train_config") or {}).get("preset")
+    if resume and theirs and theirs != preset:
+        raise ValueError(f"this checkpoint is preset {theirs}; pass --preset {theirs} "
+                         f"(or another --checkpoint-dir to start a {preset} run)")
+    if not resume and is_default:
+        raise ValueError(f"{directory} already holds a checkpoint (step {meta.get('step', '?')}, preset {theirs or '?'}); "
+                         "pass --resume to continue it, or --checkpoint-dir DIR to start another run")
+
+
+class DirectoryLock:
+    """An exclusive lock on a checkpoint folder for the life of the process (two peers must
+    not share a checkpoint or a peer.key). Released by the OS when the process dies."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / ".lock"
+        self._file: Any = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; go without
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a+")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            self._file = None
+            raise ValueError(f"{self.path.parent} is in use by another gossip-tts peer on this machine; "
+                             "give this one its own --checkpoint-dir") from None
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def prepare_data(cfg: Any, emit: Callable[[str], None]) -> None:
+    """Resolve the built-in corpus now, saying so first: building it takes seconds on first use."""
+    if cfg.train.sources:
+        return
+    from gossip_tts.peer_app import default_sources
+
+    emit("preparing the built-in corpus (built once into the cache, about 10 s the first time)…")
+    cfg.train.sources = default_sources(cfg.cache_dir, emit)

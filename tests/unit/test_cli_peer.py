@@ -1,0 +1,103 @@
+"""`gossip-tts peer` before training: settings from flags/env/file, errors naming flags, checks that fail at once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gossip_tts import logs, settings
+from gossip_tts.cli import main, peer
+from gossip_tts.cli_options import SettingOption
+from gossip_tts.preflight import DirectoryLock
+from peer.checkpoint import save_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for var in [v for v in __import__("os").environ if v.startswith("GOSSIP_TTS_") and v != "GOSSIP_TTS_CACHE"]:
+        monkeypatch.delenv(var)
+    yield
+    logs.reset()
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, ["peer", *args], env=env)
+
+
+def test_every_section_and_flag_names_a_real_config_field():
+    for name, _ in settings.SECTIONS:
+        assert dataclasses.is_dataclass(settings.section_class(name)), name
+    for param in peer.params:
+        if isinstance(param, SettingOption):
+            assert param.key[1] in settings.section_fields(param.key[0]), f"{param.opts[0]} -> {param.key}"
+
+
+def test_print_config_resolves_flag_over_env_over_file_and_reads_back(tmp_path):
+    conf = tmp_path / "run.toml"
+    conf.write_text("[train]\nbatch_size = 2\nlr = 0.01\nthreads = 3\n[session]\nmax_peers = 9\n")
+    env = {"GOSSIP_TTS_TRAIN_LR": "0.02", "GOSSIP_TTS_TRAIN_BATCH_SIZE": "5"}
+    result = invoke("--config", str(conf), "--batch-size", "7", "--print-config", env=env)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    for line in ("batch_size = 7  # --batch-size", "lr = 0.02  # GOSSIP_TTS_TRAIN_LR", "threads = 3  #",
+                 "max_peers = 9  #", 'checkpoint_dir = "runs/default"  # default: runs/<swarm>', "preset = \"small\"\n"):
+        assert line in text, line
+    printed = tmp_path / "printed.toml"
+    printed.write_text(text)
+    again = invoke("--config", str(printed), "--print-config")
+    assert again.exit_code == 0, again.output
+    strip = lambda t: [line.split("  #")[0] for line in t.splitlines()[2:]]  # noqa: E731 (sources differ, values not)
+    assert strip(again.output) == strip(text)
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--batch-size", "0"], {}, "--batch-size must be > 0, got 0"),
+    (["--listen", "nonsense"], {}, "--listen: peer address 'nonsense' is not 'HOST:PORT'"),
+    ([], {"GOSSIP_TTS_GOSSIP_GOSSIP_EVERY": "0"}, "GOSSIP_TTS_GOSSIP_GOSSIP_EVERY must be >= 1, got 0"),
+    ([], {"GOSSIP_TTS_NET_LISTN": "x"}, "GOSSIP_TTS_NET_LISTN: unknown setting 'listn' in [net]"),
+    (["--checkpoint-dir", "none", "--resume"], {}, "--resume needs a checkpoint directory"),
+])
+def test_errors_name_the_flag_or_variable(args, env, message):
+    result = invoke(*args, "--print-config", env=env)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_missing_cuda_fails_before_any_slow_work():
+    result = invoke("--device", "cuda", "--preset", "tiny")
+    assert result.exit_code == 2, result.output
+    assert "--device cuda:" in result.output and "pass --device cpu or auto" in result.output
+    assert "corpus" not in result.output and "building the model" not in result.output
+
+
+def test_resuming_another_preset_names_it(tmp_path):
+    save_checkpoint(tmp_path / "ck", {"w": torch.zeros(2)}, {"step": 3, "train_config": {"preset": "tiny"}})
+    result = invoke("--resume", "--checkpoint-dir", str(tmp_path / "ck"), "--preset", "small", "--device", "cpu")
+    assert result.exit_code == 2 and "this checkpoint is preset tiny; pass --preset tiny" in result.output, result.output
+
+
+def test_default_checkpoint_dir_is_never_silently_overwritten(tmp_path):
+    save_checkpoint(tmp_path / "runs" / "s1", {"w": torch.zeros(2)}, {"step": 8, "train_config": {"preset": "tiny"}})
+    result = invoke("--swarm", "s1", "--preset", "tiny", "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert "runs/s1 already holds a checkpoint (step 8, preset tiny); pass --resume" in result.output
+
+
+def test_a_checkpoint_dir_is_locked_by_one_peer(tmp_path):
+    first = DirectoryLock(tmp_path / "ck")
+    first.acquire()
+    with pytest.raises(ValueError, match="in use by another gossip-tts peer.*--checkpoint-dir"):
+        DirectoryLock(tmp_path / "ck").acquire()
+    first.release()
+    DirectoryLock(tmp_path / "ck").acquire()
+
+
+def test_checkpoints_off_is_said_at_start_and_at_stop(tmp_path):
+    result = invoke("--checkpoint-dir", "none", "--print-config")
+    assert "# checkpoint_dir = (unset)  # --checkpoint-dir" in result.output, result.output
+    result = invoke("--checkpoint-dir", "none", "--solo", "--device", "cpu", "--data", str(tmp_path / "missing"))
+    assert result.exit_code != 0 and result.output.count("WARNING checkpoints are off") == 2, result.output

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from gossip_tts.model.layers import RMSNorm, apply_rope
+from gossip_tts.model.layers import apply_rope, qk_norm
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -28,26 +28,34 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 class SelfAttention(nn.Module):
-    """Bidirectional, key-padded self-attention of the text and speaker encoders (RoPE on all heads)."""
+    """Key-padded self-attention of the text and speaker encoders (RoPE on all heads).
 
-    def __init__(self, dim: int, n_heads: int, eps: float) -> None:
+    `causal` (Echo's speaker encoder) lets a position see only the ones before it; with right
+    padding that already keeps padding out of every real position, so no key mask is used.
+    """
+
+    def __init__(self, dim: int, n_heads: int, eps: float, per_head_norm: bool = False, causal: bool = False) -> None:
         super().__init__()
         self.n_heads = n_heads
+        self.causal = causal
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
         self.wv = nn.Linear(dim, dim, bias=False)
         self.gate = nn.Linear(dim, dim, bias=False)
         self.wo = nn.Linear(dim, dim, bias=False)
-        self.q_norm = RMSNorm(dim // n_heads, eps)
-        self.k_norm = RMSNorm(dim // n_heads, eps)
+        self.q_norm = qk_norm(n_heads, dim // n_heads, eps, per_head_norm)
+        self.k_norm = qk_norm(n_heads, dim // n_heads, eps, per_head_norm)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], attn_mask: Tensor) -> Tensor:
         # x: (B, T, dim); rope: cos, sin (T, hd/2); attn_mask: (B, 1, 1, T) bool, True=attend
         q = apply_rope(self.q_norm(split_heads(self.wq(x), self.n_heads)), *rope)  # (B, H, T, hd)
         k = apply_rope(self.k_norm(split_heads(self.wk(x), self.n_heads)), *rope)  # (B, H, T, hd)
         v = split_heads(self.wv(x), self.n_heads)  # (B, H, T, hd)
-        y = merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask))  # (B, T, dim)
-        return self.wo(y * torch.sigmoid(self.gate(x)))
+        if self.causal:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.wo(merge_heads(y) * torch.sigmoid(self.gate(x)))  # (B, T, dim)
 
 
 class JointAttention(nn.Module):
@@ -59,7 +67,9 @@ class JointAttention(nn.Module):
     latent or on t, so `condition_kv` is split out for the sampler to compute once.
     """
 
-    def __init__(self, dim: int, n_heads: int, text_dim: int, speaker_dim: int, eps: float) -> None:
+    def __init__(
+        self, dim: int, n_heads: int, text_dim: int, speaker_dim: int, eps: float, per_head_norm: bool = False
+    ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.n_rope_heads = n_heads // 2
@@ -72,8 +82,8 @@ class JointAttention(nn.Module):
         self.wv_speaker = nn.Linear(speaker_dim, dim, bias=False)
         self.gate = nn.Linear(dim, dim, bias=False)
         self.wo = nn.Linear(dim, dim, bias=False)
-        self.q_norm = RMSNorm(dim // n_heads, eps)
-        self.k_norm = RMSNorm(dim // n_heads, eps)
+        self.q_norm = qk_norm(n_heads, dim // n_heads, eps, per_head_norm)
+        self.k_norm = qk_norm(n_heads, dim // n_heads, eps, per_head_norm)
 
     def condition_kv(self, text: Tensor, speaker: Tensor) -> tuple[Tensor, Tensor]:
         """K and V (B, H, L+P, hd) of the text (B, L, text_dim) and speaker (B, P, speaker_dim) tokens."""

@@ -57,6 +57,20 @@ class ModelConfig:
     """RoPE base period."""
     norm_eps: float = 1e-6
     """Epsilon of every RMSNorm."""
+    arch: str = "base"
+    """"base", or "echo": Echo TTS's exact layout, so its published weights load unchanged —
+    one shared 3d timestep projection with, per block and per AdaLN, three low-rank
+    down/up pairs (biased up) on silu(chunk) plus the chunk; per-head QK-norm weights;
+    biases on the in/out projections; a causal speaker encoder whose biased in_proj is /6."""
+    mlp_hidden_dim: int = 0
+    """SwiGLU width of the trunk; 0 derives it from mlp_ratio (Echo states it: 5888)."""
+    text_mlp_hidden_dim: int = 0
+    """SwiGLU width of the text encoder; 0 derives it from mlp_ratio."""
+    speaker_mlp_hidden_dim: int = 0
+    """SwiGLU width of the speaker encoder; 0 derives it from mlp_ratio."""
+    max_ref_frames: int = 0
+    """Longest speaker reference accepted; 0 means max_frames. Echo reads up to 6400 frames
+    through its causal speaker encoder while it generates at most 640."""
 
     def __post_init__(self) -> None:
         positive = (
@@ -79,6 +93,12 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig {label}: head width {width // heads} must be even for RoPE")
         if self.n_heads < 2:
             raise ValueError("ModelConfig.n_heads must be >= 2: RoPE rotates half the heads")
+        for name in ("mlp_hidden_dim", "text_mlp_hidden_dim", "speaker_mlp_hidden_dim", "max_ref_frames"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"ModelConfig.{name} must be an int >= 0, got {value!r}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"ModelConfig.arch must be one of {ARCHS}, got {self.arch!r}")
         if self.text_frontend not in TEXT_FRONTENDS:
             raise ValueError(f"ModelConfig.text_frontend must be one of {TEXT_FRONTENDS}, got {self.text_frontend!r}")
         if self.t_freq_dim % 2:
@@ -95,16 +115,24 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
+    def echo(self) -> bool:
+        return self.arch == "echo"
+
+    @property
+    def ref_limit(self) -> int:
+        return self.max_ref_frames or self.max_frames
+
+    @property
     def mlp_hidden(self) -> int:
-        return mlp_hidden(self.d_model, self.mlp_ratio)
+        return self.mlp_hidden_dim or mlp_hidden(self.d_model, self.mlp_ratio)
 
     @property
     def text_mlp_hidden(self) -> int:
-        return mlp_hidden(self.text_dim, self.mlp_ratio)
+        return self.text_mlp_hidden_dim or mlp_hidden(self.text_dim, self.mlp_ratio)
 
     @property
     def speaker_mlp_hidden(self) -> int:
-        return mlp_hidden(self.speaker_dim, self.mlp_ratio)
+        return self.speaker_mlp_hidden_dim or mlp_hidden(self.speaker_dim, self.mlp_ratio)
 
 
 def mlp_hidden(width: int, ratio: float) -> int:
@@ -112,8 +140,18 @@ def mlp_hidden(width: int, ratio: float) -> int:
     return -(-int(round(ratio * width)) // 8) * 8
 
 
+ARCHS = ("base", "echo")
+
+# Echo TTS base, as its inference code builds it (echo-tts 0.1.4): `import-echo` fills it.
+_ECHO_2_4B: dict[str, int | float | str] = dict(
+    d_model=2048, n_layers=24, n_heads=16, mlp_hidden_dim=5888, text_dim=1280, text_layers=14, text_heads=10,
+    text_mlp_hidden_dim=3328, speaker_dim=1280, speaker_layers=14, speaker_heads=10, speaker_mlp_hidden_dim=3328,
+    speaker_patch=4, adaln_rank=256, t_freq_dim=512, norm_eps=1e-5, arch="echo", text_frontend="echo",
+    max_text_bytes=768, max_frames=640, max_ref_frames=6400,
+)
+
 # DiT width/layers/heads follow DESIGN.md §6; encoders are kept a fraction of the trunk.
-PRESETS: dict[str, dict[str, int | float]] = {
+PRESETS: dict[str, dict[str, int | float | str]] = {
     "tiny": dict(
         d_model=64, n_layers=2, n_heads=4, text_dim=64, text_layers=1, text_heads=2,
         speaker_dim=64, speaker_layers=1, speaker_heads=2, adaln_rank=16, t_freq_dim=64,
@@ -130,10 +168,17 @@ PRESETS: dict[str, dict[str, int | float]] = {
         d_model=1280, n_layers=24, n_heads=10, text_dim=768, text_layers=6, text_heads=12,
         speaker_dim=768, speaker_layers=6, speaker_heads=12, adaln_rank=256,
     ),
+    "echo-2.4b": _ECHO_2_4B,
+    # Echo's shape at test size: the import and equivalence tests build Echo's own model like this.
+    "echo-tiny": {
+        **_ECHO_2_4B, "d_model": 64, "n_layers": 2, "n_heads": 4, "mlp_hidden_dim": 176, "text_dim": 32,
+        "text_layers": 1, "text_heads": 2, "text_mlp_hidden_dim": 96, "speaker_dim": 32, "speaker_layers": 1,
+        "speaker_heads": 2, "speaker_mlp_hidden_dim": 96, "adaln_rank": 8, "t_freq_dim": 64,
+    },
 }
 
 
-def model_config(preset: str, latent_dim: int = 128, **overrides: int | float) -> ModelConfig:
+def model_config(preset: str, latent_dim: int = 128, **overrides: int | float | str) -> ModelConfig:
     """The config of a named preset for a codec with `latent_dim` channels."""
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")

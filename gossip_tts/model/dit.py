@@ -14,6 +14,7 @@ from gossip_tts.model.attention import JointAttention
 from gossip_tts.model.config import ModelConfig
 from gossip_tts.model.encoders import SpeakerEncoder, TextEncoder
 from gossip_tts.model.layers import (
+    EchoAdaLN,
     LowRankAdaLN,
     RMSNorm,
     SwiGLU,
@@ -66,6 +67,35 @@ class DiTBlock(nn.Module):
         return x  # (B, T, d)
 
 
+class EchoDiTBlock(nn.Module):
+    """Echo's block: the same residual form, with an EchoAdaLN (normalise, modulate, gate) per
+    sub-layer reading the shared (B, 3d) modulation, and per-head QK-norm weights."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.attn = JointAttention(d, cfg.n_heads, cfg.text_dim, cfg.speaker_dim, cfg.norm_eps, per_head_norm=True)
+        self.mlp = SwiGLU(d, cfg.mlp_hidden)
+        self.attn_adaln = EchoAdaLN(d, cfg.adaln_rank, cfg.norm_eps)
+        self.mlp_adaln = EchoAdaLN(d, cfg.adaln_rank, cfg.norm_eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        shared_mod: Tensor,
+        c: Tensor,
+        rope: tuple[Tensor, Tensor],
+        attn_mask: Tensor,
+        cond_kv: tuple[Tensor, Tensor],
+    ) -> Tensor:
+        # x: (B, T, d); shared_mod: (B, 3d); c is unused (Echo's blocks read only the shared modulation)
+        mod = shared_mod[:, None, :]  # (B, 1, 3d)
+        h, gate = self.attn_adaln(x, mod)
+        x = x + gate * self.attn(h, rope, attn_mask, cond_kv)
+        h, gate = self.mlp_adaln(x, mod)
+        return x + gate * self.mlp(h)  # (B, T, d)
+
+
 class EchoDiT(nn.Module):
     """Text- and speaker-conditioned DiT predicting the velocity v = ε − x0 of x_t = (1−t)x0 + tε.
 
@@ -78,34 +108,40 @@ class EchoDiT(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
+        echo = cfg.echo
         self.text_encoder = TextEncoder(
-            cfg.text_dim, cfg.text_layers, cfg.text_heads, cfg.text_mlp_hidden, cfg.norm_eps, cfg.rope_theta
+            cfg.text_dim, cfg.text_layers, cfg.text_heads, cfg.text_mlp_hidden, cfg.norm_eps, cfg.rope_theta, echo
         )
         self.speaker_encoder = SpeakerEncoder(
             cfg.latent_dim, cfg.speaker_patch, cfg.speaker_dim, cfg.speaker_layers, cfg.speaker_heads,
-            cfg.speaker_mlp_hidden, cfg.norm_eps, cfg.rope_theta,
+            cfg.speaker_mlp_hidden, cfg.norm_eps, cfg.rope_theta, echo,
         )
-        self.in_proj = nn.Linear(cfg.latent_dim, d, bias=False)
+        self.in_proj = nn.Linear(cfg.latent_dim, d, bias=echo)
         self.t_mlp = nn.Sequential(
             nn.Linear(cfg.t_freq_dim, d, bias=False), nn.SiLU(), nn.Linear(d, d, bias=False)
         )
-        self.shared_adaln = nn.Linear(d, 6 * d, bias=False)  # one full-rank modulation for all blocks
-        self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.n_layers))
+        # One full-rank modulation for all blocks: (shift, scale, gate) × 2 sub-layers, or Echo's one triple.
+        self.shared_adaln = nn.Linear(d, (3 if echo else 6) * d, bias=False)
+        block = EchoDiTBlock if echo else DiTBlock
+        self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
         self.out_norm = RMSNorm(d, cfg.norm_eps)
-        self.out_proj = nn.Linear(d, cfg.latent_dim, bias=False)
+        self.out_proj = nn.Linear(d, cfg.latent_dim, bias=echo)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """N(0, 0.02) weights; AdaLN projections and the output projection start at zero, so each
-        block starts as the identity (tanh(0) gates) and the first prediction is exactly 0."""
+        """N(0, 0.02) weights, zero biases; AdaLN projections and the output projection start at
+        zero, so each block starts as the identity (tanh(0) gates) and the first prediction is 0."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
-            elif isinstance(module, RMSNorm) and module.weight is not None:
-                nn.init.ones_(module.weight)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif hasattr(module, "weight") and isinstance(module.weight, nn.Parameter):
+                nn.init.ones_(module.weight)  # RMSNorm / HeadRMSNorm
         nn.init.zeros_(self.shared_adaln.weight)
-        for block in self.blocks:
-            nn.init.zeros_(block.adaln.up.weight)
+        for name, p in self.blocks.named_parameters():
+            if "adaln" in name and ("up" in name.rsplit(".", 2)[-2]):
+                nn.init.zeros_(p)
         nn.init.zeros_(self.out_proj.weight)
 
     def encode_conditions(
@@ -115,8 +151,8 @@ class EchoDiT(nn.Module):
         cfg = self.cfg
         if text_ids.shape[1] > cfg.max_text_bytes:
             raise ValueError(f"text has {text_ids.shape[1]} bytes; the model accepts {cfg.max_text_bytes}")
-        if ref.shape[1] > cfg.max_frames:
-            raise ValueError(f"speaker reference has {ref.shape[1]} frames; max_frames is {cfg.max_frames}")
+        if ref.shape[1] > cfg.ref_limit:
+            raise ValueError(f"speaker reference has {ref.shape[1]} frames; the model accepts {cfg.ref_limit}")
         if ref.shape[-1] != cfg.latent_dim:
             raise ValueError(f"reference has {ref.shape[-1]} channels; the model expects {cfg.latent_dim}")
         text = self.text_encoder(text_ids, text_mask)  # (B, L, text_dim)
@@ -140,7 +176,7 @@ class EchoDiT(nn.Module):
 
         weight_dtype = self.in_proj.weight.dtype
         c = F.silu(self.t_mlp(timestep_features(t, cfg.t_freq_dim).to(weight_dtype)))  # (B, d)
-        shared_mod = self.shared_adaln(c)  # (B, 6d)
+        shared_mod = self.shared_adaln(c)  # (B, 6d), Echo: (B, 3d)
         rope = rope_tables(n_frames, cfg.head_dim, cfg.rope_theta, x_t.device)  # (T, hd/2) x2
         attn_mask = key_mask_for_attention(torch.cat([x_mask, cond.mask], dim=1))  # (B, 1, 1, T+L+P)
 

@@ -21,8 +21,8 @@ def _encoder_layer_flops(n: int, width: int, hidden: int) -> float:
 
 def _dit_block_flops(cfg: ModelConfig, frames: int, text_len: int, n_patches: int) -> float:
     """One DiT block: per-block AdaLN correction, condition K/V, joint attention, MLP."""
-    d, keys = cfg.d_model, frames + text_len + n_patches
-    adaln = 2 * d * cfg.adaln_rank + 2 * cfg.adaln_rank * 6 * d
+    d, keys, r = cfg.d_model, frames + text_len + n_patches, cfg.adaln_rank
+    adaln = 6 * (2 * d * r + 2 * r * d) if cfg.echo else 2 * d * r + 2 * r * 6 * d  # Echo: 2 AdaLNs × 3 pairs
     cond_kv = 2 * 2 * text_len * cfg.text_dim * d + 2 * 2 * n_patches * cfg.speaker_dim * d
     projections = 5 * 2 * frames * d * d  # q, k, v, gate, out
     attention = 2 * 2 * frames * keys * d
@@ -40,7 +40,7 @@ def forward_flops(cfg: ModelConfig, frames: int, text_len: int, ref_len: int) ->
     speaker = 2 * n_patches * cfg.speaker_patch * cfg.latent_dim * cfg.speaker_dim + cfg.speaker_layers * (
         _encoder_layer_flops(n_patches, cfg.speaker_dim, cfg.speaker_mlp_hidden)
     )
-    timestep = 2 * cfg.t_freq_dim * d + 2 * d * d + 2 * d * 6 * d  # t MLP + shared AdaLN
+    timestep = 2 * cfg.t_freq_dim * d + 2 * d * d + 2 * d * (3 if cfg.echo else 6) * d  # t MLP + shared AdaLN
     io = 2 * frames * cfg.latent_dim * d * 2  # in_proj and out_proj
     blocks = cfg.n_layers * _dit_block_flops(cfg, frames, text_len, n_patches)
     return float(text + speaker + timestep + io + blocks)

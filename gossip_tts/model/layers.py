@@ -1,4 +1,5 @@
-"""Small building blocks shared by the DiT trunk and its encoders (no biases anywhere)."""
+"""Small building blocks shared by the DiT trunk and its encoders (no biases, except in the
+Echo-layout AdaLN, whose up-projections carry them as Echo's weights do)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,25 @@ class RMSNorm(nn.Module):
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
         y = y.to(x.dtype)
         return y * self.weight if self.weight is not None else y
+
+
+class HeadRMSNorm(nn.Module):
+    """QK-norm with its own weight per head (H, hd), as Echo has; x is (B, H, T, hd)."""
+
+    def __init__(self, n_heads: int, head_dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(n_heads, head_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight[:, None, :].float()).to(x.dtype)
+
+
+def qk_norm(n_heads: int, head_dim: int, eps: float, per_head: bool) -> nn.Module:
+    """One weight per head (Echo) or one shared by all heads."""
+    return HeadRMSNorm(n_heads, head_dim, eps) if per_head else RMSNorm(head_dim, eps)
 
 
 class SwiGLU(nn.Module):
@@ -88,6 +108,31 @@ class LowRankAdaLN(nn.Module):
 
     def forward(self, c: Tensor) -> Tensor:
         return self.up(self.down(c))  # (B, 6d)
+
+
+class EchoAdaLN(nn.Module):
+    """Echo's AdaLN: from the shared (B, 1, 3d) modulation, each of shift, scale and gate gets a
+    private low-rank correction up(down(silu(chunk))) + chunk; x is RMS-normalised and modulated
+    in float32 (bf16 modulation of a normalised stream loses the small shifts). Returns the
+    modulated x in its dtype and the tanh gate."""
+
+    def __init__(self, dim: int, rank: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        for name in ("shift", "scale", "gate"):
+            setattr(self, f"{name}_down", nn.Linear(dim, rank, bias=False))
+            setattr(self, f"{name}_up", nn.Linear(rank, dim, bias=True))
+
+    def forward(self, x: Tensor, mod: Tensor) -> tuple[Tensor, Tensor]:
+        # x: (B, T, d); mod: (B, 1, 3d)
+        shift, scale, gate = (
+            getattr(self, f"{name}_up")(getattr(self, f"{name}_down")(F.silu(chunk))) + chunk
+            for name, chunk in zip(("shift", "scale", "gate"), mod.chunk(3, dim=-1))
+        )
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        y = y * (1 + scale.float()) + shift.float()
+        return y.to(x.dtype), torch.tanh(gate)
 
 
 def key_mask_for_attention(key_mask: Tensor) -> Tensor:

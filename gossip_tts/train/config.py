@@ -7,13 +7,14 @@ from typing import Any
 
 from gossip_tts.device import DEVICE_CHOICES
 
-PRESET_CHOICES = ("tiny", "small", "100m", "800m")
+PRESET_CHOICES = ("tiny", "small", "100m", "800m", "echo-tiny", "echo-2.4b")
 
 
 @dataclass
 class TrainConfig:
     preset: str = "small"
-    """Model size: tiny (tests), small (CPU demos), 100m, 800m."""
+    """Model size: tiny (tests), small (CPU demos), 100m, 800m; echo-2.4b (Echo TTS's own layout,
+    to fine-tune imported weights) and echo-tiny (its shape at test size)."""
     device: str = "auto"
     """auto | cpu | cuda | mps (auto: CUDA, then MPS, then CPU)."""
     sources: list[str] = field(default_factory=list)

@@ -42,9 +42,24 @@ def test_model_has_no_biases() -> None:
 
 
 def test_unknown_preset_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown model preset 'huge'.*tiny, small, 100m, 800m"):
+    with pytest.raises(ValueError, match="unknown model preset 'huge'.*tiny, small, 100m, 800m, echo-2.4b, echo-tiny"):
         model_config("huge", 128)
-    assert set(PRESETS) == {"tiny", "small", "100m", "800m"}
+    assert set(PRESETS) == {"tiny", "small", "100m", "800m", "echo-2.4b", "echo-tiny"}
+
+
+def test_echo_preset_is_echo_sized_and_biased_where_echo_is() -> None:
+    cfg = model_config("echo-2.4b", 80)
+    assert (cfg.mlp_hidden, cfg.text_mlp_hidden, cfg.speaker_mlp_hidden) == (5888, 3328, 3328)
+    assert (cfg.ref_limit, cfg.max_frames, cfg.max_text_bytes, cfg.norm_eps) == (6400, 640, 768, 1e-5)
+    assert 2.37e9 < meta_count("echo-2.4b", 80) < 2.40e9  # Echo's 2.4B less its blockwise modules
+    model = EchoDiT(model_config("echo-tiny", 80))
+    biases = {n.split(".", 2)[-1] if n.startswith("blocks.") else n for n, _ in model.named_parameters() if n.endswith("bias")}
+    assert biases == {"in_proj.bias", "out_proj.bias", "speaker_encoder.in_proj.bias"} | {
+        f"{a}_adaln.{m}_up.bias" for a in ("attn", "mlp") for m in ("shift", "scale", "gate")
+    }
+    assert model.blocks[0].attn.q_norm.weight.shape == (4, 16) and model.shared_adaln.weight.shape == (3 * 64, 64)
+    with pytest.raises(ValueError, match="arch"):
+        model_config("tiny", 128, arch="other")
 
 
 def test_overrides_apply() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -47,9 +48,10 @@ def test_linear_in_depth() -> None:
     assert f[3] - f[0] == 5 * per_layer
 
 
-def test_matches_torch_flop_counter_on_the_real_model() -> None:
+@pytest.mark.parametrize("preset", ["tiny", "echo-tiny"])
+def test_matches_torch_flop_counter_on_the_real_model(preset: str) -> None:
     """torch counts the linear layers; attention (SDPA has no CPU flop formula) is added by hand."""
-    cfg = model_config("tiny", 128)
+    cfg = model_config(preset, 128)
     model = EchoDiT(cfg)
     frames, text_len, ref_len = 30, 17, 13
     n_patches = 4

@@ -48,8 +48,8 @@ def peer(ctx: click.Context, config_file, print_config, quiet, log_json, **_sett
 @main.command()
 @click.argument("src_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--codec", type=click.Choice(["mel", "dac"]), default="mel", show_default=True)
-@click.option("--codec-weights", type=click.Path(exists=True, dir_okay=False), default=None, help="DAC weights file.")
+@click.option("--codec", type=click.Choice(["mel", "dac", "echo"]), default="mel", show_default=True)
+@click.option("--codec-weights", type=click.Path(exists=True), default=None, help="DAC weights file, or echo weights folder.")
 @click.option("--shard-size", type=int, default=256, show_default=True, help="Samples per tar.")
 @click.option("--speaker", default=None, help="Speaker name (default: the folder name).")
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
@@ -76,16 +76,28 @@ def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, ov
 @click.option("--cfg-speaker", type=float, default=3.0, show_default=True, help="Speaker guidance scale.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
-@click.option("--codec-weights", type=click.Path(exists=True, dir_okay=False), default=None)
-def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights) -> None:
+@click.option("--codec-weights", type=click.Path(exists=True), default=None)
+@click.option("--guidance", type=click.Choice(["independent", "nested"]), default="independent", show_default=True)
+def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
     from gossip_tts.synth_app import SynthConfig, run
 
     cfg = _fail_cleanly(
         SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference, seconds=seconds, steps=steps,
         cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device, codec_weights=codec_weights,
+        guidance=guidance,
     )
     _fail_cleanly(run, cfg)
+
+
+@main.command("import-echo")
+@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder to write.")
+def import_echo(src, out) -> None:
+    """Convert Echo TTS's weights (SRC, safetensors) into a checkpoint for --init-from and synthesize."""
+    from gossip_tts.echo_import import ImportConfig, run
+
+    _fail_cleanly(run, _fail_cleanly(ImportConfig, src=src, out=out))
 
 
 @main.command("eval")

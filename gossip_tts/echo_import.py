@@ -166,7 +166,7 @@ def run(cfg: ImportConfig, emit: Callable[[str], None] = print) -> Path:
     meta = {"format": "gossip-tts/echo-import/1", "step": 0, "model_config": asdict(model_cfg), "codec": ECHO_CODEC,
             "source": cfg.src.name}
     path = save_checkpoint(cfg.out, {MODEL_PREFIX + n: t for n, t in weights.items()}, meta)
-    preset = "echo-2.4b" if model_cfg == model_config("echo-2.4b", 80) else "an Echo-shaped custom size"
-    emit(f"wrote {path}: {count_parameters(model) / 1e9:.2f}B parameters, {preset}; "
-         f"fine-tune with --preset echo-2.4b --init-from {cfg.out}")
+    preset = next((p for p in ("echo-2.4b", "echo-tiny") if model_cfg == model_config(p, model_cfg.latent_dim)), None)
+    hint = f"fine-tune with --preset {preset} --init-from {cfg.out}" if preset else "no preset has this shape"
+    emit(f"wrote {path}: {count_parameters(model) / 1e6:.1f}M parameters; {hint}")
     return path

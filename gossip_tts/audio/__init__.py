@@ -6,11 +6,11 @@ from .base import Codec
 from .io import read_wav, resample, write_wav
 from .mel import MelCodec, MelConfig
 
-CODECS = ("mel", "dac")
+CODECS = ("mel", "dac", "echo")
 
 
 def load_codec(name: str, *, weights: str | None = None, device: str = "cpu") -> Codec:
-    """Build a codec by the name shards record: "mel" (weight-free) or "dac" (needs the extra).
+    """Build a codec by the name shards record: "mel" (weight-free), "dac" or "echo" (extras).
 
     `weights` is a local weights file for codecs that have weights; without one, DAC
     downloads its own. The mel codec has none and refuses a path, so that a mistyped
@@ -25,6 +25,10 @@ def load_codec(name: str, *, weights: str | None = None, device: str = "cpu") ->
         from .dac_codec import DacCodec, DacConfig
 
         return DacCodec(DacConfig(weights=weights, device=device))
+    if name == "echo":
+        from .echo_codec import EchoCodec, EchoCodecConfig
+
+        return EchoCodec(EchoCodecConfig(weights=weights, device=device))
     raise ValueError(f"unknown codec {name!r}; choose one of: {', '.join(CODECS)}")
 
 

@@ -14,9 +14,9 @@ def test_mel_by_name() -> None:
 
 
 def test_unknown_name_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="'wavenet'.*mel, dac"):
+    with pytest.raises(ValueError, match="'wavenet'.*mel, dac, echo"):
         load_codec("wavenet")
-    assert CODECS == ("mel", "dac")
+    assert CODECS == ("mel", "dac", "echo")
 
 
 def test_mel_refuses_weights() -> None:

@@ -46,7 +46,7 @@ _OPTIONS = [
     setting("--staleness", setting="gossip.staleness", help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T)."),
     setting("--solo", setting="peer.solo", is_flag=True, help="Train alone: no server, no discovery, no gossip."),
     click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                 help="TOML file of settings ([train], [loop], [gossip], [net], [peer] tables); flags and GOSSIP_TTS_<SECTION>_<FIELD> env vars override it."),
+                 help="TOML file of settings, one [section] table per component (see docs/cli.md); flags and GOSSIP_TTS_<SECTION>_<FIELD> env vars override it."),
     click.option("--print-config", is_flag=True, help="Print the resolved configuration as TOML and exit."),
     click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr."),
     click.option("--log-json", type=_PATH, default=None, help="Also append every log line to this file as one JSON object per line."),

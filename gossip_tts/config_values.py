@@ -60,6 +60,16 @@ def coerce(value: Any, tp: Any) -> Any:
     raise ValueProblem(f"cannot be set from a file or the environment (type {getattr(tp, '__name__', tp)})")
 
 
+def settable(tp: Any) -> bool:
+    """Whether a file or env var can give a value of this type (else only code can set it)."""
+    origin, args = typing.get_origin(tp), [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        return len(args) == 1 and settable(args[0])
+    if origin in (list, tuple):
+        return all(settable(a) for a in args if a is not Ellipsis)
+    return tp in (bool, int, float, str, Path)
+
+
 def _items(value: Any) -> list[Any]:
     if isinstance(value, str):  # env var: comma-separated
         return [part.strip() for part in value.split(",") if part.strip()]

@@ -9,7 +9,6 @@ import click
 
 from gossip_tts.cli_peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
-from gossip_tts.train.config import PRESET_CHOICES
 
 
 def _fail_cleanly(fn, *args, **kwargs):
@@ -31,6 +30,8 @@ def _fail_cleanly(fn, *args, **kwargs):
 @click.version_option(package_name="gossip-tts")
 def main() -> None:
     """Peer-to-peer text-to-speech training."""
+    if hasattr(sys.stdout, "reconfigure"):  # a pipe (file, service manager) gets each line as it is printed
+        sys.stdout.reconfigure(line_buffering=True)
 
 
 @main.command()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +62,6 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     """Resolve settings, check what can be checked at once, then train (see `gossip-tts peer --help`)."""
     from gossip_tts import logs, preflight, settings
 
-    if hasattr(sys.stdout, "reconfigure"):  # piped stdout shows each line as it is written
-        sys.stdout.reconfigure(line_buffering=True)
     logs.configure(quiet=quiet, json_file=log_json)
     emit = logs.emitter()
     names = flag_names(ctx.command)

@@ -1,16 +1,13 @@
-"""The mathematics of the swarm: staleness weights, public copies, mixing, robust merge.
+"""The mathematics of the swarm: staleness weights, public copies, mixing, synchronous baselines.
 
 Pure torch functions and small state objects; no I/O, no clocks, no global randomness.
 Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 (Yang et al. 2021), FedAsync (Xie et al. 2019), ClippedGossip (He, Karimireddy & Jaggi
-2022), coordinate-wise median and trimmed mean (Yin et al. 2018), Zeno (Xie et al. 2019),
-DiLoCo (Douillard et al. 2023).
+2022), DiLoCo (Douillard et al. 2023).
 """
 
-from .config import MixConfig
-from .mixing import AdaptiveRadius, clip, consensus_distance, mix_step, predict_weights
+from .mixing import AdaptiveRadius, clip, consensus_distance, mix_step
 from .public_copy import Compressor, NeighbourCopy, PublicCopy
-from .robust import ProbeAudit, coordinate_median, probe_audit, trimmed_mean
 from .staleness import (
     Constant,
     Exponential,
@@ -31,11 +28,9 @@ __all__ = [
     "DiLoCoOuter",
     "Exponential",
     "Hinge",
-    "MixConfig",
     "NeighbourCopy",
     "PipeMare",
     "Polynomial",
-    "ProbeAudit",
     "PublicCopy",
     "StalenessPolicy",
     "StalenessSchedule",
@@ -43,11 +38,7 @@ __all__ = [
     "allreduce_step",
     "clip",
     "consensus_distance",
-    "coordinate_median",
     "mix_step",
     "pair_lambda",
     "parse_staleness",
-    "predict_weights",
-    "probe_audit",
-    "trimmed_mean",
 ]

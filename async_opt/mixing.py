@@ -1,4 +1,4 @@
-"""Gossip mixing: self-centred clipping, the mixing step, weight prediction.
+"""Gossip mixing: self-centred clipping and the mixing step.
 
 The mixing step is the consensus step of CHOCO-SGD (Koloskova et al. 2019) taken on
 public copies, with each neighbour's pull self-centred-clipped as in ClippedGossip
@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "AdaptiveRadius", "mix_step", "predict_weights", "consensus_distance"]
+__all__ = ["clip", "AdaptiveRadius", "mix_step", "consensus_distance"]
 
 
 def clip(v: Tensor, rho: float | None) -> Tensor:
@@ -122,22 +122,6 @@ def mix_step(
         acc.add_(clip(x_hat_j - x_hat_self, rho), alpha=lam)
     out.add_(acc.to(out.dtype), alpha=1.0 / len(neighbours))
     return out
-
-
-def predict_weights(x_hat_j: Tensor, velocity_j: Tensor | None, tau: float, tau_c: float) -> Tensor:
-    """PipeMare weight prediction (Yang et al. 2021): ``x̂_j + min(τ, τ_c) · v_j``.
-
-    Extrapolates a neighbour copy that is ``tau`` steps old along its estimated velocity
-    ``v_j`` (change per step), capped at ``tau_c`` steps. ``velocity_j=None`` returns a
-    copy of ``x̂_j``.
-    """
-    if not (tau >= 0.0 and tau_c >= 0.0):
-        raise ValueError(f"tau and tau_c must be >= 0, got {tau!r}, {tau_c!r}")
-    if velocity_j is None:
-        return x_hat_j.clone()
-    if velocity_j.shape != x_hat_j.shape:
-        raise ValueError(f"velocity shape {tuple(velocity_j.shape)} does not match {tuple(x_hat_j.shape)}")
-    return x_hat_j + min(float(tau), float(tau_c)) * velocity_j
 
 
 def consensus_distance(xs: Sequence[Tensor]) -> float:

@@ -33,6 +33,8 @@ class PublicCopy:
 
     ``x̂_i`` starts equal to ``x0``: every peer starts from the same initialisation or from
     a snapshot, so neighbours can start from the same value. ``seq`` counts publications.
+    ``publish`` replaces ``x_hat`` instead of writing into it, so a snapshot of it handed to
+    another thread stays valid.
     """
 
     def __init__(self, x0: Tensor) -> None:
@@ -49,7 +51,7 @@ class PublicCopy:
         q_rec = compress(x.detach() - self.x_hat)
         _check_same_shape("publish: compress(x - x_hat)", q_rec, self.x_hat)
         q_rec = q_rec.to(dtype=self.x_hat.dtype, device=self.x_hat.device)
-        self.x_hat.add_(q_rec)
+        self.x_hat = self.x_hat + q_rec  # a new tensor: readers of the old one are unaffected
         self.seq += 1
         return self.seq, q_rec
 
@@ -71,41 +73,28 @@ class NeighbourCopy:
 
     Updates are applied strictly in order: ``apply_update`` accepts ``seq == self.seq + 1``
     only. Before the first snapshot, ``x_hat`` is ``None`` and every update is a gap.
+    Like :class:`PublicCopy` it never writes into a tensor it has handed out: each change
+    makes a new ``x_hat``, so a reader holding the old one (the training thread mixing from
+    a snapshot) never sees a half-applied update.
 
     Attributes:
         x_hat: the reconstruction, or ``None`` until a snapshot arrives.
         seq: sequence number of the last publication applied.
         step: the neighbour's own step count at that publication.
-        refreshed_at_k: the receiver's local step when ``x_hat`` last changed.
-        velocity: EMA of ``x̂_j``'s change per neighbour step, for PipeMare weight
-            prediction (Yang et al. 2021); ``None`` until a first snapshot.
     """
 
-    def __init__(self, velocity_beta: float = 0.9) -> None:
-        if not (0.0 <= velocity_beta < 1.0):
-            raise ValueError(f"velocity_beta must be in [0, 1), got {velocity_beta!r}")
-        self.velocity_beta = velocity_beta
+    def __init__(self) -> None:
         self.x_hat: Tensor | None = None
         self.seq: int = 0
         self.step: int = 0
-        self.refreshed_at_k: int = 0
-        self.velocity: Tensor | None = None
 
     @property
     def has_state(self) -> bool:
         """True once a snapshot has been set."""
         return self.x_hat is not None
 
-    def _observe_change(self, delta: Tensor, step: int) -> None:
-        assert self.velocity is not None
-        steps = step - self.step
-        if steps <= 0:
-            return
-        b = self.velocity_beta
-        self.velocity.mul_(b).add_(delta, alpha=(1.0 - b) / steps)
-
-    def apply_update(self, seq: int, q_rec: Tensor, step: int, k: int) -> bool:
-        """Apply ``x̂_j += q_rec`` if ``seq == self.seq + 1`` (in-order CHOCO-SGD update).
+    def apply_update(self, seq: int, q_rec: Tensor, step: int) -> bool:
+        """Apply ``x̂_j ← x̂_j + q_rec`` if ``seq == self.seq + 1`` (in-order CHOCO-SGD update).
 
         Returns ``True`` when the copy is consistent afterwards: the update was applied, or
         it was a duplicate (``seq <= self.seq``) and was ignored. Returns ``False`` on a gap
@@ -117,32 +106,15 @@ class NeighbourCopy:
         if seq <= self.seq:
             return True
         _check_same_shape("apply_update: q_rec", q_rec, self.x_hat)
-        q = q_rec.detach().to(dtype=self.x_hat.dtype, device=self.x_hat.device)
-        self.x_hat.add_(q)
-        self._observe_change(q, step)
+        self.x_hat = self.x_hat + q_rec.detach().to(dtype=self.x_hat.dtype, device=self.x_hat.device)
         self.seq = int(seq)
         self.step = max(self.step, int(step))
-        self.refreshed_at_k = int(k)
         return True
 
-    def set_snapshot(self, seq: int, x_hat: Tensor, step: int, k: int) -> None:
-        """Replace ``x̂_j`` by an exact snapshot published at ``seq`` and neighbour step ``step``.
-
-        The snapshot's change relative to the old copy also feeds the velocity EMA when the
-        neighbour's step advanced.
-        """
+    def set_snapshot(self, seq: int, x_hat: Tensor, step: int) -> None:
+        """Replace ``x̂_j`` by an exact snapshot published at ``seq`` and neighbour step ``step``."""
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
-        new = x_hat.detach().clone()
-        if self.x_hat is None or self.velocity is None or self.x_hat.shape != new.shape:
-            self.velocity = torch.zeros_like(new)
-        else:
-            self._observe_change(new - self.x_hat, step)
-        self.x_hat = new
+        self.x_hat = x_hat.detach().clone()
         self.seq = int(seq)
         self.step = int(step)
-        self.refreshed_at_k = int(k)
-
-    def staleness(self, k: int) -> int:
-        """Local steps since ``x̂_j`` was last refreshed: ``max(0, k - refreshed_at_k)``."""
-        return max(0, int(k) - self.refreshed_at_k)

@@ -12,7 +12,8 @@ from pathlib import Path
 from gossip_tts.model import count_parameters
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.trainer import TTSTrainer
-from peer.gossip.config import GossipConfig
+from peer.core.config import SessionConfig
+from peer.core.gossip_config import GossipConfig
 from peer.loop import LoopConfig, LoopResult, run_loop
 from peer.net_config import NetConfig
 from peer.runtime import GossipPeer
@@ -25,6 +26,7 @@ class PeerAppConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     gossip: GossipConfig = field(default_factory=GossipConfig)
     net: NetConfig = field(default_factory=NetConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
     solo: bool = False
     """Train alone: no server, no discovery, no gossip."""
     key_file: Path | None = None
@@ -86,7 +88,7 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
         if cfg.solo:
             result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
         else:
-            result = GossipPeer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit).run(stop)
+            result = GossipPeer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session).run(stop)
     finally:
         trainer.close()
     emit(

@@ -1,4 +1,8 @@
-"""Network configuration of a real (aiohttp + mDNS) peer."""
+"""Where a real (aiohttp + mDNS) peer listens and whom it asks first.
+
+Timeouts, cadences and joining are the session's (`peer.core.config.SessionConfig`), shared
+with simnet; only what exists for real sockets lives here.
+"""
 
 from __future__ import annotations
 
@@ -18,14 +22,6 @@ class NetConfig:
     mdns: bool = True
     mdns_interfaces: list[str] | None = None
     """IPs whose interfaces carry mDNS; None: all interfaces."""
-    request_timeout_s: float = 60.0
-    """Whole-request timeout for an exchange; a slow neighbour never blocks training."""
-    hello_every_s: float = 5.0
-    """Seconds between peer-exchange rounds (GET /v1/hello to a random neighbour)."""
-    join: bool = True
-    """At start, adopt the state of a neighbour that is further along."""
-    join_wait_s: float = 2.0
-    """How long to look for neighbours before training starts (when joining)."""
     seed: int = 0
     """Seeds the choice of neighbours."""
 
@@ -33,7 +29,5 @@ class NetConfig:
         parse_address(self.listen, listener=True)
         for address in self.peers:
             parse_address(address)
-        if self.request_timeout_s <= 0 or self.hello_every_s <= 0 or self.join_wait_s < 0:
-            raise ValueError("request_timeout_s and hello_every_s must be > 0, join_wait_s >= 0")
         self.peers = list(self.peers)
 

@@ -1,6 +1,6 @@
 """Byzantine peers: a Trainer wrapper whose parameters — what GossipNode publishes — lie.
 
-The attacker runs the real GossipNode over the real wire; only the vector its node reads
+The attacker runs the real peer core over the real wire; only the vector its node reads
 from the trainer is manipulated, so the attack travels in genuine signed frames and the
 honest side defends with exactly the code it runs in production. The attacker still
 trains honestly and mixes in what it receives (the mixing delta is applied to its honest
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from peer.gossip.node import GossipNode
+from peer.core.node import GossipNode
 from peer.trainer import ParamSpec, StepStats, Trainer
 from protocol import FrameHeader, FrameKind, IdentityCodec, TensorSpec, encode_frame, pack_bundle, unpack_bundle
 
@@ -136,7 +136,7 @@ class AttackTrainer:
         return getattr(self.inner, name)
 
 
-def forge_non_finite_update(node: GossipNode) -> bytes:
+def forge_non_finite_update(node: GossipNode, now: float) -> bytes:
     """An update frame full of NaN, correctly signed by the node's own key.
 
     It bypasses the sender-side check of `make_update_frame` (an attacker is not bound to
@@ -146,7 +146,7 @@ def forge_non_finite_update(node: GossipNode) -> bytes:
     packed, _ = IdentityCodec().compress(delta)
     header = FrameHeader(
         swarm=node.cfg.swarm, fingerprint=node.fingerprint, sender=node.identity.public_key,
-        kind=FrameKind.UPDATE, seq=node.public.seq + 1, step=node.step, timestamp=node.clock(),
+        kind=FrameKind.UPDATE, seq=node.public.seq + 1, step=node.step, timestamp=now,
         codec="identity", tensors=(TensorSpec("delta", (node.numel,), "float32"),), extra={"epoch": node.epoch},
     )
     return encode_frame(node.identity, header, {f"delta/{k}": v for k, v in packed.items()}, node.limits)

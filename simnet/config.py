@@ -15,14 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from peer.gossip.config import GossipConfig
+from peer.core.config import SessionConfig
+from peer.core.gossip_config import GossipConfig
 from simnet.attacks import AttackConfig
 from simnet.churn import ChurnConfig
+from simnet.cost import CostConfig
 from simnet.links import LinkConfig, PartitionConfig
 from simnet.speed import SpeedConfig
 from simnet.topology import TopologyConfig
 
 METHODS = ("gossip", "allreduce", "diloco")
+BOOTSTRAPS = ("topology", "one")
 GOSSIP_DEFAULTS = {"outbox_bytes": 4 * 2**20}
 """simnet keeps hundreds of peers in one process: a smaller outbox than a real peer's."""
 
@@ -64,6 +67,13 @@ class WorldConfig:
     partitions: list[PartitionConfig] = field(default_factory=list)
     gossip: dict[str, Any] = field(default_factory=dict)
     """GossipConfig fields (compression, staleness, gossip_every, clip, ...)."""
+    session: dict[str, Any] = field(default_factory=dict)
+    """SessionConfig fields (request_timeout_s, max_in_flight, hello_every_s, ...): the
+    same timeouts and cadences as a real peer's unless a scenario changes them."""
+    bootstrap: str = "topology"
+    """What each peer is told at start: `topology` (its topology neighbours, as mDNS on a
+    LAN would say) or `one` (a single random address); the rest comes by peer exchange."""
+    cost: CostConfig = field(default_factory=CostConfig)
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)
@@ -81,6 +91,9 @@ class WorldConfig:
         if bad:
             raise ValueError(f"gossip.{sorted(bad)[0]} is set by simnet itself")
         self.gossip_config()  # validates the fields and specs
+        self.session_config()
+        if self.bootstrap not in BOOTSTRAPS:
+            raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}, got {self.bootstrap!r}")
 
     def gossip_config(self) -> GossipConfig:
         known = {f.name for f in dataclasses.fields(GossipConfig)}
@@ -89,6 +102,14 @@ class WorldConfig:
             allowed = sorted(known - {"swarm", "allowed_keys"})
             raise ValueError(f"unknown gossip setting(s) {sorted(unknown)}; known: {allowed}")
         return GossipConfig(swarm="simnet", **{**GOSSIP_DEFAULTS, **self.gossip})
+
+    def session_config(self) -> SessionConfig:
+        known = {f.name for f in dataclasses.fields(SessionConfig)}
+        unknown = set(self.session) - known - {"join"}
+        if unknown or "join" in self.session:
+            raise ValueError(f"unknown session setting(s) {sorted(unknown | ({'join'} & set(self.session)))}; "
+                             f"known: {sorted(known - {'join'})} (joining is churn.fetch_state)")
+        return SessionConfig(**self.session)
 
 
 @dataclass
@@ -154,7 +175,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 _NESTED = {"speed": SpeedConfig, "links": LinkConfig, "topology": TopologyConfig, "churn": ChurnConfig,
-           "attack": AttackConfig, "diloco": DiLoCoConfig}
+           "attack": AttackConfig, "diloco": DiLoCoConfig, "cost": CostConfig}
 
 
 def build(cls: type, data: Any, where: str) -> Any:

@@ -36,12 +36,10 @@ class LinkConfig:
     loss: float = 0.0
     """Probability that a packet (or a whole message) is lost."""
     loss_mode: str = "packet"
-    """packet (retransmitted, costs time) | message (dropped, the exchange times out)."""
+    """packet (retransmitted, costs time) | message (dropped, the request times out)."""
     mtu_bytes: int = 1500
     rto_s: float = 0.2
     """Minimum retransmission timeout; a round of retransmissions waits max(rto, 2·latency)."""
-    request_timeout_s: float = 10.0
-    """An exchange not answered within this many virtual seconds fails."""
 
     def __post_init__(self) -> None:
         if self.latency_s < 0 or self.latency_jitter < 0:
@@ -56,8 +54,8 @@ class LinkConfig:
             raise ValueError(f"links.loss must be in [0, 1), got {self.loss}")
         if self.loss_mode not in LOSS_MODES:
             raise ValueError(f"links.loss_mode must be one of {LOSS_MODES}, got {self.loss_mode!r}")
-        if self.mtu_bytes < 100 or self.rto_s < 0 or not self.request_timeout_s > 0:
-            raise ValueError("links.mtu_bytes must be >= 100, rto_s >= 0, request_timeout_s > 0")
+        if self.mtu_bytes < 100 or self.rto_s < 0:
+            raise ValueError("links.mtu_bytes must be >= 100 and rto_s >= 0")
 
 
 @dataclass

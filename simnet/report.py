@@ -109,8 +109,9 @@ def build_summary(cfg: SimConfig, records: list[RunRecord], interrupted: bool) -
                 "worst_loss_ratio": worst_loss_ratio(by_name[a], by_name[b]),
             }
     target = {r.name: r.world.target_loss for r in records}
+    cost = {r.name: r.world.cost.describe() for r in records if r.method == "gossip"}
     return {"scenario": cfg.name, "seed": cfg.seed, "target_loss": target, "runs": runs, "ratios": ratios,
-            "interrupted": interrupted}
+            "protocol_cost": cost, "interrupted": interrupted}
 
 
 def build_timing(cfg: SimConfig, records: list[RunRecord]) -> dict:
@@ -146,6 +147,8 @@ def table(summary: dict, timing: dict) -> str:
         lines.append(f"ratio {pair}: time-to-target {_fmt(v['time_to_target'], '.3f').strip()}, "
                      f"final loss {_fmt(v['final_loss'], '.4f').strip()}, "
                      f"worst loss ratio along the way {_fmt(v['worst_loss_ratio'], '.4f').strip()}")
+    for line in sorted(set(summary.get("protocol_cost", {}).values())):
+        lines.append(line)
     for pair, v in timing["cost_ratio"].items():
         lines.append(f"cost ratio {pair} (CPU per simulated peer-step, measured): {_fmt(v, '.3f').strip()}")
     if summary["interrupted"]:

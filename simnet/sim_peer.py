@@ -1,29 +1,32 @@
-"""One simulated peer: the real GossipNode and NeighbourTable, driven by virtual time.
+"""One simulated peer: simnet's virtual-clock driver of the real peer core.
 
-This is `peer.runtime.GossipPeer` + `peer.network.Network` with the sockets and threads
-replaced by scheduler events, and nothing else changed: a step ends, the node mixes; when
-a publish is due the parameters are copied and the peer asks for an exchange; the
-exchange worker publishes the newest pending copy and, if fewer than MAX_IN_FLIGHT
-exchanges are running, starts one more with a neighbour not already being talked to (as
-`Network._exchange_worker`; a request made while the limit is reached only publishes);
-a joining peer answers exchanges with a failure (the HTTP 503 of `peer/http_app.py`);
-the exchange body goes over a simulated link, the neighbour's node answers, failures and
-timeouts feed the neighbour table, which evicts dead peers and makes the node forget them.
+It decides nothing. The session (`peer.core.session.Session`), the node
+(`peer.core.node.GossipNode`) and the step boundary (`peer.boundary.BoundaryHook`) are the
+very objects a real peer runs; this driver only performs their actions over simulated
+links, on a virtual clock. Node work runs through a FIFO `_Worker` that charges each job
+the CPU time the cost model (`simnet.cost`) gives it, as the real node worker thread
+takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
+time out), a peer that left refuses connections (requesters learn within one round trip).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from peer.discovery import PeerInfo
-from peer.gossip.config import GossipConfig
-from peer.gossip.node import GossipNode
-from peer.neighbours import NeighbourConfig, NeighbourTable
-from peer.network import MAX_IN_FLIGHT
+from peer.boundary import BoundaryHook, PendingPublish
+from peer.core.actions import (
+    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+)
+from peer.core.hello import make_hello, read_hello
+from peer.core.mixer import Mixer
+from peer.core.node import GossipNode
+from peer.core.session import Session
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.attacks import AttackTrainer, append_frame, forge_non_finite_update
@@ -33,7 +36,40 @@ if TYPE_CHECKING:
 
 HTTP_OVERHEAD = 300
 """Bytes of HTTP request/response headers around every body."""
-STATE_REQUEST_BYTES = 200
+Reply = Callable[[bytes | None, str], None]
+"""How a simulated server answers: (body, "") on 200, (None, why) otherwise."""
+
+
+class _Worker:
+    """The node worker thread, in virtual time: one job at a time, each taking its cost."""
+
+    def __init__(self, peer: "SimPeer") -> None:
+        self.peer = peer
+        self.jobs: deque[Callable[[], tuple[float, Callable[[], None] | None]]] = deque()
+        self.busy = False
+
+    def submit(self, job: Callable[[], tuple[float, Callable[[], None] | None]]) -> None:
+        """`job()` runs when the worker is free and returns (seconds it took, what follows)."""
+        self.jobs.append(job)
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.jobs:
+            self.busy = False
+            return
+        self.busy = True
+        life = self.peer.life
+        cost, then = self.jobs.popleft()()
+
+        def done() -> None:
+            if life != self.peer.life:
+                return
+            if then is not None:
+                then()
+            self._next()
+
+        self.peer.sim.sched.after(cost, done)
 
 
 class SimPeer:
@@ -45,67 +81,63 @@ class SimPeer:
         self.departure = ""  # "crash" | "leave" while offline
         self.life = 0  # incarnation: events of an older one are ignored
         self.diverged = False
-        self.joining = False  # fetching a neighbour's state: online, not yet training
         self.loss_ema: float | None = None  # recent training loss, for models without an evaluator
         self.trainer: Trainer | None = None
         self.node: GossipNode | None = None
-        self.table: NeighbourTable | None = None
+        self.session: Session | None = None
         self.metrics = sim.new_metrics()
-        self._in_flight: dict[int, str] = {}  # token -> neighbour address, as Network._in_flight
-        self._join_token = 0  # the state fetch in progress while joining
-        self._token = 0
-        self._pending: tuple[torch.Tensor, int] | None = None  # newest publish not yet done
+        self._training = False
+        self._tick_at = math.inf
+        self._fetched: dict[int, torch.Tensor] = {}
+
+    @property
+    def joining(self) -> bool:
+        return self.online and self.session is not None and not self.session.accepting
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, trainer: Trainer, gossip_cfg: GossipConfig, join: bool) -> None:
-        """Come online as a fresh process (same key); join by fetching a neighbour's state."""
+    def start(self, trainer: Trainer, join: bool) -> None:
+        """Come online as a fresh process (same key); the session joins when `join`."""
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None
-        self._in_flight, self._join_token, self._pending = {}, 0, None
-        self.trainer = trainer
+        self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, {}
         self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
-        self.node = GossipNode(
-            gossip_cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
-            clock=self.sim.clock, listen=self.address, metrics=self.metrics,
-        )
+        cfg = self.sim.gossip_cfg
+        self.node = GossipNode(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
+                               now=self.sim.clock(), listen=self.address, metrics=self.metrics)
+        self.pending = PendingPublish()
+        self.worker = _Worker(self)
+        self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
+                               peer_id=self.identity.peer_id, rng=self.rng)
+        self.hook = BoundaryHook(Mixer(cfg), self.node.view_slot, self.pending, self.on_boundary,
+                                 self.metrics, cfg.gossip_every, self.sim.clock)
         if isinstance(trainer, AttackTrainer):
-            node = self.node
-            trainer.peek = lambda: [n.copy.x_hat for n in node.neighbours.values() if n.copy.x_hat is not None]
+            view_slot = self.node.view_slot
+            trainer.peek = lambda: [c.x_hat for c in view_slot.current.copies]
             trainer.armed = True
-        self.table = NeighbourTable(NeighbourConfig(self_peer_id=self.identity.peer_id, self_addresses=(self.address,)))
-        if join:
-            found = self.sim.discover(self)
-            if self.sim.world.churn.fetch_state:
-                self.joining = True
-                self.node.accepting = False  # as peer/runtime.py: exchanges get 503 until adopted
-                self._join(found, self.life)
-                return
-        self._schedule_step()
+        self.dispatch(self.session.start(self.sim.now(), listen=self.address, bootstrap=self.sim.bootstrap_for(self.index),
+                                         step=trainer.step_count, hello_seq_base=int(self.sim.clock() * 1e6)))
+        if self.session.accepting:
+            self._begin_training()
 
     def stop(self, how: str) -> None:
         """Crash (silent) or leave (address refuses connections); pending events die with the process."""
         if not self.online:
             return
-        self.online, self.departure, self.joining = False, how, False
+        self.online, self.departure = False, how
         self.life += 1
         if self.trainer is not None:
             self.trainer.close()
-        self.trainer = self.node = self.table = None
-
-    def learn(self, other: "SimPeer") -> None:
-        """Discovery (mDNS-like): an online topology neighbour announced itself."""
-        if self.table is not None:
-            info = PeerInfo(peer_id=other.identity.peer_id, address=other.address, source="mdns")
-            self.table.add(info, self.sim.now())
+        self.trainer = self.node = self.session = None
 
     # ------------------------------------------------------------------ training
-    def _schedule_step(self) -> None:
-        if self.joining:  # the join is over (adopted a state, or found nobody): accept exchanges
-            self.joining = False
-            if self.node is not None:
-                self.node.accepting = True
+    def _begin_training(self) -> None:
+        if not self._training:
+            self._training = True
+            self._schedule_step(0.0)
+
+    def _schedule_step(self, extra_s: float) -> None:
         life = self.life
-        self.sim.sched.after(self.sim.speed.step_time(self.index), lambda: self._on_step(life))
+        self.sim.sched.after(self.sim.speed.step_time(self.index) + extra_s, lambda: self._on_step(life))
 
     def _on_step(self, life: int) -> None:
         if life != self.life or not self.online or self.diverged:
@@ -114,209 +146,245 @@ class SimPeer:
         stats = self.trainer.step()
         self.sim.peer_steps += 1
         self.loss_ema = stats.loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * stats.loss
-        # As peer/runtime.py: mix at the boundary; a due publish is handed to the network
-        # side with a copy of the parameters taken here (see want_exchange).
-        due = self.node.on_step_boundary(self.trainer, stats, publish_now=False)
+        self.hook(self.trainer, stats)
         if not self.attacker and not math.isfinite(stats.loss):
-            self._broken()
-            return
-        if due:
-            self._pending = (self.trainer.get_flat_params(), stats.step)
-            self.want_exchange()
-        self._schedule_step()
-
-    def _broken(self) -> None:
-        """An honest peer whose parameters or public copy went non-finite: it stops training.
-
-        A real peer would crash here too: the encoder refuses to sign non-finite vectors.
-        It stays reachable (and answers errors), as a wedged process would.
-        """
-        if not self.diverged:
-            self.diverged = True
+            self.diverged = True  # it would go on training on NaN; stop spending simulation time on it
             self.metrics.inc("diverged_total")
-
-    # ------------------------------------------------------------------ exchanges
-    def want_exchange(self) -> None:
-        """As one wake of Network._exchange_worker: publish, then maybe start one exchange.
-
-        Publishing takes no virtual time here (the real peer compresses off the training
-        thread), so every request is one wake: the newest pending copy is published, and
-        one more exchange starts if fewer than MAX_IN_FLIGHT are running, with a random
-        live neighbour not already being talked to. A request made while the limit is
-        reached only publishes; a finished exchange does not start another.
-        """
-        assert self.node is not None and self.table is not None
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                self.node.publish(*pending)
-            except ValueError:
-                # The encoder refuses a non-finite vector: an attacker publishing NaN, or an
-                # honest peer whose parameters blew up (it can no longer gossip: diverged).
-                if not self.attacker:
-                    self._broken()
-                    return
-                self.metrics.inc("non_finite_blocked_at_sender_total")
-        now = self.sim.now()
-        for info in self.table.evict_dead(now):
-            self.metrics.inc("evictions_total")
-            if info.peer_id:
-                self.node.forget(bytes.fromhex(info.peer_id))
-        if len(self._in_flight) >= MAX_IN_FLIGHT:
             return
-        chosen = self.table.choose(self.rng, k=1, exclude=tuple(self._in_flight.values()))
-        if not chosen:
+        self._schedule_step(self.sim.cost.mix(self.hook.last_mixed, self.node.numel))
+
+    # ------------------------------------------------------------------ events in
+    def on_boundary(self, step: int, publish_due: bool) -> None:
+        assert self.session is not None
+        self.dispatch(self.session.step_boundary(step, publish_due, self.sim.now()))
+
+    def on_tick(self, at: float, life: int) -> None:
+        if life != self.life or at != self._tick_at or self.session is None:
             return
-        info = chosen[0]
-        j = self.sim.index_of[info.address]
-        key = bytes.fromhex(info.peer_id) if info.peer_id else None
+        self._tick_at = math.inf
+        self.dispatch(self.session.tick(self.sim.now()))
+
+    # ------------------------------------------------------------------ actions out
+    def dispatch(self, actions: list[Action]) -> None:
+        if self.session is None:
+            return
+        if self.sim.trace is not None:
+            self.sim.trace.setdefault(self.index, []).extend(actions)
+        for a in actions:
+            if isinstance(a, Publish):
+                self.worker.submit(self._publish_job)
+            elif isinstance(a, Exchange):
+                self.worker.submit(lambda a=a: self._exchange_job(a))
+            elif isinstance(a, SendHello):
+                self._request(a.address, a.token, "hello", self._hello_reply)
+            elif isinstance(a, FetchState):
+                self._request(a.address, a.token, "state", self._state_reply)
+            elif isinstance(a, Adopt):
+                self.worker.submit(lambda a=a: self._adopt_job(a))
+            elif isinstance(a, JoinDone):
+                self.worker.submit(lambda: (0.0, self._begin_training))  # after any adoption queued before it
+            elif isinstance(a, Forget):
+                if a.peer_id:
+                    self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
+            elif isinstance(a, Count):
+                self.metrics.inc(a.name, a.value, **dict(a.labels))
+            elif isinstance(a, Log):
+                pass
+        deadline = self.session.next_deadline() if self.session is not None else math.inf
+        if deadline < self._tick_at:
+            self._tick_at, life = deadline, self.life
+            self.sim.sched.at(deadline, lambda: self.on_tick(deadline, life))
+
+    def _node(self) -> GossipNode:
+        assert self.node is not None
+        return self.node
+
+    def _publish_job(self) -> tuple[float, Callable[[], None] | None]:
+        item = self.pending.take()
+        if item is None:
+            return 0.0, None
+        node, (x, step) = self._node(), item
+        error: str | None = None
         try:
-            body = self._outgoing(self.node.build_request(key))
-        except ValueError:  # our public copy is no longer finite: the encoder refuses it
-            self._broken()
+            node.publish(x, step, self.sim.clock())
+        except ValueError as exc:
+            error = str(exc)
+        cost = self.sim.cost.publish(node.numel, node.last_publish_bytes)
+        return cost, lambda: self.dispatch(self._sess().publish_done(step, self.sim.now(), error))
+
+    def _sess(self) -> Session:
+        assert self.session is not None
+        return self.session
+
+    def _exchange_job(self, a: Exchange) -> tuple[float, Callable[[], None] | None]:
+        node = self._node()
+        body = self._outgoing(node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.sim.clock()))
+        t0, life = self.sim.now(), self.life
+
+        def reply(data: bytes | None, why: str) -> None:
+            if life != self.life or a.token not in self._sess().in_flight:
+                return  # timed out already, or we restarted
+            if data is None:
+                self.dispatch(self._sess().exchange_done(a.token, self.sim.now(), error=why))
+                return
+            self.worker.submit(lambda: self._response_job(a, data, t0))
+
+        def send() -> None:
+            j = self.sim.index_of.get(a.address)
+            if j is None:
+                self.sim.sched.after(0.0, lambda: reply(None, "unknown host"))
+                return
+            self.sim.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
+                                lambda: self.sim.peers[j].serve_exchange(self.index, body, reply))
+            self._timeout(lambda: self.dispatch(self._sess().exchange_done(a.token, self.sim.now(), error="timeout")))
+
+        return self.sim.cost.build(len(body)), send
+
+    def _response_job(self, a: Exchange, data: bytes, t0: float) -> tuple[float, Callable[[], None] | None]:
+        node = self._node()
+        try:
+            result = node.handle_response(data, self.sim.clock())
+        except FrameRefused as exc:
+            self.metrics.inc("frames_refused_total", reason=exc.reason.value)
+            err = f"refused: {exc.reason.value}"
+            return self.sim.cost.ingest(len(data), 0, node.numel), lambda: self.dispatch(
+                self._sess().exchange_done(a.token, self.sim.now(), error=err))
+        cost = self.sim.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel)
+        return cost, lambda: self.dispatch(self._sess().exchange_done(
+            a.token, self.sim.now(), peer_id=result.sender.hex(), rtt=self.sim.now() - t0))
+
+    def _forget_job(self, key: bytes) -> tuple[float, Callable[[], None] | None]:
+        self._node().forget(key)
+        return 0.0, None
+
+    def _adopt_job(self, a: Adopt) -> tuple[float, Callable[[], None] | None]:
+        x = self._fetched.pop(a.token)
+        self._fetched.clear()
+        assert self.trainer is not None
+        self.trainer.set_flat_params(x)
+        self._node().adopt(x)
+        return self.sim.cost.op_s, None
+
+    def _request(self, address: str, token: int, kind: str, on_reply: Callable[[int, bytes | None, str], None]) -> None:
+        """GET /v1/hello or /v1/state: a small request, the server's answer over the reverse link."""
+        life = self.life
+
+        def reply(data: bytes | None, why: str) -> None:
+            if life == self.life and self.session is not None:
+                on_reply(token, data, why)
+
+        j = self.sim.index_of.get(address)
+        if j is None:
+            self.sim.sched.after(0.0, lambda: reply(None, "unknown host"))
             return
-        self._token += 1
-        token, life = self._token, self.life
-        self._in_flight[token] = info.address
+        server = self.sim.peers[j]
+        handler = server.serve_hello if kind == "hello" else server.serve_state
+        self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: handler(self.index, reply))
+        self._timeout(lambda: reply(None, "timeout"))
 
-        def on_reply(reply: bytes | None) -> None:
-            self._on_reply(token, life, info, now, reply)
+    def _hello_reply(self, token: int, data: bytes | None, why: str) -> None:
+        if data is None:
+            self.dispatch(self._sess().hello_done(token, self.sim.now(), error=why))
+            return
+        try:
+            hello = read_hello(data, self._node().policy, self.sim.clock())
+        except FrameRefused as exc:
+            self.dispatch(self._sess().hello_done(token, self.sim.now(), error=f"refused: {exc.reason.value}"))
+            return
+        self.dispatch(self._sess().hello_done(token, self.sim.now(), hello=hello))
 
-        self.sim.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
-                            lambda: self.sim.peers[j].serve_exchange(self.index, body, on_reply))
-        self.sim.sched.after(self.sim.links.cfg.request_timeout_s, lambda: self._on_timeout(token, life, info))
+    def _state_reply(self, token: int, data: bytes | None, why: str) -> None:
+        if data is None:
+            self.dispatch(self._sess().state_done(token, self.sim.now(), error=why))
+            return
+
+        def job() -> tuple[float, Callable[[], None] | None]:
+            node = self._node()
+            cost = self.sim.cost.ingest(len(data), 1, node.numel)
+            try:
+                x, step = node.read_state(data, self.sim.clock())
+            except FrameRefused as exc:
+                err = f"refused: {exc.reason.value}"
+                return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), error=err))
+            self._fetched[token] = x
+            return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), step=step))
+
+        self.worker.submit(job)
+
+    def _timeout(self, fire: Callable[[], None]) -> None:
+        life = self.life
+        self.sim.sched.after(self._sess().cfg.request_timeout_s, lambda: fire() if life == self.life else None)
 
     def _outgoing(self, body: bytes) -> bytes:
         if self.attacker and self.sim.attack.kind == "nan" and self.node is not None:
             self.metrics.inc("forged_frames_total")
-            return append_frame(body, forge_non_finite_update(self.node), self.node)
+            return append_frame(body, forge_non_finite_update(self.node, self.sim.clock()), self.node)
         return body
 
-    def serve_exchange(self, src: int, body: bytes, reply_to: Callable[[bytes | None], None]) -> None:
-        """POST /v1/exchange arrived from peer `src`; answer it over the reverse link."""
-        if not self.online:
-            if self.departure == "leave":  # connection refused: the requester learns within one trip back
-                self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply_to(None))
-            return  # a crashed host is silent: the requester times out
-        assert self.node is not None
-        if not self.node.accepting:  # still joining: HTTP 503, as peer/http_app.py answers
+    # ------------------------------------------------------------------ serving
+    def _refuse_offline(self, src: int, reply: Reply) -> bool:
+        if self.online:
+            return False
+        if self.departure == "leave":  # connection refused: the requester learns within one trip back
+            self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply(None, "connection refused"))
+        return True  # a crashed host is silent: the requester times out
+
+    def _answer(self, src: int, data: bytes | None, why: str, reply: Reply) -> None:
+        size = HTTP_OVERHEAD + (len(data) if data is not None else 0)
+        self.sim.links.send(self.index, src, size, lambda: reply(data, why))
+
+    def serve_exchange(self, src: int, body: bytes, reply: Reply) -> None:
+        """POST /v1/exchange arrived from peer `src`."""
+        if self._refuse_offline(src, reply):
+            return
+        if not self._sess().accepting:  # still joining: HTTP 503
             self.metrics.inc("exchanges_refused_joining_total")
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: reply_to(None))
+            self._answer(src, None, "HTTP 503", reply)
             return
-        try:
-            reply, result = self.node.handle_request(body)
-        except FrameRefused as exc:  # HTTP 400, as peer/http_app.py answers
-            self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: reply_to(None))
-            return
-        except ValueError:  # our own state is not finite any more: HTTP 500
-            self._broken()
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: reply_to(None))
-            return
-        self._on_inbound(result.listen, result.sender)
-        reply = self._outgoing(reply)
-        self.sim.links.send(self.index, src, len(reply) + HTTP_OVERHEAD, lambda: reply_to(reply))
 
-    def _on_inbound(self, listen: str, sender: bytes) -> None:
-        """As Network._on_inbound: a peer that exchanged with us is alive at its listen address."""
-        if not listen or self.table is None:
-            return
-        now = self.sim.now()
-        try:
-            info = PeerInfo(peer_id=sender.hex(), address=listen, source="exchange")
-        except ValueError:
-            return
-        if info.address in self.sim.index_of:
-            self.table.add(info, now)
-            self.table.mark_success(listen, now, peer_id=sender.hex())
-
-    def _on_reply(self, token: int, life: int, info: PeerInfo, t0: float, reply: bytes | None) -> None:
-        if life != self.life or token not in self._in_flight or not self.online:
-            return
-        assert self.node is not None and self.table is not None
-        now = self.sim.now()
-        if reply is None:
-            self._failed(token, info)
-            return
-        try:
-            result = self.node.handle_response(reply)
-        except FrameRefused as exc:
-            self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-            self._failed(token, info)
-            return
-        self.table.mark_success(info.address, now, peer_id=result.sender.hex(), rtt=now - t0)
-        self.metrics.inc("exchanges_ok_total")
-        self._finish(token)
-
-    def _on_timeout(self, token: int, life: int, info: PeerInfo) -> None:
-        if life == self.life and token in self._in_flight and self.online:
-            self.metrics.inc("exchange_timeouts_total")
-            self._failed(token, info)
-
-    def _failed(self, token: int, info: PeerInfo) -> None:
-        assert self.table is not None
-        self.table.mark_failure(info.address, self.sim.now())
-        self.metrics.inc("exchange_failures_total")
-        self._finish(token)
-
-    def _finish(self, token: int) -> None:
-        """As _tracked_exchange's `finally`: the neighbour may be chosen again."""
-        self._in_flight.pop(token, None)
-
-    # ------------------------------------------------------------------ joining
-    def _join(self, candidates: list["SimPeer"], life: int) -> None:
-        """GET /v1/state from one neighbour after another until one answers; then train."""
-        if life != self.life or not self.online:
-            return
-        if not candidates:
-            self.metrics.inc("joins_alone_total")
-            self._schedule_step()
-            return
-        other, rest = candidates[0], candidates[1:]
-        token = self._token = self._token + 1
-        self._join_token = token
-
-        def answered(data: bytes | None) -> None:
-            if life != self.life or token != self._join_token or not self.online:
-                return
-            self._join_token = 0
-            if data is None:
-                self._join(rest, life)
-                return
-            assert self.node is not None and self.trainer is not None
+        def job() -> tuple[float, Callable[[], None] | None]:
+            node = self._node()
             try:
-                x, _ = self.node.read_state(data)
-            except FrameRefused as exc:
+                data, result = node.handle_request(body, self.sim.clock())
+            except FrameRefused as exc:  # HTTP 400
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-                self._join(rest, life)
-                return
-            self.trainer.set_flat_params(x)
-            self.node.adopt(x)
-            self.metrics.inc("joins_total")
-            self._schedule_step()
+                return self.sim.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
+            except ValueError:  # our own state cannot be encoded: HTTP 500
+                return self.sim.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
+            data = self._outgoing(data)
+            cost = self.sim.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
+            cost += self.sim.cost.build(len(data))
 
-        def timeout() -> None:
-            if life == self.life and token == self._join_token:
-                answered(None)
+            def then() -> None:
+                self.dispatch(self._sess().inbound_exchange(result.listen, result.sender.hex(), self.sim.now()))
+                self._answer(src, data, "", reply)
 
-        self.sim.links.send(self.index, other.index, STATE_REQUEST_BYTES,
-                            lambda: other.serve_state(self.index, answered))
-        self.sim.sched.after(self.sim.links.cfg.request_timeout_s, timeout)
+            return cost, then
 
-    def serve_state(self, src: int, reply_to: Callable[[bytes | None], None]) -> None:
-        """GET /v1/state: a signed snapshot of the parameters at our last publish."""
-        if not self.online:
-            if self.departure == "leave":
-                self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply_to(None))
+        self.worker.submit(job)
+
+    def serve_hello(self, src: int, reply: Reply) -> None:
+        """GET /v1/hello: signed on the driver's thread, as the real driver does."""
+        if self._refuse_offline(src, reply):
             return
-        assert self.node is not None
-        try:
-            data = self.node.state_frame()
-        except ValueError:  # our parameters are not finite: HTTP 500
-            self._broken()
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: reply_to(None))
+        s, node = self._sess(), self._node()
+        data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
+                          step=s.step, now=self.sim.clock(), listen=self.address, peers=s.hello_sample(),
+                          limits=node.limits)
+        self._answer(src, data, "", reply)
+
+    def serve_state(self, src: int, reply: Reply) -> None:
+        """GET /v1/state: the signed snapshot of our last publish (built once per publish)."""
+        if self._refuse_offline(src, reply):
             return
-        self.sim.links.send(self.index, src, len(data) + HTTP_OVERHEAD, lambda: reply_to(data))
+
+        def job() -> tuple[float, Callable[[], None] | None]:
+            node = self._node()
+            fresh = not node.state_cached
+            data = node.state_frame(self.sim.clock())
+            return (self.sim.cost.build(len(data)) if fresh else self.sim.cost.op_s), lambda: self._answer(src, data, "", reply)
+
+        self.worker.submit(job)
 
     # ------------------------------------------------------------------ observation
     def honest_params(self) -> torch.Tensor | None:

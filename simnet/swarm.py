@@ -1,4 +1,4 @@
-"""The gossip method: a swarm of real peers (SimPeer) over simulated links, with churn and attackers."""
+"""The gossip method: a swarm of real peer cores (each driven by a SimPeer) over simulated links."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from protocol import Identity, RefusalReason
 from simnet.attacks import AttackTrainer
 from simnet.churn import ChurnEvent, churn_events
 from simnet.config import WorldConfig
+from simnet.cost import CostConfig
 from simnet.links import Partitions, SimLinks
 from simnet.models import get_model
 from simnet.scheduler import Scheduler, VirtualClock
@@ -23,9 +24,10 @@ from simnet.speed import SpeedModel
 from simnet.topology import Topology
 
 COUNTERS = (
-    "published_total", "exchanges_ok_total", "exchange_failures_total", "exchange_timeouts_total",
-    "evictions_total", "snapshots_sent_total", "updates_applied_total", "update_gaps_total", "mixes_total",
-    "joins_total", "joins_alone_total", "diverged_total", "non_finite_blocked_at_sender_total", "forged_frames_total",
+    "published_total", "publish_failures_total", "exchanges_ok_total", "exchange_failures_total",
+    "hello_failures_total", "bootstrap_retries_total", "evictions_total", "snapshots_sent_total",
+    "updates_applied_total", "update_gaps_total", "copies_reset_total", "mixes_total", "joins_total",
+    "joins_alone_total", "diverged_total", "forged_frames_total",
 )
 
 
@@ -52,6 +54,10 @@ class GossipSim:
         self._factory = entry.factory
         self.evaluate = entry.evaluator(n, seed, **world.model_args) if entry.evaluator else None
         self.gossip_cfg = world.gossip_config()
+        self.session_cfg = world.session_config()
+        self.cost: CostConfig = world.cost
+        self.trace: dict[int, list] | None = None
+        """When a dict, every action each peer's driver performs is appended under its index."""
         self.all_metrics: list[Metrics] = []
         self.peer_steps = 0
         self.churn_counts = {"crash": 0, "leave": 0, "join": 0}
@@ -61,11 +67,9 @@ class GossipSim:
         order = list(range(n))
         random.Random(f"simnet-eval:{seed}").shuffle(order)
         self._eval_order = order
+        self._bootstrap = self._bootstrap_lists(world.bootstrap)
         for p in self.peers:
-            p.start(self.make_trainer(p.index), self.gossip_cfg, join=False)
-        for p in self.peers:
-            for j in self.topo.neighbours(p.index):
-                p.learn(self.peers[j])
+            p.start(self.make_trainer(p.index), join=False)
         for ev in churn_events(world.churn, n, world.duration_s, seed):
             self.sched.at(ev.t, lambda ev=ev: self._churn(ev))
 
@@ -84,21 +88,25 @@ class GossipSim:
             return AttackTrainer(trainer, self.attack, seed=self.seed * 1_000_003 + i)
         return trainer
 
-    def discover(self, peer: SimPeer) -> list[SimPeer]:
-        """A (re)started peer announces itself to its online topology neighbours and learns them."""
-        found = [self.peers[j] for j in self.topo.neighbours(peer.index) if self.peers[j].online]
-        for other in found:
-            other.learn(peer)
-            peer.learn(other)
-        peer.rng.shuffle(found)
-        return found
+    def bootstrap_for(self, i: int) -> list[str]:
+        """The `--peer` addresses peer i starts with (again after a restart)."""
+        return [self.peers[j].address for j in self._bootstrap[i]]
+
+    def _bootstrap_lists(self, mode: str) -> list[list[int]]:
+        """`topology`: a peer's topology neighbours, as mDNS on its LAN would report them;
+        `one`: one random other peer, as a user passing a single `--peer` (no oracle)."""
+        if mode == "topology":
+            return [list(self.topo.neighbours(i)) for i in range(self.world.n_peers)]
+        rng = random.Random(f"simnet-bootstrap:{self.seed}")
+        n = self.world.n_peers
+        return [[rng.choice([j for j in range(n) if j != i])] for i in range(n)]
 
     def _churn(self, ev: ChurnEvent) -> None:
         peer = self.peers[ev.peer]
         if ev.action == "join":
             if not peer.online:
                 self.churn_counts["join"] += 1
-                peer.start(self.make_trainer(ev.peer), self.gossip_cfg, join=True)
+                peer.start(self.make_trainer(ev.peer), join=self.world.churn.fetch_state)
         elif peer.online:
             self.churn_counts[ev.action] += 1
             peer.stop(ev.action)

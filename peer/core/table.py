@@ -12,8 +12,8 @@ clock, so addresses kept alive only by gossip about them still expire.
 
 Static (`--peer`) entries are the way back into the swarm after a partition, so they are
 never dropped, neither for space nor by `evict_dead`: a dead static peer stays in the
-table, is not chosen, and comes back on its next success. The caller retries them with
-`static_peers()`, and may re-add its `--peer` addresses at any time (adding is idempotent).
+table, is not chosen, and comes back on its next success. `peer.core.session.Session`
+re-dials dead static peers with exponential backoff (its `SessionConfig.bootstrap_retry_*`).
 Being static belongs to the peer, not to the address: when a bootstrap peer is found to
 answer at another address too, the flag moves with it.
 """
@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Collection, Iterable
 
-from peer.discovery import PeerInfo, is_peer_id, parse_address
+from peer.core.addresses import PeerInfo, is_peer_id, parse_address
 
 
 @dataclass

@@ -33,7 +33,7 @@ def test_train_eval_synthesize(tmp_path, corpus):
     runner = CliRunner()
     ckpt = tmp_path / "ckpt"
     result = runner.invoke(main, ["peer", "--solo", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--data",
-                                  str(corpus["shard0"]), "--max-steps", "5", "--batch-size", "4", "--max-frames", "32",
+                                  str(corpus["shard0"]), "--max-steps", "5", "--batch-size", "4", "--max-frames", "384",
                                   "--checkpoint-dir", str(ckpt)])
     assert result.exit_code == 0, result.output
     assert "stopped at step 5" in result.output

@@ -7,8 +7,8 @@ import urllib.request
 
 import torch
 
-from peer.gossip.config import GossipConfig
-from peer.gossip.node import GossipNode
+from peer.core.gossip_config import GossipConfig
+from peer.core.node import GossipNode
 from protocol import Identity
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import last_step
@@ -29,7 +29,7 @@ def _get(url: str) -> str:
 
 def _forger(swarm: str, fingerprint: str, numel: int, seed: bytes) -> GossipNode:
     node = GossipNode(GossipConfig(swarm=swarm), Identity.generate(seed), {"w": ((numel,), "float32")}, torch.zeros(numel),
-                      clock=time.time)
+                      now=time.time())
     node.fingerprint = fingerprint  # pretend to run the same model
     node.policy = node.policy.__class__(swarm=swarm, fingerprint=fingerprint)
     return node
@@ -45,9 +45,9 @@ def test_bad_frames_get_4xx_are_counted_and_training_continues(corpus, spawn, tm
 
     assert _post(base + "/v1/exchange", b"not a frame") == 400
     stranger = _forger("another-swarm", status["fingerprint"], 8, b"\x01" * 32)
-    assert _post(base + "/v1/exchange", stranger.build_request(None)) == 400
+    assert _post(base + "/v1/exchange", stranger.build_request(None, time.time())) == 400
     forger = _forger(swarm_name, status["fingerprint"], 8, b"\x02" * 32)
-    body = bytearray(forger.build_request(None))
+    body = bytearray(forger.build_request(None, time.time()))
     body[40] ^= 0x01  # a bit of the control frame's header: the signature no longer matches
     assert _post(base + "/v1/exchange", bytes(body)) == 400
 

@@ -49,7 +49,7 @@ def test_nan_updates_are_refused_by_the_protocol():
     world = {**WORLD, "n_peers": 6, "duration_s": 10.0, "attack": {"kind": "nan", "peers": [0]}}
     s = simulate(world, [{"name": "nan"}, {"name": "clean", "set": {"attack": {"kind": "none"}}}], [["nan", "clean"]])
     t = s["runs"]["nan"]["totals"]
-    assert t["non_finite_blocked_at_sender"] >= 1  # the honest encoder will not sign NaN
+    assert t["publish_failures"] >= 1  # the honest encoder will not sign NaN
     assert t["forged_frames"] >= 1 and t["frames_refused"]["non_finite"] == t["forged_frames"]  # receivers refuse
     assert s["runs"]["nan"]["diverged_peers"] == 0
     assert s["ratios"]["nan/clean"]["final_loss"] < 1.05

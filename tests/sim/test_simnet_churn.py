@@ -10,7 +10,8 @@ from conftest import simulate
 WORLD = {
     "n_peers": 8, "duration_s": 90.0, "eval_every_s": 1.0, "model_args": {"lr_decay_steps": 200},
     "speed": {"base_step_s": 0.1, "spread": 0.2, "jitter": 0.05},
-    "links": {"latency_s": 0.03, "request_timeout_s": 5.0},
+    "links": {"latency_s": 0.03},
+    "session": {"request_timeout_s": 5.0},
     "topology": {"kind": "random_regular", "degree": 4},
     "gossip": {"gossip_every": 4, "compression": "int8"},
     "churn": {"mode": "poisson", "rate_per_min": 0.3, "start_s": 10.0, "downtime_s": 20.0},

@@ -1,11 +1,13 @@
 """Compressed gossip with public copies (CHOCO error feedback) ends within 2% of uncompressed
 gossip; the same top-k without them (error_feedback=False, the control) does clearly worse."""
 
+import pytest
 from conftest import simulate
 
 WORLD = {
     "n_peers": 8, "duration_s": 60.0, "eval_every_s": 2.0, "model_args": {"lr_decay_steps": 200},
     "topology": {"kind": "random_regular", "degree": 4}, "gossip": {"gossip_every": 4},
+    "session": {"max_partners": 2},  # sparse gossip: where losing the residual hurts most
 }
 RUNS = [
     {"name": "dense", "set": {"gossip": {"compression": "identity"}}},
@@ -14,13 +16,14 @@ RUNS = [
 ]
 
 
-def test_public_copies_make_topk_as_good_as_dense():
-    s = simulate(WORLD, RUNS, [["topk_ef", "dense"], ["topk_noef", "dense"]])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_public_copies_make_topk_as_good_as_dense(seed):
+    s = simulate(WORLD, RUNS, [["topk_ef", "dense"], ["topk_noef", "dense"]], seed=seed)
     ef = s["ratios"]["topk_ef/dense"]["final_loss"]
     no_ef = s["ratios"]["topk_noef/dense"]["final_loss"]
-    # Measured (seed 0): 1.011 with public copies, 1.152 without.
+    # Measured: 1.009 / 1.006 with public copies, 1.281 / 1.293 without (seeds 0 / 1).
     assert abs(ef - 1.0) <= 0.02, ef
-    assert no_ef > 1.05, no_ef
-    # And it does send less: measured 0.75 MB vs 1.18 MB per peer (headers, signatures and the
-    # exact snapshots that start each pair weigh a lot next to 676 parameters).
-    assert s["runs"]["topk_ef"]["bytes_per_peer"] < 0.8 * s["runs"]["dense"]["bytes_per_peer"]
+    assert no_ef > 1.1, no_ef
+    # And it does send less: measured 0.62 / 0.63 MB vs 1.21 MB per peer (headers, signatures
+    # and the exact snapshots that start each pair weigh a lot next to 676 parameters).
+    assert s["runs"]["topk_ef"]["bytes_per_peer"] < 0.7 * s["runs"]["dense"]["bytes_per_peer"]

@@ -5,8 +5,8 @@ from conftest import simulate
 WORLD = {
     "n_peers": 6, "duration_s": 8.0, "eval_every_s": 1.0,
     "speed": {"base_step_s": 0.1, "spread": 0.3, "jitter": 0.2, "stragglers": {"1": 3.0}},
-    "links": {"latency_s": 0.02, "latency_dist": "lognormal", "latency_jitter": 0.5, "loss": 0.05,
-              "request_timeout_s": 1.0},
+    "links": {"latency_s": 0.02, "latency_dist": "lognormal", "latency_jitter": 0.5, "loss": 0.05},
+    "session": {"request_timeout_s": 1.0},
     "topology": {"kind": "random_regular", "degree": 3},
     "partitions": [{"start_s": 2.0, "end_s": 4.0, "groups": [[0, 1]]}],
     "gossip": {"gossip_every": 2, "compression": "topk:0.1+int8"},

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_step, predict_weights
+from async_opt import AdaptiveRadius, clip, consensus_distance, mix_step
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -62,7 +62,7 @@ def test_clip_norm_bound_and_direction(v: list[float], rho: float) -> None:
     x = torch.tensor(v, dtype=torch.float64)
     out = clip(x, rho)
     n_in, n_out = float(torch.linalg.vector_norm(x)), float(torch.linalg.vector_norm(out))
-    assert n_out <= rho * (1 + 1e-12) + 1e-300
+    assert n_out <= rho * (1 + 1e-12) + 1e-150  # below ~1e-154 the squares in the norm go subnormal
     assert n_out <= n_in * (1 + 1e-12)
     if n_in <= rho:
         assert torch.equal(out, x)
@@ -173,18 +173,6 @@ def test_symmetric_pair_mix_keeps_the_sum() -> None:
 
 
 # ---------------------------------------------------------------- prediction, consensus
-
-
-def test_predict_weights_exact() -> None:
-    assert torch.equal(predict_weights(t(1, 2), t(0.5, -1), tau=3, tau_c=2), t(2, 0))
-    assert torch.equal(predict_weights(t(1, 2), t(0.5, -1), tau=1, tau_c=2), t(1.5, 1))
-    assert torch.equal(predict_weights(t(1, 2), t(0.5, -1), tau=0, tau_c=2), t(1, 2))
-    out = predict_weights(t(1, 2), None, tau=5, tau_c=2)
-    assert torch.equal(out, t(1, 2))
-    with pytest.raises(ValueError):
-        predict_weights(t(1, 2), t(1, 2), tau=-1, tau_c=2)
-    with pytest.raises(ValueError):
-        predict_weights(t(1, 2), t(1, 2, 3), tau=1, tau_c=2)
 
 
 def test_consensus_distance_exact() -> None:

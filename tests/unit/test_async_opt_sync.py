@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from async_opt import DiLoCoOuter, MixConfig, StalenessSchedule, allreduce_mean, allreduce_step
+from async_opt import DiLoCoOuter, allreduce_mean, allreduce_step
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -79,16 +79,3 @@ def test_diloco_state_roundtrip_and_validation() -> None:
             DiLoCoOuter(**kwargs)
     with pytest.raises(ValueError):
         a.step(t(1, 1, 1), [t(0, 0)])
-
-
-def test_mix_config() -> None:
-    cfg = MixConfig()
-    sched = cfg.build_staleness()
-    assert isinstance(sched, StalenessSchedule) and sched.gamma == 0.5 and sched.tau_max == 64
-    assert cfg.build_radius().q == 0.5
-    with pytest.raises(ValueError, match="nope"):
-        MixConfig(staleness="nope")
-    with pytest.raises(ValueError):
-        MixConfig(clip_quantile=2.0)
-    with pytest.raises(ValueError):
-        MixConfig(tau_c=-1)

@@ -113,12 +113,12 @@ def test_batched_ring_equals_per_node_peers() -> None:
     nbrs = [{(i - 1) % N_RING: NeighbourCopy(), (i + 1) % N_RING: NeighbourCopy()} for i in range(N_RING)]
     for table in nbrs:
         for copy in table.values():
-            copy.set_snapshot(0, torch.zeros(D_CONS, dtype=F64), step=0, k=0)
+            copy.set_snapshot(0, torch.zeros(D_CONS, dtype=F64), step=0)
     for k in range(1, steps + 1):
         msgs = [pubs[i].publish(xs[i], topk_vec) for i in range(N_RING)]
         for i in range(N_RING):
             for j, copy in nbrs[i].items():
-                assert copy.apply_update(*msgs[j], step=k, k=k)
+                assert copy.apply_update(*msgs[j], step=k)
         xs = [
             mix_step(xs[i], pubs[i].x_hat, [(nbrs[i][(i - 1) % N_RING].x_hat, GAMMA_CHOCO),
                                             (nbrs[i][(i + 1) % N_RING].x_hat, GAMMA_CHOCO)], None)
@@ -271,7 +271,7 @@ def run_attacked_gossip(attack: str | None, clipped: bool) -> float:
     nbrs = [{(i - 1) % N_LS: NeighbourCopy(), (i + 1) % N_LS: NeighbourCopy()} for i in range(N_LS)]
     for table in nbrs:
         for copy in table.values():
-            copy.set_snapshot(0, torch.zeros(D_LS, dtype=F64), step=0, k=0)
+            copy.set_snapshot(0, torch.zeros(D_LS, dtype=F64), step=0)
     radii = [AdaptiveRadius(window=16, q=0.2, min_samples=4) for _ in range(N_LS)]
     for k in range(1, STEPS_ATTACK + 1):
         msgs = []
@@ -283,7 +283,7 @@ def run_attacked_gossip(attack: str | None, clipped: bool) -> float:
             msgs.append((seq, q))
         for i in range(N_LS):
             for j, copy in nbrs[i].items():
-                assert copy.apply_update(*msgs[j], step=k, k=k)
+                assert copy.apply_update(*msgs[j], step=k)
         for i in range(N_LS):
             pulls = [(copy.x_hat, gamma) for copy in nbrs[i].values()]
             rho = radii[i].radius if clipped else None

@@ -1,12 +1,14 @@
-"""GossipNode driven in-process (no sockets): the exact code a real peer and simnet run."""
+"""GossipNode and Mixer driven in-process (no sockets, no threads): the exact code a real peer and simnet run."""
 
 import random
 
 import pytest
 import torch
 
-from peer.gossip.config import GossipConfig
-from peer.gossip.node import GossipNode
+from peer.core.gossip_config import GossipConfig
+from peer.core.mixer import Mixer
+from peer.core.node import GossipNode
+from peer.metrics import Metrics
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from protocol import FrameRefused, Identity
 
@@ -19,6 +21,25 @@ class FakeClock:
         return self.t
 
 
+class Rig:
+    """One peer's core driven by hand: what BoundaryHook and the node worker do, in one thread."""
+
+    def __init__(self, node: GossipNode, clock: FakeClock) -> None:
+        self.node, self.clock, self.mixer = node, clock, Mixer(node.cfg)
+
+    def boundary(self, tr) -> bool:
+        k = tr.step_count
+        self.mixer.observe_boundary(self.clock())
+        view = self.node.view_slot.current
+        if self.mixer.has_news(view):
+            mixed, _ = self.mixer.mix(tr.get_flat_params(), view, k, self.clock())
+            tr.set_flat_params(mixed)
+        due = k % self.node.cfg.gossip_every == 0
+        if due:
+            self.node.publish(tr.get_flat_params(), k, self.clock())
+        return due
+
+
 def make_swarm(n, *, compression="topk:0.1+int8", staleness="constant", clip=True, dim=64, seed=0):
     clock = FakeClock()
     trainers, nodes = [], []
@@ -27,23 +48,24 @@ def make_swarm(n, *, compression="topk:0.1+int8", staleness="constant", clip=Tru
             LeastSquaresConfig(dim=dim, samples_per_shard=128, shard=i, n_shards=n, heterogeneity=1.0, seed=i, lr=0.05)
         )
         cfg = GossipConfig(swarm="test", gossip_every=2, compression=compression, staleness=staleness, clip=clip)
-        node = GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), tr.param_spec(), tr.get_flat_params(), clock=clock)
+        node = GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), tr.param_spec(), tr.get_flat_params(),
+                          now=clock(), metrics=Metrics())
         trainers.append(tr)
-        nodes.append(node)
+        nodes.append(Rig(node, clock))
     return clock, trainers, nodes
 
 
 def run_swarm(clock, trainers, nodes, steps, gossip=True, seed=0):
     rng = random.Random(seed)
     for _ in range(steps):
-        for i, (tr, node) in enumerate(zip(trainers, nodes)):
+        for i, (tr, rig) in enumerate(zip(trainers, nodes)):
             tr.step()
             clock.t += 0.01
-            if node.on_step_boundary(tr) and gossip:
-                j = rng.choice([k for k in range(len(nodes)) if k != i])
-                peer_key = nodes[j].identity.public_key if nodes[j].identity.public_key in node.neighbours else None
-                reply, _ = nodes[j].handle_request(node.build_request(peer_key))
-                node.handle_response(reply)
+            if rig.boundary(tr) and gossip:
+                node, other = rig.node, nodes[rng.choice([k for k in range(len(nodes)) if k != i])].node
+                peer_key = other.identity.public_key if other.identity.public_key in node.neighbours else None
+                reply, _ = other.handle_request(node.build_request(peer_key, clock()), clock())
+                node.handle_response(reply, clock())
 
 
 def global_loss(trainers, w):
@@ -77,68 +99,68 @@ def test_gossip_reaches_consensus_and_beats_training_alone():
 
 
 def test_snapshot_for_new_pair_then_only_updates():
-    clock, trainers, nodes = make_swarm(2)
-    a, b = nodes
+    clock, trainers, rigs = make_swarm(2)
+    a, b = (r.node for r in rigs)
     for tr in trainers:
         tr.step()
-    a.on_step_boundary(trainers[0])
-    b.on_step_boundary(trainers[1])
+    rigs[0].boundary(trainers[0])
+    rigs[1].boundary(trainers[1])
     trainers[0].step(), trainers[1].step()
-    assert a.on_step_boundary(trainers[0])  # step 2: publishes seq 1
-    reply, result = b.handle_request(a.build_request(None))
+    assert rigs[0].boundary(trainers[0])  # step 2: publishes seq 1
+    reply, result = b.handle_request(a.build_request(None, clock()), clock())
     assert result.sender == a.identity.public_key
     assert a.metrics.get("snapshots_sent_total") == 1
-    a.handle_response(reply)
+    a.handle_response(reply, clock())
     held = b.neighbours[a.identity.public_key].copy
     assert torch.equal(held.x_hat, a.public.x_hat) and held.seq == 1
     # next round: b has a's seq 1, so a sends only the new update
     for _ in range(2):
         trainers[0].step()
-        a.on_step_boundary(trainers[0])
-    b.handle_request(a.build_request(b.identity.public_key))
+        rigs[0].boundary(trainers[0])
+    b.handle_request(a.build_request(b.identity.public_key, clock()), clock())
     assert a.metrics.get("snapshots_sent_total") == 1
     assert b.metrics.get("updates_applied_total") == 1
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, a.public.x_hat)
 
 
 def test_foreign_swarm_and_tampered_bodies_are_refused():
-    clock, trainers, nodes = make_swarm(2)
-    a, b = nodes
+    clock, trainers, rigs = make_swarm(2)
+    a, b = (r.node for r in rigs)
     other_clock, other_trainers, _ = make_swarm(1)
     stranger = GossipNode(
         GossipConfig(swarm="elsewhere"), Identity.generate(b"\x09" * 32), other_trainers[0].param_spec(),
-        other_trainers[0].get_flat_params(), clock=clock,
+        other_trainers[0].get_flat_params(), now=clock(), metrics=Metrics(),
     )
     with pytest.raises(FrameRefused) as err:
-        b.handle_request(stranger.build_request(None))
+        b.handle_request(stranger.build_request(None, clock()), clock())
     assert err.value.reason.value == "wrong_swarm"
     with pytest.raises(FrameRefused):
-        b.handle_request(b"garbage")
-    body = bytearray(a.build_request(None))
+        b.handle_request(b"garbage", clock())
+    body = bytearray(a.build_request(None, clock()))
     body[40] ^= 0xFF  # inside the control frame
     with pytest.raises(FrameRefused):
-        b.handle_request(bytes(body))
+        b.handle_request(bytes(body), clock())
     assert not b.neighbours  # nothing was learned from refused bodies
-    body = bytearray(a.build_request(None))
+    body = bytearray(a.build_request(None, clock()))
     body[-5] ^= 0xFF  # inside the snapshot's signature: that frame alone is refused and counted
-    b.handle_request(bytes(body))
+    b.handle_request(bytes(body), clock())
     assert b.metrics.get("frames_refused_total", reason="bad_signature") == 1
     assert b.neighbours[a.identity.public_key].copy.x_hat is None
 
 
 def test_a_restarted_peer_is_taken_afresh_and_its_old_run_is_refused():
-    clock, trainers, nodes = make_swarm(2)
-    a, b = nodes
-    old_request = a.build_request(None)
-    b.handle_request(old_request)
+    clock, trainers, rigs = make_swarm(2)
+    a, b = (r.node for r in rigs)
+    old_request = a.build_request(None, clock())
+    b.handle_request(old_request, clock())
     held = b.neighbours[a.identity.public_key]
     assert held.copy.x_hat is not None
     clock.t += 10  # same key, later start: a new epoch
-    restarted = GossipNode(a.cfg, a.identity, trainers[0].param_spec(), trainers[0].get_flat_params() + 1.0, clock=clock)
+    restarted = GossipNode(a.cfg, a.identity, trainers[0].param_spec(), trainers[0].get_flat_params() + 1.0, now=clock())
     assert restarted.epoch > a.epoch
-    b.handle_request(restarted.build_request(None))
+    b.handle_request(restarted.build_request(None, clock()), clock())
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)
     with pytest.raises(FrameRefused) as err:  # the replay window or the epoch check stops it
-        b.handle_request(a.build_request(b.identity.public_key))
+        b.handle_request(a.build_request(b.identity.public_key, clock()), clock())
     assert err.value.reason.value in ("replayed_seq", "bad_header")
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)

@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from peer.discovery import PeerInfo
-from peer.neighbours import NeighbourConfig, NeighbourTable
+from peer.core.table import NeighbourConfig, NeighbourTable
 
 SELF_ID = "f" * 64
 

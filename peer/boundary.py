@@ -1,0 +1,84 @@
+"""The step boundary, shared by both drivers: where training meets gossip.
+
+A real peer runs `BoundaryHook` on its training thread after every local step; simnet runs
+the same object on its event loop after every simulated step. It mixes news from the
+newest immutable view of the neighbour copies (`peer.core.mixer.Mixer`), hands a copy of
+the parameters to `PendingPublish` when a publish is due, and tells the session. See
+docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import torch
+
+from peer.core.mixer import Mixer
+from peer.core.view import ViewSlot
+from peer.metrics import Metrics
+from peer.trainer import StepStats, Trainer
+
+
+class PendingPublish:
+    """The newest parameter copy waiting to be published (newest wins).
+
+    C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
+    the newest is kept. The lock guards two reference swaps, never any work.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._item: tuple[torch.Tensor, int] | None = None
+
+    def put(self, x: torch.Tensor, step: int) -> None:
+        """Training thread: hand over a copy taken at a step boundary."""
+        with self._lock:
+            self._item = (x, step)
+
+    def take(self) -> tuple[torch.Tensor, int] | None:
+        """Worker: the newest copy, or None when it was already taken."""
+        with self._lock:
+            item, self._item = self._item, None
+        return item
+
+
+class BoundaryHook:
+    """The training thread's step-boundary work: mix from the view, hand over a publish copy.
+
+    Called on the training thread only. It reads the node's `view_slot` (immutable views)
+    and writes `pending` (a reference swap under a lock that guards nothing else): neither
+    can block behind node work. `notify(step, publish_due)` tells the driver's session.
+    """
+
+    def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
+                 notify: Callable[[int, bool], None], metrics: Metrics, gossip_every: int,
+                 clock: Callable[[], float]) -> None:
+        self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
+        self.metrics, self.gossip_every, self.clock = metrics, gossip_every, clock
+        self.last_mixed = 0
+        """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
+
+    def __call__(self, trainer: Trainer, stats: StepStats) -> None:
+        self.metrics.set("steps", stats.step, help="local training steps")
+        self.metrics.set("loss", stats.loss, help="training loss of the last step")
+        self.metrics.inc("samples_total", stats.samples, help="training examples consumed")
+        k = trainer.step_count
+        now = self.clock()
+        self.mixer.observe_boundary(now)
+        view = self.view_slot.current
+        self.last_mixed = 0
+        if self.mixer.has_news(view):
+            mixed, report = self.mixer.mix(trainer.get_flat_params(), view, k, now)
+            if report.mixed:
+                self.last_mixed = report.mixed
+                trainer.set_flat_params(mixed)
+                self.metrics.inc("mixes_total", report.mixed, help="neighbour copies mixed into the parameters")
+                for tau in report.staleness_steps:
+                    self.metrics.observe("mixed_staleness_steps", tau)
+                for key, distance in report.distances.items():
+                    self.metrics.set("neighbour_distance", distance, peer=key.hex()[:16])
+        due = k % self.gossip_every == 0
+        if due:  # a copy: the worker compresses it while training goes on
+            self.pending.put(trainer.get_flat_params(), stats.step)
+        self.notify(stats.step, due)

@@ -1,0 +1,73 @@
+"""The timeouts and cadences of a peer's session: one place for every one of them.
+
+Both drivers (the asyncio/aiohttp one of a real peer and simnet's virtual-clock one) read
+these values from here and nowhere else, so a simulated peer waits, retries and gives up
+exactly as a real one does. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class SessionConfig:
+    """Decisions of `peer.core.session.Session` that involve time or counts."""
+
+    request_timeout_s: float = 30.0
+    """A request (exchange, hello, state) not answered within this fails. Long enough for a
+    full fp32 snapshot of the 100m preset over a 100 Mb/s link (~35 MB, ~3 s) with margin."""
+    connect_timeout_s: float = 5.0
+    """Of `request_timeout_s`, how long a TCP connect may take (a dead host fails fast)."""
+    max_in_flight: int = 2
+    """Exchanges running at once, each with a different neighbour: one neighbour that stopped
+    answering then holds one slot until its timeout, not the whole peer."""
+    max_partners: int = 8
+    """Neighbours this peer starts exchanges with (kept while they answer). Others may still
+    exchange with us; bounding our own choices keeps the neighbour copies we hold stable
+    instead of paying a full snapshot for every new pair."""
+    hello_every_s: float = 5.0
+    """Mean seconds between peer-exchange rounds (GET /v1/hello to a random known peer),
+    jittered uniformly in [0.5, 1.5]× so peers do not synchronise."""
+    hello_sample: int = 16
+    """Peers we name in our own hello (only ones that answered us)."""
+    evict_every_s: float = 1.0
+    """Seconds between judging the neighbour table (failures, silence)."""
+    max_failures: int = 3
+    """Consecutive failed requests after which a peer is dead."""
+    silence_timeout_s: float = 120.0
+    """Seconds without a successful request after which a peer is dead."""
+    max_peers: int = 64
+    """Entries in the neighbour table."""
+    bootstrap_retry_min_s: float = 5.0
+    """First wait before re-dialling a dead `--peer` address; doubles after each failure."""
+    bootstrap_retry_max_s: float = 300.0
+    """Longest wait between re-dials of a dead `--peer` address."""
+    join: bool = True
+    """At start, ask the known peers for their step and adopt the state of one further along."""
+    join_wait_s: float = 2.0
+    """How long joining waits for a first known peer (mDNS, `--peer`) before training alone."""
+    join_timeout_s: float = 20.0
+    """How long joining keeps asking known peers when none has answered yet."""
+
+    def __post_init__(self) -> None:
+        positive = {
+            "request_timeout_s": self.request_timeout_s, "connect_timeout_s": self.connect_timeout_s,
+            "hello_every_s": self.hello_every_s, "evict_every_s": self.evict_every_s,
+            "silence_timeout_s": self.silence_timeout_s, "bootstrap_retry_min_s": self.bootstrap_retry_min_s,
+        }
+        for name, value in positive.items():
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("max_in_flight", "max_partners", "max_failures", "max_peers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.hello_sample < 0:
+            raise ValueError(f"hello_sample must be >= 0, got {self.hello_sample!r}")
+        if self.bootstrap_retry_max_s < self.bootstrap_retry_min_s:
+            raise ValueError("bootstrap_retry_max_s must be >= bootstrap_retry_min_s")
+        for name in ("join_wait_s", "join_timeout_s"):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        self.connect_timeout_s = min(self.connect_timeout_s, self.request_timeout_s)

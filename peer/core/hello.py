@@ -1,0 +1,53 @@
+"""GET /v1/hello frames: a peer's signed identity, step, listen address and known peers.
+
+Pure functions: signing and verifying a hello is small, constant work (no tensors), so a
+driver may do it wherever it is cheapest. The sequence number comes from the caller
+(`Session.next_hello_seq`), so hellos of one run increase strictly and pass the
+receiver's replay window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from peer.core.addresses import PeerInfo
+from protocol import FrameKind, FrameRefused, Identity, Limits, RefusalReason, VerifyPolicy, decode_frame
+from protocol.messages import make_control_frame
+
+MAX_HELLO_PEERS = 64
+"""Entries read from another peer's hello; the rest are ignored."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A verified hello: who signed it and what it claims."""
+
+    peer_id: str
+    step: int
+    listen: str
+    peers: tuple[PeerInfo, ...]
+
+
+def make_hello(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int, now: float,
+               listen: str, peers: list[PeerInfo], limits: Limits) -> bytes:
+    """Sign our hello naming `peers` (each as {"id", "address"})."""
+    entries = [{"id": p.peer_id, "address": p.address} for p in peers]
+    return make_control_frame(identity, kind=FrameKind.HELLO, swarm=swarm, fingerprint=fingerprint, seq=seq,
+                              step=step, timestamp=now, extra={"listen": listen, "peers": entries}, limits=limits)
+
+
+def read_hello(data: bytes, policy: VerifyPolicy, now: float) -> Hello:
+    """Verify a hello; malformed peer entries are skipped, not fatal (they are only hints)."""
+    frame = decode_frame(data, policy, now=now)
+    h = frame.header
+    if h.kind != FrameKind.HELLO:
+        raise FrameRefused(RefusalReason.BAD_HEADER, f"expected a hello frame, got {h.kind.value}")
+    peers = []
+    raw = h.extra.get("peers", [])
+    for entry in raw[:MAX_HELLO_PEERS] if isinstance(raw, list) else []:
+        try:
+            peers.append(PeerInfo(peer_id=entry.get("id", ""), address=entry["address"], source="exchange"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    listen = h.extra.get("listen", "")
+    return Hello(h.sender.hex(), h.step, listen if isinstance(listen, str) else "", tuple(peers))

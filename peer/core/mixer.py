@@ -1,0 +1,91 @@
+"""The training thread's half of gossip: mix news into the parameters at a step boundary.
+
+Owned by the training thread alone. It reads an immutable `MixView` (see `peer.core.view`),
+so it never waits for the node worker, which may be compressing, signing or decoding at
+the same moment. What it keeps (the step-time estimate, the clipping radius, which copy
+versions it has mixed) is touched by no other thread.
+
+The step is CHOCO-SGD's consensus step on public copies (Koloskova et al. 2019) with
+PipeMare-annealed staleness weights (Yang et al. 2021) and ClippedGossip's self-centred
+clipping (He, Karimireddy & Jaggi 2022): x += Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from async_opt import AdaptiveRadius, mix_step, parse_staleness
+from peer.core.gossip_config import GossipConfig
+from peer.core.view import MixView
+
+
+@dataclass
+class MixReport:
+    """What one mix did, for metrics (the caller records them; the mixer has no sinks)."""
+
+    mixed: int = 0
+    staleness_steps: list[float] = field(default_factory=list)
+    distances: dict[bytes, float] = field(default_factory=dict)
+
+
+class Mixer:
+    """Decides λ_j for every neighbour copy with news and applies the mixing step."""
+
+    def __init__(self, cfg: GossipConfig) -> None:
+        self.cfg = cfg
+        self.schedule = parse_staleness(cfg.resolved_staleness)
+        self.radius = AdaptiveRadius(window=cfg.clip_window, q=cfg.clip_quantile, multiplier=cfg.clip_multiplier)
+        self.step_seconds = 0.0
+        """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
+        self._last_boundary: float | None = None
+        self._mixed_version: dict[bytes, int] = {}
+
+    def observe_boundary(self, now: float) -> None:
+        """Record that a step ended at `now` (feeds the step-time estimate)."""
+        if self._last_boundary is not None:
+            dt = now - self._last_boundary
+            self.step_seconds = dt if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * dt
+        self._last_boundary = now
+
+    def has_news(self, view: MixView) -> bool:
+        """Whether `view` holds a copy version not mixed yet (cheap: no tensor work)."""
+        return any(self._mixed_version.get(c.key) != c.version for c in view.copies)
+
+    def staleness_steps(self, published_at: float, now: float) -> float:
+        """Our local steps since the copy was published, as PipeMare measures delay.
+
+        A fast peer therefore discounts a slow link more than a slow peer does. Before the
+        step time is known it is 0.
+        """
+        if self.step_seconds <= 0:
+            return 0.0
+        return max(0.0, now - published_at) / self.step_seconds
+
+    def mix(self, x: torch.Tensor, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
+        """Return the mixed parameters (a new tensor; `x` is not modified) and what was done."""
+        report = MixReport()
+        pairs = []
+        live = set()
+        for c in view.copies:
+            live.add(c.key)
+            if self._mixed_version.get(c.key) == c.version:
+                continue
+            self._mixed_version[c.key] = c.version
+            tau = self.staleness_steps(c.published_at, now)
+            lam = self.schedule.lam(tau, max(k, 0))
+            distance = float(torch.linalg.vector_norm((c.x_hat - view.public).double()))
+            if math.isfinite(distance):
+                self.radius.observe(distance)
+            report.staleness_steps.append(tau)
+            report.distances[c.key] = distance
+            pairs.append((c.x_hat, lam))
+        for key in [key for key in self._mixed_version if key not in live]:
+            del self._mixed_version[key]  # forgotten neighbours: keep this map bounded
+        if not pairs:
+            return x, report
+        rho = self.radius.radius if self.cfg.clip else None
+        report.mixed = len(pairs)
+        return mix_step(x, view.public, pairs, rho), report

@@ -1,0 +1,324 @@
+"""Every decision a peer makes about the network, as a sans-IO state machine.
+
+`Session` is fed events, each with an explicit `now` (seconds on a monotonic clock of the
+driver's choosing), and returns `peer.core.actions` for the driver to perform. It holds
+no sockets, tasks, threads or clocks, so the asyncio/aiohttp driver of a real peer and
+simnet's virtual-clock driver run the very same decisions, and a unit test can script
+them. The shape follows h11 (`Connection.send(event) -> bytes`) and python-zeroconf
+(decide in pure code, then the caller sends). Owned by one thread: the driver's.
+
+Decisions made here: when to publish and with whom to exchange (a sticky set of verified
+partners, at most `max_in_flight` at once, never two with one neighbour); when to say
+hello (a jittered cadence; each hello is also peer exchange) and which heard-of addresses
+to verify by dialling them; when a peer is dead and evicted; when a dead `--peer` address
+is dialled again (exponential backoff); how to join a running swarm (ask every known
+peer for its step, fetch the state of the furthest along, fall back to the next one,
+adopt only a state further along than ours); what a failed publish means (logged,
+counted, survived). See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from peer.core.actions import (
+    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+)
+from peer.core.addresses import PeerInfo
+from peer.core.config import SessionConfig
+from peer.core.hello import Hello
+from peer.core.table import NeighbourConfig, NeighbourTable
+
+JOIN_MAX_ASKED = 8
+"""Known peers asked for their step when joining (each costs one small hello)."""
+
+
+JOIN_RETRY_S = 1.0
+"""While joining and nobody answered yet, known peers are asked again after this long."""
+
+
+@dataclass
+class _Join:
+    phase: str  # "waiting" (for a peer to ask) | "asking" | "fetching" | "done"
+    wait_until: float  # give up when no peer is known by then
+    give_up_at: float  # give up when no known peer has answered by then
+    ask_at: float = 0.0  # when to ask the known peers (again)
+    asked: dict[int, str] = field(default_factory=dict)  # hello token -> address
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (step, address)
+    fetching: int = 0  # token of the state request in flight
+
+
+@dataclass
+class _Retry:
+    next_at: float
+    wait: float
+
+
+class Session:
+    """See the module docstring. Public attributes are read-only for drivers."""
+
+    def __init__(self, cfg: SessionConfig, *, peer_id: str, rng: random.Random) -> None:
+        self.cfg = cfg
+        self.peer_id = peer_id
+        self.rng = rng
+        self.table = NeighbourTable(NeighbourConfig(
+            max_peers=cfg.max_peers, max_failures=cfg.max_failures, timeout_s=cfg.silence_timeout_s,
+            self_peer_id=peer_id,
+        ))
+        self.listen = ""
+        self.step = 0
+        self.partners: list[str] = []
+        self.in_flight: dict[int, str] = {}  # exchange token -> address
+        self._requests: dict[int, tuple[str, str]] = {}  # hello/state token -> (kind, address)
+        self._dialling: dict[str, float] = {}  # address -> when we last dialled it to verify it
+        self._retry: dict[str, _Retry] = {}  # dead bootstrap address -> when to dial it again
+        self._token = 0
+        self._hello_seq = 0
+        self._next_hello = 0.0
+        self._next_evict = 0.0
+        self._join: _Join | None = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def accepting(self) -> bool:
+        """Whether inbound exchanges are served (not while joining: our state is about to change)."""
+        return self._join is None or self._join.phase == "done"
+
+    def next_hello_seq(self) -> int:
+        """Sequence number for our next signed hello (strictly increasing, across restarts too)."""
+        self._hello_seq += 1
+        return self._hello_seq
+
+    def hello_sample(self) -> list[PeerInfo]:
+        """Peers to name in our hello: only ones that answered us (one bad address is not spread)."""
+        return self.table.sample_for_exchange(self.rng, self.cfg.hello_sample)
+
+    def next_deadline(self) -> float:
+        """When `tick` next has something to do."""
+        times = [self._next_hello, self._next_evict] + [r.next_at for r in self._retry.values()]
+        if self._join is not None and self._join.phase == "waiting":
+            times.append(max(self._join.ask_at, min(self._join.wait_until, self._join.give_up_at)))
+        return min(times)
+
+    # ------------------------------------------------------------------ events
+    def start(self, now: float, *, listen: str, bootstrap: list[str], step: int, hello_seq_base: int) -> list[Action]:
+        """Our server is up at `listen`; `bootstrap` are the `--peer` addresses."""
+        self.listen, self.step = listen, step
+        self._hello_seq = hello_seq_base
+        self.table = NeighbourTable(NeighbourConfig(
+            max_peers=self.cfg.max_peers, max_failures=self.cfg.max_failures, timeout_s=self.cfg.silence_timeout_s,
+            self_peer_id=self.peer_id, self_addresses=(listen,) if listen else (),
+        ))
+        self._next_hello = now + self._hello_wait()
+        self._next_evict = now + self.cfg.evict_every_s
+        out: list[Action] = []
+        for address in dict.fromkeys(bootstrap):
+            out += self.found(PeerInfo(peer_id="", address=address, source="static"), now)
+        if self.cfg.join:  # after every bootstrap address is known, so that all of them are asked
+            self._join = _Join("waiting", now + self.cfg.join_wait_s, now + self.cfg.join_timeout_s, now)
+            out += self._join_progress(now)
+        return out
+
+    def found(self, info: PeerInfo, now: float) -> list[Action]:
+        """A discovery source (mDNS, `--peer`, a neighbour's hello) named a peer."""
+        if info.address == self.listen or info.peer_id == self.peer_id:
+            return []
+        out: list[Action] = []
+        if self.table.add(info, now):
+            out.append(Log(f"found peer {info.address} via {info.source}"))
+        out += self._verify(now)
+        if self._join is not None and self._join.phase == "waiting":
+            out += self._join_progress(now)
+        return out
+
+    def inbound_exchange(self, listen: str, peer_id: str, now: float) -> list[Action]:
+        """A peer exchanged with us and says it listens at `listen`: a candidate until we dial it."""
+        if not listen:
+            return []
+        try:
+            info = PeerInfo(peer_id=peer_id, address=listen, source="exchange")
+        except ValueError:
+            return [Count("inbound_bad_listen_total")]
+        return self.found(info, now)
+
+    def step_boundary(self, step: int, publish_due: bool, now: float) -> list[Action]:
+        """The training thread finished `step`; when a publish is due, publish and exchange."""
+        self.step = step
+        if not publish_due:
+            return []
+        out: list[Action] = [Publish()]
+        if len(self.in_flight) < self.cfg.max_in_flight and self.accepting:
+            address = self._choose_partner()
+            if address is not None:
+                info = self.table.get(address)
+                token = self._new_token()
+                self.in_flight[token] = address
+                out.append(Exchange(token, address, info.peer_id if info else ""))
+        return out
+
+    def publish_done(self, step: int, now: float, error: str | None = None) -> list[Action]:
+        """The node published (or refused to: e.g. non-finite parameters). A failure is survived."""
+        if error is None:
+            return []
+        return [Count("publish_failures_total"), Log(f"could not publish an update at step {step}: {error}", "error")]
+
+    def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
+                      error: str | None = None) -> list[Action]:
+        """An exchange we started ended: `error` is None on a verified reply."""
+        address = self.in_flight.pop(token, None)
+        if address is None:
+            return []
+        if error is not None:
+            return self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
+        self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
+        return [Count("exchanges_ok_total")]
+
+    def hello_done(self, token: int, now: float, hello: Hello | None = None, error: str | None = None) -> list[Action]:
+        """A hello we asked for arrived verified (`hello`), or failed (`error`)."""
+        kind, address = self._requests.pop(token, ("", ""))
+        if kind != "hello":
+            return []
+        self._dialling.pop(address, None)
+        out: list[Action] = []
+        if hello is None:
+            out += self._failed(address, now, f"hello to {address} failed: {error}", "hello_failures_total")
+        elif self.table.mark_success(address, now, peer_id=hello.peer_id):
+            self._retry.pop(address, None)
+            for info in hello.peers:
+                out += self.found(info, now)
+        if self._join is not None and token in self._join.asked:
+            del self._join.asked[token]
+            if hello is not None:
+                self._join.answers.append((hello.step, address))
+            out += self._join_progress(now)
+        return out
+
+    def state_done(self, token: int, now: float, step: int | None = None, error: str | None = None) -> list[Action]:
+        """The state fetched under `token` verified (its claimed `step`), or failed."""
+        kind, address = self._requests.pop(token, ("", ""))
+        if kind != "state" or self._join is None or self._join.fetching != token:
+            return []
+        self._join.fetching = 0
+        if error is None and step is not None and step > self.step:
+            self._join.phase = "done"
+            self.step = step
+            return [Adopt(token, address, step), JoinDone(address), Count("joins_total"),
+                    Log(f"joined: adopted the state of {address} (its step {step})")]
+        why = error if error is not None else f"its step {step} is not ahead of ours ({self.step})"
+        return [Log(f"could not join from {address}: {why}")] + self._join_progress(now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Timers: eviction, hello cadence, bootstrap retries, the join deadline."""
+        out: list[Action] = []
+        if now >= self._next_evict:
+            self._next_evict = now + self.cfg.evict_every_s
+            for info in self.table.evict_dead(now):
+                out += [Count("evictions_total"), Log(f"evicted peer {info.address} (unreachable)"),
+                        Forget(info.peer_id, info.address)]
+            self._schedule_retries(now)
+        if now >= self._next_hello:
+            self._next_hello = now + self._hello_wait()
+            live = [p for p in self.table.live() if p.address not in self._dialling]
+            if live:
+                out.append(self._hello(self.rng.choice(live).address, now))
+        for address, retry in list(self._retry.items()):
+            if now >= retry.next_at and address not in self._dialling:
+                retry.wait = min(2 * retry.wait, self.cfg.bootstrap_retry_max_s)
+                retry.next_at = now + retry.wait
+                out += [Count("bootstrap_retries_total"), self._hello(address, now)]
+        out += self._verify(now)
+        if self._join is not None and self._join.phase == "waiting":
+            out += self._join_progress(now)
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _new_token(self) -> int:
+        self._token += 1
+        return self._token
+
+    def _hello_wait(self) -> float:
+        return self.cfg.hello_every_s * (0.5 + self.rng.random())
+
+    def _hello(self, address: str, now: float) -> SendHello:
+        token = self._new_token()
+        self._requests[token] = ("hello", address)
+        self._dialling[address] = now
+        return SendHello(token, address)
+
+    def _failed(self, address: str, now: float, message: str, counter: str) -> list[Action]:
+        self.table.mark_failure(address, now)
+        return [Count(counter), Log(message, "debug")]
+
+    def _verify(self, now: float) -> list[Action]:
+        """Dial heard-of peers that never answered us, at most once per hello period each."""
+        out: list[Action] = []
+        for info in self.table.live():
+            health = self.table.health(info.address)
+            if health is None or health.last_success is not None or info.address in self._dialling:
+                continue
+            out.append(self._hello(info.address, now))
+        return out
+
+    def _schedule_retries(self, now: float) -> None:
+        for info in self.table.static_peers():
+            health = self.table.health(info.address)
+            if health is not None and health.dead:
+                self._retry.setdefault(info.address, _Retry(now + self.cfg.bootstrap_retry_min_s,
+                                                            self.cfg.bootstrap_retry_min_s))
+            else:
+                self._retry.pop(info.address, None)
+
+    def _choose_partner(self) -> str | None:
+        """A verified, live partner not already in an exchange; partners are sticky."""
+        verified = {p.address for p in self.table.live()
+                    if (h := self.table.health(p.address)) is not None and h.last_success is not None}
+        self.partners = [a for a in self.partners if a in verified]
+        spare = sorted(verified - set(self.partners))
+        while len(self.partners) < self.cfg.max_partners and spare:
+            self.partners.append(spare.pop(self.rng.randrange(len(spare))))
+        busy = set(self.in_flight.values())
+        free = [a for a in self.partners if a not in busy]
+        return self.rng.choice(free) if free else None
+
+    def _join_progress(self, now: float) -> list[Action]:
+        join = self._join
+        assert join is not None
+        if join.phase == "waiting":
+            live = self.table.live()
+            if not live and now >= join.wait_until or live and now >= join.give_up_at:
+                join.phase = "done"
+                why = "no peer answered" if live else "no peer found"
+                return [JoinDone(None), Count("joins_alone_total"),
+                        Log(f"joining: {why}; training from our own weights")]
+            if not live or now < join.ask_at:
+                return []
+            join.phase = "asking"
+            out: list[Action] = []
+            pending = {address: token for token, (kind, address) in self._requests.items() if kind == "hello"}
+            for info in live[:JOIN_MAX_ASKED]:
+                if info.address in pending:  # already dialled to verify it: its answer will do
+                    join.asked[pending[info.address]] = info.address
+                    continue
+                hello = self._hello(info.address, now)
+                join.asked[hello.token] = info.address
+                out.append(hello)
+            return out
+        if join.phase == "asking" and join.asked:
+            return []
+        if join.phase == "asking" and not join.answers:  # nobody answered: ask again shortly
+            join.phase, join.ask_at = "waiting", now + JOIN_RETRY_S
+            return self._join_progress(now)
+        if join.phase in ("asking", "fetching") and join.fetching == 0:
+            ahead = sorted((a for a in join.answers if a[0] > self.step), key=lambda a: (-a[0], a[1]))
+            join.answers = ahead[1:]
+            if not ahead:
+                join.phase = "done"
+                return [JoinDone(None), Count("joins_alone_total"),
+                        Log("joining: no peer is further along; training from our own weights")]
+            join.phase = "fetching"
+            token = self._new_token()
+            self._requests[token] = ("state", ahead[0][1])
+            join.fetching = token
+            return [FetchState(token, ahead[0][1])]
+        return []

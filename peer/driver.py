@@ -1,0 +1,288 @@
+"""The asyncio/aiohttp driver of a real peer: performs what the `Session` decides.
+
+It decides nothing. Events (a step boundary, a discovery, a reply, a timeout, a tick) go
+to `peer.core.session.Session`; the actions it returns are performed here, with every
+piece of node work sent to the `NodeWorker` thread. It runs on the event-loop thread;
+only `notify_boundary` may be called from another thread. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import random
+import socket
+import threading
+import time
+from typing import Any, Callable, Coroutine
+
+import aiohttp
+import torch
+from aiohttp import web
+
+from peer.core.actions import (
+    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+)
+from peer.core.addresses import PeerInfo, format_address, parse_address
+from peer.core.config import SessionConfig
+from peer.core.hello import make_hello, read_hello
+from peer.core.session import Session
+from peer.http_app import build_app
+from peer.http_io import BodyTooLarge, read_capped
+from peer.metrics import Metrics
+from peer.net_config import NetConfig
+from peer.node_worker import NodeWorker
+from protocol import FrameRefused
+
+log = logging.getLogger(__name__)
+HELLO_MAX_BYTES = 64 * 1024
+"""A hello is a few hundred bytes plus at most 64 peer entries: anything larger is refused unread."""
+
+
+def lan_ip() -> str:
+    """This machine's outward-facing IP (no packet is sent: a UDP connect only picks a route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+        return True
+    except ValueError:
+        return False
+
+
+class AsyncDriver:
+    """Owns the session, the HTTP server and client, discovery and the timer."""
+
+    def __init__(self, worker: NodeWorker, session_cfg: SessionConfig, net_cfg: NetConfig, metrics: Metrics,
+                 emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor], None]) -> None:
+        self.worker, self.node = worker, worker.node
+        self.net_cfg, self.metrics, self.emit, self.on_adopt = net_cfg, metrics, emit, on_adopt
+        self.session = Session(session_cfg, peer_id=self.node.peer_id, rng=random.Random(net_cfg.seed))
+        self.joined = threading.Event()
+        """Set once joining is over (at once when not joining); the training thread waits on it."""
+        self.trace: list[Action] | None = None
+        """When a list, every dispatched action is appended (tests compare drivers with it)."""
+        self.address = ""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self._discoveries: list[Any] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._fetched: dict[int, torch.Tensor] = {}
+        self._adopting: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._timer_due = 0.0
+
+    # ------------------------------------------------------------------ clocks
+    @staticmethod
+    def mono() -> float:
+        """The session's clock."""
+        return time.monotonic()
+
+    @staticmethod
+    def wall() -> float:
+        """The node's clock (frame timestamps are compared across machines)."""
+        return time.time()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def async_start(self) -> str:
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        host, port = parse_address(self.net_cfg.listen, listener=True)
+        self._runner = web.AppRunner(build_app(self), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        advertise = self.net_cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)
+        self.address = format_address(advertise, bound_port)
+        self.node.listen = self.address
+        cfg = self.session.cfg
+        self._client = aiohttp.ClientSession(
+            auto_decompress=False,  # a compressed body could expand past every limit before we look
+            timeout=aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s),
+        )
+        if self.net_cfg.mdns:
+            from peer.mdns import MdnsConfig, MdnsDiscovery
+
+            self._discoveries.append(MdnsDiscovery(
+                MdnsConfig(
+                    peer_id=self.node.peer_id, swarm=self.node.cfg.swarm, fingerprint=self.node.fingerprint,
+                    port=bound_port, interfaces=self.net_cfg.mdns_interfaces,
+                    advertise_ips=[advertise] if _is_ipv4(advertise) and advertise != "0.0.0.0" else None,
+                ),
+                on_found=self.on_found, on_lost=lambda info: None,  # goodbyes are hints; failures decide
+            ))
+        self.dispatch(self.session.start(
+            self.mono(), listen=self.address, bootstrap=list(self.net_cfg.peers), step=0,
+            hello_seq_base=int(self.wall() * 1e6),
+        ))
+        if self.session.accepting:
+            self.joined.set()
+        for d in self._discoveries:
+            await d.async_start()
+        self._spawn(self._timer())
+        return self.address
+
+    async def async_stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for d in self._discoveries:
+            await d.async_stop()
+        if self._client is not None:
+            await self._client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ events in
+    def notify_boundary(self, step: int, publish_due: bool) -> None:
+        """Thread-safe (the training thread calls it): a step ended."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.on_boundary, step, publish_due)
+
+    def on_boundary(self, step: int, publish_due: bool) -> None:
+        self.dispatch(self.session.step_boundary(step, publish_due, self.mono()))
+
+    def on_found(self, info: PeerInfo) -> None:
+        self.dispatch(self.session.found(info, self.mono()))
+
+    def on_tick(self) -> None:
+        self.dispatch(self.session.tick(self.mono()))
+
+    async def _timer(self) -> None:
+        """Sleep until the session's next deadline (or an earlier one appears), then tick."""
+        assert self._wake is not None
+        while True:
+            self._timer_due = min(self.session.next_deadline(), self.mono() + 1.0)
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, self._timer_due - self.mono()))
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            self.on_tick()
+
+    # ------------------------------------------------------------------ actions out
+    def dispatch(self, actions: list[Action]) -> None:
+        for action in actions:
+            if self.trace is not None:
+                self.trace.append(action)
+            if isinstance(action, Publish):
+                self._spawn(self._publish())
+            elif isinstance(action, Exchange):
+                self._spawn(self._exchange(action))
+            elif isinstance(action, SendHello):
+                self._spawn(self._hello(action))
+            elif isinstance(action, FetchState):
+                self._spawn(self._fetch_state(action))
+            elif isinstance(action, Adopt):
+                self._adopting = self._spawn(self._adopt(action))
+            elif isinstance(action, JoinDone):
+                self._spawn(self._join_done())
+            elif isinstance(action, Forget):
+                if action.peer_id:
+                    self._spawn(self.worker.call(self.node.forget, bytes.fromhex(action.peer_id)))
+                    self.metrics.forget(peer=action.peer_id[:16])
+            elif isinstance(action, Log):
+                (self.emit if action.level == "info" else getattr(log, action.level, log.info))(action.message)
+            elif isinstance(action, Count):
+                self.metrics.inc(action.name, action.value, **dict(action.labels))
+        if self._wake is not None and self.session.next_deadline() < self._timer_due:
+            self._wake.set()  # a deadline moved earlier than the timer's sleep
+
+    async def _publish(self) -> None:
+        result = await self.worker.call(self.worker.publish_pending)
+        if result is not None:
+            step, error = result
+            self.dispatch(self.session.publish_done(step, self.mono(), error))
+
+    async def _exchange(self, a: Exchange) -> None:
+        key = bytes.fromhex(a.peer_id) if a.peer_id else None
+        t0 = self.mono()
+        try:
+            body = await self.worker.call(lambda: self.node.build_request(key, self.wall()))
+            assert self._client is not None
+            async with self._client.post(f"http://{a.address}/v1/exchange", data=body) as resp:
+                reply = await read_capped(resp, self.node.limits.max_frame_bytes * 2)
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
+            result = await self.worker.call(lambda: self.node.handle_response(reply, self.wall()))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
+                BodyTooLarge) as exc:
+            if isinstance(exc, FrameRefused):
+                self.metrics.inc("frames_refused_total", reason=exc.reason.value)
+            self.dispatch(self.session.exchange_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
+            return
+        self.dispatch(self.session.exchange_done(a.token, self.mono(), peer_id=result.sender.hex(),
+                                                 rtt=self.mono() - t0))
+
+    async def _hello(self, a: SendHello) -> None:
+        try:
+            assert self._client is not None
+            async with self._client.get(f"http://{a.address}/v1/hello") as resp:
+                data = await read_capped(resp, HELLO_MAX_BYTES)
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}")
+            hello = read_hello(data, self.node.policy, self.wall())
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, FrameRefused, BodyTooLarge) as exc:
+            self.dispatch(self.session.hello_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
+            return
+        self.dispatch(self.session.hello_done(a.token, self.mono(), hello=hello))
+
+    async def _fetch_state(self, a: FetchState) -> None:
+        try:
+            assert self._client is not None
+            async with self._client.get(f"http://{a.address}/v1/state") as resp:
+                data = await read_capped(resp, self.node.limits.max_frame_bytes)
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}")
+            x, step = await self.worker.call(lambda: self.node.read_state(data, self.wall()))
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
+                BodyTooLarge) as exc:
+            self.dispatch(self.session.state_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
+            return
+        self._fetched[a.token] = x
+        self.dispatch(self.session.state_done(a.token, self.mono(), step=step))
+
+    async def _adopt(self, a: Adopt) -> None:
+        x = self._fetched.pop(a.token)
+        self._fetched.clear()
+        self.on_adopt(x)  # the training thread is waiting on `joined`: it is not stepping
+        await self.worker.call(self.node.adopt, x)
+
+    async def _join_done(self) -> None:
+        if self._adopting is not None:
+            await self._adopting
+        self.joined.set()
+
+    # ------------------------------------------------------------------ serving (http_app)
+    async def serve_exchange(self, body: bytes) -> bytes:
+        """POST /v1/exchange: raises FrameRefused (400) or ValueError (500)."""
+        reply, result = await self.worker.call(lambda: self.node.handle_request(body, self.wall()))
+        self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
+        return reply
+
+    def serve_hello(self) -> bytes:
+        """GET /v1/hello: signed on the loop (a few hundred bytes, no tensors)."""
+        s = self.session
+        return make_hello(self.node.identity, swarm=self.node.cfg.swarm, fingerprint=self.node.fingerprint,
+                          seq=s.next_hello_seq(), step=s.step, now=self.wall(), listen=self.address,
+                          peers=s.hello_sample(), limits=self.node.limits)
+
+    async def serve_state(self) -> bytes:
+        """GET /v1/state: one signed snapshot per publish, built on the worker and cached."""
+        return await self.worker.call(lambda: self.node.state_frame(self.wall()))

@@ -1,0 +1,51 @@
+"""The one thread that owns a real peer's `GossipNode`, and the hand-over from training.
+
+Thread model (docs/architecture.md):
+- the training thread trains, mixes from `node.view_slot` at step boundaries, and puts a
+  parameter copy into `PendingPublish`; it never calls the node and never waits for it;
+- the event-loop thread runs the session and the HTTP client/server, and sends every
+  piece of node work (compress, sign, verify, decode, apply) here with `await call(...)`;
+- this worker thread runs that work one item at a time, so the node, its replay window and
+  its outbox have exactly one user and need no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+from peer.boundary import PendingPublish
+from peer.core.node import GossipNode
+
+T = TypeVar("T")
+
+
+class NodeWorker:
+    """Runs every call on the node on one dedicated thread."""
+
+    def __init__(self, node: GossipNode, clock: Callable[[], float]) -> None:
+        self.node = node
+        self.clock = clock
+        """Wall clock for frame timestamps, read on the worker when the work runs."""
+        self.pending = PendingPublish()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-node")
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(*args)` on the worker thread; `fn` may touch the node."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def publish_pending(self) -> tuple[int, str | None] | None:
+        """On the worker: publish the newest handed-over copy; (step, error) or None if none."""
+        item = self.pending.take()
+        if item is None:
+            return None
+        x, step = item
+        try:
+            self.node.publish(x, step, self.clock())
+        except ValueError as exc:  # non-finite parameters: nothing sane to publish
+            return step, str(exc)
+        return step, None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)

@@ -143,5 +143,23 @@ def keygen(out) -> None:
     click.echo(f"peer_id={_fail_cleanly(write_key_file, out)}")
 
 
+@main.command()
+@click.argument("address", metavar="HOST:PORT")
+@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the peer.")
+@click.option("--json", "as_json", is_flag=True, help="Print the peer's /v1/status JSON as it came.")
+def status(address, timeout, as_json) -> None:
+    """Show a running peer's status (what its page at http://HOST:PORT/ shows): step, loss,
+    rates, loss curve, neighbours, bytes, refusals."""
+    import json
+
+    from gossip_tts.cli_status import StatusError, fetch_status, render
+
+    try:
+        data = fetch_status(address, timeout_s=timeout)
+    except StatusError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(data, indent=2) if as_json else render(data))
+
+
 if __name__ == "__main__":
     sys.exit(main())

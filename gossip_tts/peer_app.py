@@ -6,35 +6,16 @@ import hashlib
 import logging
 import signal
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gossip_tts.model import count_parameters
-from gossip_tts.train.config import TrainConfig
+from gossip_tts.peer_config import PeerAppConfig
 from gossip_tts.train.trainer import TTSTrainer
-from peer.core.config import SessionConfig
-from peer.core.gossip_config import GossipConfig
-from peer.loop import LoopConfig, LoopResult, run_loop
-from peer.net_config import NetConfig
+from peer.loop import LoopResult, run_loop
 from peer.runtime import GossipPeer
 from protocol import Identity
 
-
-@dataclass
-class PeerAppConfig:
-    train: TrainConfig = field(default_factory=TrainConfig)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    gossip: GossipConfig = field(default_factory=GossipConfig)
-    net: NetConfig = field(default_factory=NetConfig)
-    session: SessionConfig = field(default_factory=SessionConfig)
-    solo: bool = False
-    """Train alone: no server, no discovery, no gossip."""
-    key_file: Path | None = None
-    """Identity to use; default: `<checkpoint-dir>/peer.key` (made on first use), else a fresh one."""
-    seed_from_key: bool = True
-    """Derive the data-order seed from the peer id, so that every peer reads its own order."""
-    cache_dir: Path | None = None
-    """Where the built-in corpus is generated when no --data is given."""
+__all__ = ["PeerAppConfig", "default_sources", "load_identity", "run", "stop_on_sigterm"]
 
 
 def default_sources(cache_dir: Path | None, emit=print) -> list[str]:

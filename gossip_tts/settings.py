@@ -29,9 +29,9 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     # (section name, "module:Class"). A section other than APP_SECTION must also be the name
     # of a field of the app config, which receives the built instance. Imported lazily: the
     # classes may move, and importing some of them costs seconds.
-    (APP_SECTION, "gossip_tts.peer_app:PeerAppConfig"),
+    (APP_SECTION, "gossip_tts.peer_config:PeerAppConfig"),
     ("train", "gossip_tts.train.config:TrainConfig"),
-    ("loop", "peer.loop:LoopConfig"),
+    ("loop", "peer.loop_config:LoopConfig"),
     ("gossip", "peer.core.gossip_config:GossipConfig"),
     ("net", "peer.net_config:NetConfig"),
     ("session", "peer.core.config:SessionConfig"),

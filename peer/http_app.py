@@ -7,12 +7,12 @@ keeps answering while it runs.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from peer.status import StatusService
 from protocol import FrameRefused
 
 if TYPE_CHECKING:
@@ -56,21 +56,6 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
-async def _status(request: web.Request) -> web.Response:
-    driver = request.app[DRIVER_KEY]
-    node, metrics = driver.node, driver.metrics
-    status = {
-        "peer_id": node.peer_id,
-        "swarm": node.cfg.swarm,
-        "fingerprint": node.fingerprint,
-        "listen": driver.address,
-        "step": driver.session.step,
-        "loss": metrics.get("loss"),
-        "neighbours": len(driver.session.table.live()),
-    }
-    return web.Response(text=json.dumps(status, indent=2) + "\n", content_type="application/json")
-
-
 def build_app(driver: "AsyncDriver") -> web.Application:
     app = web.Application(client_max_size=driver.node.limits.max_frame_bytes * 2)
     app[DRIVER_KEY] = driver
@@ -78,5 +63,8 @@ def build_app(driver: "AsyncDriver") -> web.Application:
     app.router.add_get("/v1/state", _state)
     app.router.add_get("/v1/hello", _hello)
     app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/", _status)
+    status = StatusService(driver)
+    app.router.add_get("/v1/status", status.serve_status)
+    app.router.add_get("/", status.serve_page)
+    app.cleanup_ctx.append(status.background)
     return app

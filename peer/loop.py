@@ -7,44 +7,23 @@ boundaries (the only moments parameters may be read or replaced).
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 from peer.checkpoint import BackgroundCheckpointer, CheckpointError, checkpoint_path, load_checkpoint
+from peer.loop_config import LoopConfig
+from peer.metrics import Metrics
+from peer.status_history import history_of
 from peer.trainer import StepStats, Trainer
+
+__all__ = ["GossipRates", "LoopConfig", "LoopResult", "ProgressMeter", "StepHook", "record_step", "resume_if_asked", "run_loop"]
 
 log = logging.getLogger(__name__)
 
 StepHook = Callable[[Trainer, StepStats], None]
-
-
-@dataclass
-class LoopConfig:
-    max_steps: int | None = None
-    """Stop once the trainer's step count reaches this; None trains until stopped."""
-    checkpoint_dir: Path | None = None
-    """Where `checkpoint.safetensors` lives; None disables checkpoints."""
-    checkpoint_every_s: float = 300.0
-    """Seconds between background checkpoints (a final one is always written on exit)."""
-    resume: bool = False
-    """Load `checkpoint_dir`'s checkpoint before training, if there is one."""
-    log_every_s: float = 5.0
-    """Seconds between progress lines."""
-
-    def __post_init__(self) -> None:
-        if self.max_steps is not None and self.max_steps < 0:
-            raise ValueError(f"max_steps must be >= 0, got {self.max_steps}")
-        if self.checkpoint_every_s <= 0:
-            raise ValueError(f"checkpoint_every_s must be > 0, got {self.checkpoint_every_s}")
-        if self.log_every_s < 0:
-            raise ValueError(f"log_every_s must be >= 0, got {self.log_every_s}")
-        if self.resume and self.checkpoint_dir is None:
-            raise ValueError("resume needs a checkpoint directory")
-        if self.checkpoint_dir is not None:
-            self.checkpoint_dir = Path(self.checkpoint_dir)
 
 
 @dataclass
@@ -57,14 +36,22 @@ class LoopResult:
 
 
 class ProgressMeter:
-    """Turns step stats into rate lines: step, loss, samples/s, audio-seconds/s."""
+    """Turns step stats into progress lines: step, loss, samples/s, audio-seconds/s.
 
-    def __init__(self, clock: Callable[[], float], every_s: float, emit: Callable[[str], None]) -> None:
+    Given the peer's `metrics`, a line also says how the gossip goes (`GossipRates`). The
+    first line comes right after the first step, so a starting peer shows at once that it
+    trains, not only after a whole `every_s`; then one line every `every_s`.
+    """
+
+    def __init__(self, clock: Callable[[], float], every_s: float, emit: Callable[[str], None],
+                 metrics: Metrics | None = None) -> None:
         self._clock, self._every, self._emit = clock, every_s, emit
         self._t0 = clock()
         self._samples = 0
         self._audio = 0.0
         self._losses: list[float] = []
+        self._first = True
+        self._gossip = GossipRates(metrics) if metrics is not None else None
 
     def update(self, stats: StepStats, suffix: str = "") -> None:
         self._samples += stats.samples
@@ -72,14 +59,65 @@ class ProgressMeter:
         self._losses.append(stats.loss)
         now = self._clock()
         dt = now - self._t0
-        if dt < self._every:
+        if dt < self._every and not self._first:
             return
+        self._first = False
+        per_s = 1 / dt if dt > 0 else 0.0
         extra = " ".join(f"{k} {v:.3g}" for k, v in stats.extra.items())
+        gossip = self._gossip.line(dt) if self._gossip is not None else ""
         self._emit(
             f"step {stats.step} loss {sum(self._losses) / len(self._losses):.4f} "
-            f"samples/s {self._samples / dt:.1f} audio-s/s {self._audio / dt:.1f} {extra}{suffix}".rstrip()
+            f"samples/s {self._samples * per_s:.1f} audio-s/s {self._audio * per_s:.1f} {gossip} {extra}".rstrip()
+            + suffix
         )
         self._t0, self._samples, self._audio, self._losses = now, 0, 0.0, []
+
+
+class GossipRates:
+    """The gossip part of a progress line, from the peer's `Metrics` (thread-safe reads).
+
+    neighbours (copies held), exchanges/s (completed on either side), bytes/s in and out of
+    exchange bodies, the median staleness (in steps) of the copies mixed since the last
+    line, and the consensus distance (RMS distance to the mean of our parameters and the
+    copies we hold; refreshed by the status service, '-' until first computed).
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._prev = self._totals()
+
+    def _totals(self) -> tuple[float, float, float, float]:
+        m = self.metrics
+        return m.total("exchanges_total"), m.total("bytes_received_total"), m.total("bytes_sent_total"), m.total("mixes_total")
+
+    def line(self, dt: float) -> str:
+        now = self._totals()
+        exchanges, bytes_in, bytes_out, mixes = (a - b for a, b in zip(now, self._prev))
+        self._prev = now
+        per_s = 1 / dt if dt > 0 else 0.0
+        recent = self.metrics.recent("mixed_staleness_steps")[-int(mixes):] if mixes >= 1 else []
+        staleness = f"{statistics.median(recent):.3g}" if recent else "-"
+        consensus = next((v for name, _, v in self.metrics.series() if name == "consensus_distance"), None)
+        return (f"neighbours {int(self.metrics.get('neighbours'))} exchanges/s {exchanges * per_s:.2f} "
+                f"in {_bytes_per_s(bytes_in * per_s)} out {_bytes_per_s(bytes_out * per_s)} "
+                f"staleness {staleness} consensus {'-' if consensus is None else f'{consensus:.4g}'}")
+
+
+def _bytes_per_s(rate: float) -> str:
+    for unit in ("B", "kB", "MB"):
+        if rate < 1000:
+            return f"{rate:.0f}{unit}/s" if unit == "B" else f"{rate:.1f}{unit}/s"
+        rate /= 1000
+    return f"{rate:.1f}GB/s"
+
+
+def record_step(metrics: Metrics, stats: StepStats, step_s: float, boundary_s: float) -> None:
+    """Per-step figures for /metrics and /v1/status: step and boundary time, audio trained on,
+    and a point of the loss history (`peer.status_history`)."""
+    metrics.observe("step_seconds", step_s, help="seconds of one local training step (forward, backward, optimiser)")
+    metrics.observe("boundary_seconds", boundary_s, help="seconds of the step-boundary hooks (mixing, publish hand-over)")
+    metrics.inc("audio_seconds_total", stats.audio_seconds, help="seconds of audio trained on")
+    history_of(metrics).add(stats.step, stats.loss, time.time(), stats.audio_seconds)
 
 
 def resume_if_asked(trainer: Trainer, cfg: LoopConfig, emit: Callable[[str], None]) -> None:
@@ -107,12 +145,17 @@ def run_loop(
     clock: Callable[[], float] = time.monotonic,
     emit: Callable[[str], None] = print,
     keep_history: bool = False,
+    metrics: Metrics | None = None,
 ) -> LoopResult:
-    """Train until `max_steps`, `stop` is set, or Ctrl+C; always leave a final checkpoint."""
+    """Train until `max_steps`, `stop` is set, or Ctrl+C; always leave a final checkpoint.
+
+    With `metrics` (a gossiping peer's), progress lines carry the gossip figures and every
+    step is recorded for /metrics and /v1/status (`record_step`).
+    """
     stop = stop or threading.Event()
     resume_if_asked(trainer, cfg, emit)
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    meter = ProgressMeter(clock, cfg.log_every_s, emit)
+    meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     last_ckpt = clock()
     last_loss: float | None = None
     history: list[StepStats] = []
@@ -121,12 +164,16 @@ def run_loop(
         while not stop.is_set():
             if cfg.max_steps is not None and trainer.step_count >= cfg.max_steps:
                 break
+            t0 = time.perf_counter()  # real time even when `clock` is a test's
             stats = trainer.step()
+            t1 = time.perf_counter()
             last_loss = stats.loss
             if keep_history:
                 history.append(stats)
             for hook in hooks:
                 hook(trainer, stats)
+            if metrics is not None:
+                record_step(metrics, stats, t1 - t0, time.perf_counter() - t1)
             meter.update(stats)
             if writer is not None and clock() - last_ckpt >= cfg.checkpoint_every_s:
                 writer.submit(*trainer.state_tensors())

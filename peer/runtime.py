@@ -73,7 +73,7 @@ class GossipPeer:
                 if stop.is_set():
                     break
             loop_cfg = LoopConfig(**{**self.loop_cfg.__dict__, "resume": False})  # already resumed above
-            return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit)
+            return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics)
         finally:
             try:
                 self._call(self.driver.async_stop(), timeout=30)

@@ -40,7 +40,7 @@ def test_bad_frames_get_4xx_are_counted_and_training_continues(corpus, spawn, tm
                                  "--no-mdns", steps=100000))
     base = f"http://{p.wait_listening()}"
     p.wait_for(r"^step \d+ ", timeout=120)  # past joining (a joining peer answers 503)
-    status = json.loads(_get(base + "/"))
+    status = json.loads(_get(base + "/v1/status"))
     assert status["swarm"] == swarm_name
 
     assert _post(base + "/v1/exchange", b"not a frame") == 400

@@ -7,7 +7,7 @@ PROBE = """
 import sys
 from click.testing import CliRunner
 from gossip_tts.cli import main
-for args in (["--help"], ["pack", "--help"], ["eval", "--help"], ["keygen", "--help"]):
+for args in (["--help"], ["peer", "--help"], ["status", "--help"], ["pack", "--help"], ["eval", "--help"], ["keygen", "--help"]):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
 print("torch" in sys.modules)

@@ -1,0 +1,34 @@
+"""`PeerAppConfig`, the settings of `gossip-tts peer`, in a module that imports no torch.
+
+`gossip-tts peer --help` reads every default from the config dataclasses (`gossip_tts.settings`);
+while this class lived in `gossip_tts.peer_app` (which imports the model, so torch), `--help`
+took seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gossip_tts.train.config import TrainConfig
+from peer.core.config import SessionConfig
+from peer.core.gossip_config import GossipConfig
+from peer.loop_config import LoopConfig
+from peer.net_config import NetConfig
+
+
+@dataclass
+class PeerAppConfig:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    gossip: GossipConfig = field(default_factory=GossipConfig)
+    net: NetConfig = field(default_factory=NetConfig)
+    session: SessionConfig = field(default_factory=SessionConfig)
+    solo: bool = False
+    """Train alone: no server, no discovery, no gossip."""
+    key_file: Path | None = None
+    """Identity to use; default: `<checkpoint-dir>/peer.key` (made on first use), else a fresh one."""
+    seed_from_key: bool = True
+    """Derive the data-order seed from the peer id, so that every peer reads its own order."""
+    cache_dir: Path | None = None
+    """Where the built-in corpus is generated when no --data is given."""

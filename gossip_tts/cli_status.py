@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -18,17 +19,30 @@ MAX_BYTES = 4 << 20
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-class StatusError(OSError):
+class StatusError(Exception):
     """The peer could not be read; the text says why."""
 
 
 def fetch_status(address: str, timeout_s: float = 5.0, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
-    """GET http://ADDRESS/v1/status, at most `max_bytes`, within `timeout_s` per network operation."""
+    """GET http://ADDRESS/v1/status: at most `max_bytes`, all of it within `timeout_s`.
+
+    The deadline covers the whole body, not each read: a server that drips a byte at a
+    time would otherwise hold the command for `max_bytes` timeouts."""
     url = address if address.startswith(("http://", "https://")) else f"http://{address}"
     url = url.rstrip("/") + "/v1/status"
+    deadline = time.monotonic() + timeout_s
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body = resp.read(max_bytes + 1)
+            chunks, size = [], 0
+            while size <= max_bytes:
+                if time.monotonic() > deadline:
+                    raise StatusError(f"{url}: no complete answer within {timeout_s:g} s")
+                chunk = resp.read1(64 << 10)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            body = b"".join(chunks)
     except urllib.error.HTTPError as exc:
         raise StatusError(f"{url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:

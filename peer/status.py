@@ -8,7 +8,7 @@ never touch `driver.node.neighbours` themselves.
 
 Typed means: counts and steps are JSON integers, rates and losses are floats, and what is
 not known yet (the loss before the first step, a neighbour's round-trip time before the
-first reply) is `null`, never 0 or NaN.
+first reply) is `null`, never 0 or NaN. The fields are listed in docs/quickstart.md.
 """
 
 from __future__ import annotations

@@ -218,3 +218,40 @@ def test_progress_line_carries_gossip_figures():
     meter.update(StepStats(3, 1.0, samples=4))
     assert lines[1] == ("step 3 loss 1.0000 samples/s 0.8 audio-s/s 0.0 neighbours 2 exchanges/s 3.00 in 2.5kB/s "
                         "out 200.0kB/s staleness 2 consensus 0.125")
+
+
+@pytest.fixture
+def fake_peer():
+    """An HTTP server on 127.0.0.1 whose /v1/status answer the test chooses."""
+    import http.server
+
+    answer = {"body": b""}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer["body"])))
+            self.end_headers()
+            self.wfile.write(answer["body"])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield answer, f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join(10)
+
+
+@pytest.mark.parametrize("body, complaint", [
+    (b"x" * (5 << 20), "larger than 4194304 bytes"),
+    (b"<html>not json</html>", "not JSON"),
+    (b'{"hello": 1}', "not a peer status"),
+])
+def test_status_command_refuses_what_is_not_a_status(fake_peer, body, complaint):
+    answer, address = fake_peer
+    answer["body"] = body
+    out = CliRunner().invoke(main, ["status", address])
+    assert out.exit_code == 1 and complaint in out.output, out.output

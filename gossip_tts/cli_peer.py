@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import click
 from gossip_tts.cli_options import flag_names, setting, user_flags
 from gossip_tts.device import DEVICE_CHOICES
 from gossip_tts.train.config import PRESET_CHOICES
+from gossip_tts.train.parallel import STRATEGIES
 
 _PATH = click.Path(path_type=Path)
 _OPTIONS = [
@@ -28,6 +30,10 @@ _OPTIONS = [
     setting("--batch-size", setting="train.batch_size", type=int),
     setting("--lr", setting="train.lr", type=float, help="Peak learning rate."),
     setting("--offload", setting="train.offload", is_flag=True, help="Keep fp32 master weights and optimizer state in CPU memory (ZeRO-Offload)."),
+    setting("--compile", setting="train.compile", is_flag=True, help="Wrap the model in torch.compile (falls back to eager, saying why)."),
+    setting("--peak-tflops", setting="train.peak_tflops", type=float, help="The device's dense bf16 peak, for MFU (default: a table by GPU name)."),
+    setting("--nproc", setting="parallel.nproc", type=int, help="Processes of this peer, one per GPU (starts itself under torchrun)."),
+    setting("--parallel", setting="parallel.strategy", type=click.Choice(STRATEGIES), help="How a multi-process peer trains: ddp or fsdp2."),
     setting("--init-from", setting="train.init_from", type=click.Path(exists=True), help="Start from this checkpoint's weights (fine-tuning)."),
     setting("--max-frames", setting="train.max_frames", type=int, help="Longest clip, in latent frames."),
     setting("--threads", setting="train.threads", type=int, help="CPU threads for torch (default: torch's choice)."),
@@ -70,6 +76,20 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     if print_config:
         click.echo(settings.to_toml(cfg, resolved), nl=False)
         return
+    from gossip_tts.train.parallel import is_follower, torchrun_env
+
+    if is_follower():  # a non-zero rank of a torchrun group: rank 0 checks, locks, logs and gossips
+        from gossip_tts.peer_app import run
+
+        logs.configure(quiet=True)  # its warnings still show
+
+        run(cfg, emit=emit)
+        return
+    if cfg.parallel.nproc > 1 and torchrun_env() is None:
+        preflight.check_device(cfg.train.device)
+        from gossip_tts.group_app import launch
+
+        launch(cfg.parallel.nproc, sys.argv[1:], emit)
     directory = cfg.loop.checkpoint_dir
     emit(f"gossip-tts peer starting: preset {cfg.train.preset}, device {cfg.train.device}, swarm {cfg.gossip.swarm}, "
          + (f"checkpoints in {directory}" if directory else "checkpoints OFF"))

@@ -8,9 +8,12 @@ import signal
 import threading
 from pathlib import Path
 
+from gossip_tts import group_app
 from gossip_tts.model import count_parameters
 from gossip_tts.peer_config import PeerAppConfig
+from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
+from peer.group import GroupTrainer
 from peer.loop import LoopResult, run_loop
 from peer.runtime import GossipPeer
 from protocol import Identity
@@ -51,8 +54,12 @@ def stop_on_sigterm(stop: threading.Event, emit) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult:
+def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult | int:
+    """Train this peer; in a torchrun group, rank 0 returns the LoopResult and other ranks their step count."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    group = init_group(cfg.parallel, cfg.train.device)
+    if group is not None and group.rank != 0:
+        return group_app.run_follower(cfg, group)
     stop = stop or threading.Event()
     stop_on_sigterm(stop, emit)
     if not cfg.train.sources:
@@ -60,18 +67,28 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
     identity = load_identity(cfg, emit)
     if cfg.seed_from_key:
         cfg.train.seed = int.from_bytes(hashlib.blake2b(identity.public_key + cfg.train.seed.to_bytes(8, "little", signed=True), digest_size=4).digest(), "little")
-    trainer = TTSTrainer(cfg.train)
+    trainer = None
     try:
+        if group is not None:
+            group_app.share_setup(group, cfg.train)
+            emit(f"group of {group.world_size} processes ({group.strategy}, {group.backend}): rank 0 gossips for all")
+        tts = TTSTrainer(cfg.train, group=group)
+        trainer = tts if group is None else GroupTrainer(tts, group_app.comm_for(group), verify=cfg.parallel.verify_sync)
         emit(
-            f"model {cfg.train.preset} ({count_parameters(trainer.model) / 1e6:.2f}M params) on {trainer.device}, "
-            f"codec {trainer.info.codec} dim {trainer.info.latent_dim} @ {trainer.info.frame_rate:.2f} Hz"
+            f"model {cfg.train.preset} ({count_parameters(tts.model) / 1e6:.2f}M params) on {tts.device}, "
+            f"codec {tts.info.codec} dim {tts.info.latent_dim} @ {tts.info.frame_rate:.2f} Hz"
         )
         if cfg.solo:
             result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
         else:
             result = GossipPeer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session).run(stop)
+        if isinstance(trainer, GroupTrainer) and cfg.parallel.verify_sync:
+            emit(f"group: every rank held rank 0's parameters after each of {trainer.mixes_verified} mixes")
     finally:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
+        if group is not None:
+            group_app.close_group()
     emit(
         f"stopped at step {result.steps}"
         + (f", loss {result.last_loss:.4f}" if result.last_loss is not None else "")

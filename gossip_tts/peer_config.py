@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gossip_tts.train.config import TrainConfig
+from gossip_tts.train.parallel import ParallelConfig
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.loop_config import LoopConfig
@@ -24,6 +25,7 @@ class PeerAppConfig:
     gossip: GossipConfig = field(default_factory=GossipConfig)
     net: NetConfig = field(default_factory=NetConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     solo: bool = False
     """Train alone: no server, no discovery, no gossip."""
     key_file: Path | None = None

@@ -35,6 +35,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("gossip", "peer.core.gossip_config:GossipConfig"),
     ("net", "peer.net_config:NetConfig"),
     ("session", "peer.core.config:SessionConfig"),
+    ("parallel", "gossip_tts.train.parallel:ParallelConfig"),
 )
 ENV_PREFIX = "GOSSIP_TTS_"
 Key = tuple[str, str]

@@ -20,6 +20,14 @@ from peer.metrics import Metrics
 from peer.trainer import StepStats, Trainer
 
 
+DEVICE_GAUGES = {
+    "tflops": "model TFLOP/s of the last step (the model's own FLOP count / wall time)",
+    "mfu": "model FLOPs utilisation of the last step (TFLOP/s / the device's dense bf16 peak)",
+    "peak_mem_gib": "most device memory allocated since start, GiB",
+}
+"""Figures a trainer may report in StepStats.extra that /metrics shows as gauges."""
+
+
 class PendingPublish:
     """The newest parameter copy waiting to be published (newest wins).
 
@@ -63,6 +71,9 @@ class BoundaryHook:
         self.metrics.set("steps", stats.step, help="local training steps")
         self.metrics.set("loss", stats.loss, help="training loss of the last step")
         self.metrics.inc("samples_total", stats.samples, help="training examples consumed")
+        for name, text in DEVICE_GAUGES.items():
+            if name in stats.extra:
+                self.metrics.set(name, stats.extra[name], help=text)
         k = trainer.step_count
         now = self.clock()
         self.mixer.observe_boundary(now)

@@ -45,6 +45,10 @@ class TrainConfig:
     """Use bf16 autocast on CUDA (ignored elsewhere)."""
     offload: bool = False
     """ZeRO-Offload: fp32 master weights and AdamW state in CPU memory, bf16 weights on the GPU."""
+    compile: bool = False
+    """Wrap the model in torch.compile (falls back to eager, saying why, where the backend is missing)."""
+    peak_tflops: float | None = None
+    """The device's dense bf16 peak TFLOP/s for MFU (default: a table by GPU name; none on CPU)."""
     init_from: str | None = None
     """Start from this checkpoint's model weights (fresh optimiser, step 0): fine-tuning."""
     threads: int | None = None
@@ -69,6 +73,8 @@ class TrainConfig:
         for name in ("text_dropout", "speaker_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise ValueError(f"peak_tflops must be > 0, got {self.peak_tflops}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
         self.betas = tuple(self.betas)  # type: ignore[assignment]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import asdict
 from typing import Any, Iterator
 
@@ -19,13 +20,16 @@ from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
 from gossip_tts.model import EchoDiT, ModelConfig, flow_matching_loss, model_config
 from gossip_tts.train.config import TrainConfig
-from gossip_tts.train.offload import MasterWeights
+from gossip_tts.train.mfu import StepMeter, peak_tflops
+from gossip_tts.train.offload import MasterWeights, offload_adamw
+from gossip_tts.train.parallel import Group, compile_problem, copy_full_into, full_tensor, place_like, rank_seed, wrap_model
 from gossip_tts.train.schedule import warmup_cosine
 from peer.checkpoint import load_checkpoint
-from peer.trainer import ParamSpec, StepStats, flatten, unflatten_into
+from peer.trainer import ParamSpec, StepStats, flatten
 
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim."
+log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ModelConfig, seed: int, device: torch.device) -> EchoDiT:
@@ -59,23 +63,33 @@ def _shape_of(model_cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 class TTSTrainer:
-    """One local replica. Parameters live on `device`; gossip sees float32 CPU copies."""
+    """One local replica. Parameters live on `device`; gossip sees float32 CPU copies.
 
-    def __init__(self, cfg: TrainConfig, *, init_seed: int = 0) -> None:
+    In a torchrun group (`group`) every rank builds one of these: same initial weights, its
+    own data order and noise (`rank_seed`), the model wrapped by DDP or sharded by FSDP2.
+    With FSDP2, `get_flat_params`, `set_flat_params`, `state_tensors` and
+    `load_state_tensors` are collectives: every rank must call them in the same order
+    (peer/group.py makes sure of it).
+    """
+
+    def __init__(self, cfg: TrainConfig, *, init_seed: int = 0, group: Group | None = None) -> None:
         if not cfg.sources:
             raise ValueError("TrainConfig.sources is empty: give at least one folder of tars or URL")
-        self.cfg = cfg
+        if group is not None and group.strategy == "fsdp2" and cfg.offload:
+            raise ValueError("--offload with --parallel fsdp2: FSDP2 already shards the optimiser state; use one of them")
+        self.cfg, self.group = cfg, group
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        self.device = resolve_device(cfg.device)
-        self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=cfg.seed))
+        self.device = group.device if group is not None else resolve_device(cfg.device)
+        seed = rank_seed(cfg.seed, group.rank if group else 0)
+        self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=seed))
         base = model_config(cfg.preset, 1)
         collate_cfg = CollateConfig(
             max_frames=cfg.max_frames, max_ref_frames=cfg.max_ref_frames, max_text_bytes=cfg.max_text_bytes,
             text_frontend=base.text_frontend,
         )
         self.batcher = DurationBatcher(
-            self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=cfg.seed)
+            self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=seed)
         )
         self._batches: Iterator[Batch] = iter(self.batcher)
         self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
@@ -93,83 +107,144 @@ class TTSTrainer:
         if init is not None:
             self._init_from(str(cfg.init_from), *init)
             del init
-        self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self._offload: MasterWeights | None = None
         if cfg.offload:
-            self._offload = MasterWeights(self._params, pin=self.device.type == "cuda")
-            if self.device.type == "cuda":
+            cuda = self.device.type == "cuda"
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            self._offload = MasterWeights(params, pin=cuda, overlap=group is None)
+            if cuda:
                 self.model.to(torch.bfloat16)  # the GPU holds bf16 weights only
+        self._fwd = wrap_model(self.model, group)  # FSDP2 turns the parameters into DTensors here
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self._compiled = cfg.compile and self._compile()
         # What the optimiser, gossip and checkpoints see: the fp32 masters when offloaded.
         self._master = self._offload.masters if self._offload else self._params
-        self.optimizer = torch.optim.AdamW(self._master, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        if self._offload:
+            self.optimizer = offload_adamw(self._master, cfg.lr, cfg.betas, cfg.weight_decay, fast=self.device.type == "cuda")
+        else:
+            self.optimizer = torch.optim.AdamW(self._master, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.generator = torch.Generator().manual_seed(seed)
         self._step = 0
         self._autocast = self.device.type == "cuda" and cfg.bf16
+        self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
+
+    def _compile(self) -> bool:
+        """torch.compile the forward module in place (parameter names unchanged); False where it cannot."""
+        problem = compile_problem(self.device)
+        if problem is not None:
+            log.warning("--compile: %s; training without torch.compile", problem)
+            return False
+        self._fwd.compile()
+        return True
+
+    def _uncompile(self, exc: Exception) -> None:
+        log.warning("--compile: torch.compile failed (%s: %s); training without it",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        self._fwd._compiled_call_impl = None
+        self._compiled = False
+        torch._dynamo.reset()
 
     # --- Trainer protocol -------------------------------------------------------------
     @property
     def step_count(self) -> int:
         return self._step
 
+    @property
+    def collective_reads(self) -> bool:
+        """Whether reading the parameters needs every rank of the group (FSDP2 gathers shards)."""
+        return self.group is not None and self.group.strategy == "fsdp2"
+
     def step(self) -> StepStats:
         batch = self._next_batch().to(self.device)
-        lr = self.cfg.lr * warmup_cosine(
-            self._step, warmup=self.cfg.warmup_steps, total=self.cfg.total_steps, min_ratio=self.cfg.min_lr_ratio
-        )
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.model.train()
-        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self._autocast else contextlib.nullcontext()
-        with ctx:
-            loss = flow_matching_loss(
-                self.model,
-                batch,
-                self.generator,
-                text_dropout=self.cfg.text_dropout,
-                speaker_dropout=self.cfg.speaker_dropout,
-            )
-        self.model.zero_grad(set_to_none=True)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = float("nan")
-        if self.cfg.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, self.cfg.grad_clip))
-        if self._offload:
-            self._offload.grads_to_masters()
-        self.optimizer.step()
-        if self._offload:
-            self._offload.push_to_device()
+        lr = self._set_lr()
+        if self._compiled:  # the first calls compile; a missing backend surfaces only then
+            rng = self.generator.get_state()
+            try:
+                loss = self._forward_backward(batch)
+            except Exception as exc:  # dynamo/inductor raise many types; eager below re-raises real errors
+                self._uncompile(exc)
+                self.generator.set_state(rng)
+                loss = self._forward_backward(batch)
+        else:
+            loss = self._forward_backward(batch)
+        grad_norm = self._apply()
         self._step += 1
+        flops = self.meter.batch_flops(batch.size, batch.latent.shape[1], batch.text_ids.shape[1], batch.ref.shape[1])
         return StepStats(
             step=self._step,
             loss=float(loss.detach()),
             samples=batch.size,
             audio_seconds=batch.audio_seconds,
-            extra={"lr": lr, "grad_norm": grad_norm, "skipped_clips": float(sum(self.batcher.skipped.values()))},
+            extra={"lr": lr, "grad_norm": grad_norm, "skipped_clips": float(sum(self.batcher.skipped.values())),
+                   **self.meter.extras(flops)},
         )
+
+    def _set_lr(self) -> float:
+        lr = self.cfg.lr * warmup_cosine(
+            self._step, warmup=self.cfg.warmup_steps, total=self.cfg.total_steps, min_ratio=self.cfg.min_lr_ratio
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _loss(self, batch: Batch) -> torch.Tensor:
+        self.model.train()
+        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self._autocast else contextlib.nullcontext()
+        with ctx:
+            return flow_matching_loss(
+                self._fwd, batch, self.generator,
+                text_dropout=self.cfg.text_dropout, speaker_dropout=self.cfg.speaker_dropout,
+            )
+
+    def _forward_backward(self, batch: Batch) -> torch.Tensor:
+        self.model.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(batch)
+        loss.backward()
+        return loss
+
+    def _apply(self) -> float:
+        """Clip and step (on the CPU masters when offloaded); the gradient norm, NaN without clipping."""
+        if self._offload:
+            self._offload.grads_to_masters()
+        grad_norm = float("nan")
+        if self.cfg.grad_clip > 0:
+            grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self._master, self.cfg.grad_clip)))
+        self.optimizer.step()
+        if self._offload:
+            self._offload.push_to_device()
+        return grad_norm
 
     def param_spec(self) -> ParamSpec:
         return {n: (tuple(p.shape), "float32") for n, p in zip(self._names, self._params)}
 
     def get_flat_params(self) -> torch.Tensor:
-        return flatten(self._master)
+        return flatten([full_tensor(p) for p in self._master])
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        unflatten_into(flat, self._master)
+        total = sum(p.numel() for p in self._master)
+        if flat.numel() != total:
+            raise ValueError(f"flat vector has {flat.numel()} values, the parameters need {total}")
+        offset = 0
+        for p in self._master:
+            copy_full_into(p, flat[offset : offset + p.numel()])
+            offset += p.numel()
         if self._offload:
             self._offload.push_to_device()
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """A detached CPU snapshot (safe to write in the background while training goes on)."""
         tensors: dict[str, torch.Tensor] = {
-            MODEL_PREFIX + n: p.detach().to("cpu", torch.float32, copy=True) for n, p in zip(self._names, self._master)
+            MODEL_PREFIX + n: full_tensor(p.detach()).to("cpu", torch.float32, copy=True)
+            for n, p in zip(self._names, self._master)
         }
         opt_state = self.optimizer.state
         for n, p in zip(self._names, self._master):
             for key, value in opt_state.get(p, {}).items():
                 if torch.is_tensor(value):
-                    tensors[f"{OPTIM_PREFIX}{n}.{key}"] = value.detach().to("cpu", copy=True).reshape(value.shape)
+                    value = full_tensor(value.detach())
+                    tensors[f"{OPTIM_PREFIX}{n}.{key}"] = value.to("cpu", copy=True).reshape(value.shape)
         tensors["rng.torch"] = self.generator.get_state()
         meta = {
             "format": "gossip-tts/tts-trainer/1",
@@ -189,20 +264,18 @@ class TTSTrainer:
             )
         if meta.get("codec") != asdict(self.info):
             raise ValueError(f"checkpoint codec {meta.get('codec')} differs from the data's {asdict(self.info)}")
-        with torch.no_grad():
-            for n, p in zip(self._names, self._master):
-                p.copy_(tensors[MODEL_PREFIX + n].to(p.device, p.dtype))
+        for n, p in zip(self._names, self._master):
+            copy_full_into(p, tensors[MODEL_PREFIX + n])
         if self._offload:
             self._offload.push_to_device()
         for n, p in zip(self._names, self._master):
-            state = {
-                key[len(f"{OPTIM_PREFIX}{n}.") :]: value.to(p.device)
+            prefix = f"{OPTIM_PREFIX}{n}."
+            state = {  # moments laid out as their parameter (sharded under FSDP2); AdamW keeps `step` on the CPU
+                key[len(prefix):]: value.to("cpu") if key[len(prefix):] == "step" else place_like(p, value)
                 for key, value in tensors.items()
-                if key.startswith(f"{OPTIM_PREFIX}{n}.") and "." not in key[len(f"{OPTIM_PREFIX}{n}.") :]
+                if key.startswith(prefix) and "." not in key[len(prefix):]
             }
             if state:
-                if "step" in state:
-                    state["step"] = state["step"].to("cpu")
                 self.optimizer.state[p] = state
         if "rng.torch" in tensors:
             self.generator.set_state(tensors["rng.torch"].to(torch.uint8))

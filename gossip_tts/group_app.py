@@ -1,0 +1,78 @@
+"""`gossip-tts peer` as a torchrun group: launching it, rank 0's set-up, the other ranks' loop.
+
+`gossip-tts peer --nproc N` re-runs itself under torchrun (`--standalone`: one machine, a
+free port on localhost). Each rank runs `gossip-tts peer` again; rank 0 does everything a
+single peer does and drives the group through `peer.group.GroupTrainer`, the others build
+the same trainer and follow (`peer.group.follow`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from gossip_tts.train.parallel import Group
+
+
+def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
+    """The command that runs `gossip-tts <argv>` as `nproc` ranks on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "gossip_tts", "--", *argv]  # "--": torchrun would read --nproc as its own --nproc-per-node
+
+
+def launch(nproc: int, argv: Sequence[str], emit: Callable[[str], None]) -> None:
+    """Replace this process with torchrun (signals and the exit status are then torchrun's)."""
+    cmd = torchrun_argv(nproc, argv)
+    emit(f"starting {nproc} processes under torchrun: {' '.join(cmd[1:])}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(cmd[0], cmd)
+
+
+def share_setup(group: "Group", train_cfg: Any) -> None:
+    """Rank 0's data-order seed (derived from its key) and sources reach every rank."""
+    import torch.distributed as dist
+
+    box = [(train_cfg.seed, list(train_cfg.sources))] if group.rank == 0 else [None]
+    dist.broadcast_object_list(box, src=0, device=group.device)
+    train_cfg.seed, train_cfg.sources = box[0]
+
+
+def comm_for(group: "Group") -> Any:
+    from peer.group import GroupComm
+
+    return GroupComm(group.device)
+
+
+def run_follower(cfg: Any, group: "Group") -> int:
+    """A non-zero rank: same trainer, own data order, rank 0's commands; Ctrl+C and SIGTERM are
+    rank 0's to handle (it finishes the step, checkpoints, then releases the group)."""
+    from gossip_tts.train.trainer import TTSTrainer
+    from peer.group import follow
+
+    if threading_is_main():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    share_setup(group, cfg.train)
+    trainer = TTSTrainer(cfg.train, group=group)
+    try:
+        return follow(trainer, comm_for(group), verify=cfg.parallel.verify_sync)
+    finally:
+        trainer.close()
+        close_group()
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def close_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()

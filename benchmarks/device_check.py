@@ -1,96 +1,190 @@
-"""Everything worth checking once on a GPU, in one short run (for a session that has a device).
+"""Everything worth measuring once on a GPU, in one run of at most about 8 minutes (H200-class).
 
-    python benchmarks/device_check.py [--device cuda] [--presets tiny,small,100m] [--steps 10]
+    python benchmarks/device_check.py [--presets 100m,800m] [--steps 10] [--peak-tflops T] [--budget-s 450]
 
-1. Masks under bf16 autocast: padding does not change real frames (within bf16 precision),
-   and all-masked text/speaker gives finite output — attention kernels differ by device.
-2. Training throughput and MFU per preset, plain and with `--offload` (fp32 masters and
-   AdamW state in CPU memory, bf16 weights on the GPU), side by side in one process.
-3. Offloaded training stays finite and its loss falls over a few steps.
-`--device cpu` runs the same code paths here as a dry run (no MFU).
+1. samples/s, model TFLOP/s, MFU and peak memory per preset in bf16, eager and torch.compile;
+2. peak memory and samples/s with `--offload` (fp32 masters and AdamW state in pinned CPU memory);
+3. a 2-process torchrun peer (`gossip-tts peer --nproc 2`, DDP) on this one GPU (gloo: NCCL
+   refuses two ranks on one device), its progress line;
+4. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py).
+The figures are the ones the peer itself reports (gossip_tts.train.mfu). The JSON report goes to
+`$OUT/device_check.json` when OUT is set (else `--json PATH`). Without a CUDA GPU it says so
+and exits 0. Parts that would overrun `--budget-s` are skipped and marked so in the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
+import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import describe  # noqa: E402
-from train_throughput import measure, peak_tflops  # noqa: E402
 
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
+from gossip_tts.model import count_parameters  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
-from tests.unit.test_model_dit import inputs, pad_more, random_model  # noqa: E402
+
+FIGURE = re.compile(r"\b(step|samples/s|tflops|mfu|peak_mem_gib) (\S+)")
 
 
-def mask_checks(device: str) -> dict:
-    model = random_model().to(device)
-    kw = {k: v.to(device) for k, v in inputs().items()}
-    padded_kw = {k: v.to(device) for k, v in pad_more(inputs()).items()}
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    with torch.no_grad(), torch.autocast(device_type=device, dtype=dtype, enabled=device == "cuda"):
-        out = model(**kw).float()
-        padded = model(**padded_kw).float()[:, : kw["x_t"].shape[1]]
-        empty = model(**{**kw, "text_mask": torch.zeros_like(kw["text_mask"]),
-                         "ref_mask": torch.zeros_like(kw["ref_mask"])}).float()
-    real = kw["x_mask"]
-    rel = float((padded[real] - out[real]).norm() / out[real].norm())
-    return {"padding_rel_diff": rel, "padding_ok": rel < (2e-2 if device == "cuda" else 1e-5),
-            "all_masked_finite": bool(torch.isfinite(empty).all())}
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
-def offload_trains(device: str, sources: list[str], steps: int) -> dict:
-    trainer = TTSTrainer(TrainConfig(preset="small", device=device, sources=sources, batch_size=16, max_frames=256,
-                                     offload=True, warmup_steps=2, lr=1e-3))
+def train_run(preset: str, sources: list[str], steps: int, batch_size: int, max_frames: int, *, device: str = "cuda",
+              compile: bool = False, offload: bool = False, peak: float | None = None) -> dict[str, Any]:
+    """Warm up (3 steps: allocator, kernels, compiling), then time `steps` steps; peak memory over all."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    cfg = TrainConfig(preset=preset, device=device, sources=sources, batch_size=batch_size, max_frames=max_frames,
+                      max_ref_frames=64, warmup_steps=1, compile=compile, offload=offload, peak_tflops=peak)
+    t_build = time.perf_counter()
+    trainer = TTSTrainer(cfg)
     try:
-        losses = [trainer.step().loss for _ in range(steps)]
+        t0 = time.perf_counter()
+        losses = [trainer.step().loss for _ in range(3)]
+        sync(device)
+        warm_s = time.perf_counter() - t0
+        samples, tflops, mfus = 0, [], []
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            stats = trainer.step()
+            samples += stats.samples
+            losses.append(stats.loss)
+            tflops.append(stats.extra.get("tflops", float("nan")))
+            mfus.append(stats.extra.get("mfu", float("nan")))
+        sync(device)
+        dt = time.perf_counter() - t0
+        return {
+            "preset": preset, "compile": compile and trainer._compiled, "compile_asked": compile, "offload": offload,
+            "params_m": round(count_parameters(trainer.model) / 1e6, 1), "samples_per_s": round(samples / dt, 2),
+            "step_s": round(dt / steps, 4), "tflops": round(sum(tflops) / len(tflops), 2),
+            "mfu": round(sum(mfus) / len(mfus), 4) if not math.isnan(mfus[0]) else None,
+            "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None,
+            "warmup_s": round(warm_s, 1), "build_s": round(t0 - t_build - warm_s, 1),
+            "losses_finite": all(math.isfinite(v) for v in losses),
+        }
     finally:
         trainer.close()
-    k = max(1, steps // 4)
-    first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
-    return {"first": first, "last": last, "finite": all(math.isfinite(v) for v in losses), "falls": last < first}
+        del trainer
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
-def main() -> None:
+def group_peer(sources: list[str], preset: str, steps: int, timeout: float, device: str = "cuda") -> dict[str, Any]:
+    """`gossip-tts peer --nproc 2` on this GPU (solo: the network side is tested on CPU), its last progress line."""
+    cmd = [sys.executable, "-m", "gossip_tts", "peer", "--nproc", "2", "--parallel", "ddp", "--device", device,
+           "--preset", preset, "--data", sources[0], "--max-steps", str(steps), "--solo", "--checkpoint-dir", "none",
+           "--log-every", "2", "--batch-size", "16", "--max-frames", "256"]
+    env = {**os.environ, "GOSSIP_TTS_PARALLEL_BACKEND": "gloo"}
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired as exc:
+        return {"ok": False, "error": f"timed out after {timeout:.0f} s", "tail": str(exc.stdout or "")[-1500:]}
+    text = out.stdout + out.stderr
+    progress = [dict(FIGURE.findall(line)) for line in text.splitlines() if " samples/s " in line]
+    last = {k: float(v) for k, v in progress[-1].items()} if progress else {}
+    return {"ok": out.returncode == 0 and "group of 2 processes" in text, "returncode": out.returncode,
+            "seconds": round(time.perf_counter() - t0, 1), "last_line": last, "tail": text[-1500:] if out.returncode else ""}
+
+
+def gossip_overhead(preset: str, timeout: float) -> dict[str, Any]:
+    """benchmarks/gossip_overhead.py: the same trainer's samples/s with gossip on (one neighbour) vs off."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gossip_overhead.py"), "--preset", preset, "--phases", "4",
+           "--steps-per-phase", "8", "--max-frames", "256"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
+    summary = [line for line in out.stdout.splitlines() if line.startswith("summary: ")]
+    if out.returncode or not summary:
+        return {"ok": False, "returncode": out.returncode, "tail": (out.stdout + out.stderr)[-1500:]}
+    return {"ok": True, **json.loads(summary[-1][len("summary: "):])}
+
+
+class Budget:
+    """Skips what would not fit in the time left (a part's cost is guessed before it starts)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def allows(self, guess_s: float) -> bool:
+        return time.monotonic() + guess_s <= self.end
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--presets", default="tiny,small,100m")
+    ap.add_argument("--presets", default="100m,800m")
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of the same code paths (tiny presets), no GPU figures")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-frames", type=int, default=256)
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this long")
+    ap.add_argument("--json", type=Path, default=None, help="where the report goes (default: $OUT/device_check.json)")
     args = ap.parse_args()
-    t0 = time.time()
-    print(describe())
+    if args.device == "cuda" and not torch.cuda.is_available():
+        why = "this torch is a CPU-only build" if torch.version.cuda is None else "torch finds no usable GPU"
+        print(f"device_check: no CUDA GPU here ({why}); nothing to measure. Run it on a machine with an NVIDIA GPU.")
+        return 0
+    t_start = time.time()
+    budget = Budget(args.budget_s)
+    print(describe(), flush=True)
     sources = [str(ensure_builtin_corpus()[0])]
-    report: dict = {"masks": mask_checks(args.device)}
-    print("masks:", report["masks"], flush=True)
-    peak = peak_tflops(args.peak_tflops) if args.device == "cuda" else None
-    rows = []
-    for preset in args.presets.split(","):
-        for offload in (False, True):
-            r = measure(preset, sources, args.device, args.steps, 16, 256, offload)
-            r["mfu"] = r["model_tflops_per_s"] / peak if peak else None
-            rows.append(r)
-            mfu = "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}"
-            print(f"{r['preset']:<14} {r['samples_per_s']:9.1f} samples/s {r['audio_s_per_s']:9.1f} audio-s/s "
-                  f"{r['model_tflops_per_s']:8.3f} TFLOP/s MFU {mfu}", flush=True)
-    for plain, off in zip(rows[::2], rows[1::2]):
-        print(f"offload/plain samples/s for {plain['preset']}: {off['samples_per_s'] / plain['samples_per_s']:.2f}")
-    report["throughput"] = rows
-    report["offload_training"] = offload_trains(args.device, sources, max(8, args.steps))
-    print("offload training:", report["offload_training"])
-    report["seconds"] = round(time.time() - t0, 1)
+    gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else None
+    report: dict[str, Any] = {"machine": describe(), "gpu": gpu, "torch": torch.__version__,
+                              "train": [], "skipped": []}
+    presets = args.presets.split(",")
+    guesses = {"100m": 40.0, "800m": 90.0}
+    plan = [(p, c, o) for p in presets for c, o in ((False, False), (True, False), (False, True))]
+    for preset, compile, offload in plan:
+        label = f"{preset}{' compile' if compile else ''}{' offload' if offload else ''}"
+        if not budget.allows(guesses.get(preset, 60.0) * (2.5 if compile else 1.0)):
+            report["skipped"].append(label)
+            continue
+        try:
+            row = train_run(preset, sources, args.steps, args.batch_size, args.max_frames, device=args.device, compile=compile,
+                            offload=offload, peak=args.peak_tflops)
+        except torch.cuda.OutOfMemoryError as exc:
+            row = {"preset": preset, "compile_asked": compile, "offload": offload, "error": f"out of memory: {exc}"[:300]}
+        report["train"].append(row)
+        print(f"{label:<22} " + json.dumps(row), flush=True)
+    if budget.allows(90):
+        report["torchrun_peer"] = group_peer(sources, presets[0], 30, min(240, budget.end - time.monotonic()), args.device)
+        print("torchrun peer:", json.dumps(report["torchrun_peer"]), flush=True)
+    else:
+        report["skipped"].append("torchrun peer")
+    if budget.allows(90):
+        report["gossip_overhead"] = gossip_overhead(presets[0], timeout=min(240, budget.end - time.monotonic()))
+        print("gossip overhead:", json.dumps(report["gossip_overhead"]), flush=True)
+    else:
+        report["skipped"].append("gossip overhead")
+    report["seconds"] = round(time.time() - t_start, 1)
+    target = args.json or (Path(os.environ["OUT"]) / "device_check.json" if os.environ.get("OUT") else None)
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        print(f"report written to {target}")
     print("summary: " + json.dumps(report, sort_keys=True, default=str))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,18 +23,12 @@ from machine import describe  # noqa: E402
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
 from gossip_tts.model import count_parameters, train_flops_per_sample  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
+from gossip_tts.train.mfu import peak_tflops as mfu_peak  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
 
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0, "4090": 165.0}
-
-
 def peak_tflops(explicit: float | None) -> float | None:
-    if explicit:
-        return explicit
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(0)
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    """The GPU's dense bf16 peak (gossip_tts.train.mfu's table), or `explicit`."""
+    return mfu_peak(torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"), explicit)
 
 
 def measure(preset: str, sources: list[str], device: str, steps: int, batch_size: int, max_frames: int,

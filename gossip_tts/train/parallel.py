@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 STRATEGIES = ("ddp", "fsdp2")
+BACKENDS = ("auto", "nccl", "gloo")
 
 
 @dataclass
@@ -29,6 +30,8 @@ class ParallelConfig:
     """Processes of this peer (one per GPU); above 1, `gossip-tts peer` starts itself under torchrun."""
     strategy: str = "ddp"
     """ddp (every rank holds the whole model) | fsdp2 (parameters and optimiser state sharded)."""
+    backend: str = "auto"
+    """auto (NCCL on CUDA, gloo on CPU) | nccl | gloo. gloo on CUDA lets ranks share a GPU (checks, tests)."""
     timeout_s: float = 3600.0
     """How long a rank waits in a collective (followers idle while rank 0 joins a swarm)."""
     verify_sync: bool = False
@@ -39,6 +42,8 @@ class ParallelConfig:
             raise ValueError(f"nproc must be >= 1, got {self.nproc}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
 
@@ -86,14 +91,18 @@ def init_group(cfg: ParallelConfig, device_name: str) -> Group | None:
     device = resolve_device(device_name)
     if device.type == "mps":
         raise ValueError("--nproc/torchrun: MPS has no collective backend; use --device cpu or one process")
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    if backend == "nccl" and device.type != "cuda":
+        raise ValueError("the nccl backend needs --device cuda")
     if device.type == "cuda":
-        if local >= torch.cuda.device_count():
-            raise ValueError(f"rank {rank} wants GPU {local} but only {torch.cuda.device_count()} are visible")
-        device = torch.device("cuda", local)
+        count = torch.cuda.device_count()
+        if local >= count and backend == "nccl":  # NCCL refuses two ranks on one GPU
+            raise ValueError(f"rank {rank} wants GPU {local} but only {count} are visible; "
+                             f"use --nproc {count} (or backend gloo to share GPUs)")
+        device = torch.device("cuda", local % count)
         torch.cuda.set_device(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        kwargs = {"device_id": device} if backend == "nccl" else {}
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s), **kwargs)
     return Group(rank, world, local, backend, device, cfg.strategy)
 

@@ -108,13 +108,10 @@ class TTSTrainer:
             self._init_from(str(cfg.init_from), *init)
             del init
         self._names = [n for n, p in self.model.named_parameters() if p.requires_grad]
-        self._offload: MasterWeights | None = None
-        if cfg.offload:
-            cuda = self.device.type == "cuda"
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            self._offload = MasterWeights(params, pin=cuda, overlap=group is None)
-            if cuda:
-                self.model.to(torch.bfloat16)  # the GPU holds bf16 weights only
+        self._offload = self._make_offload(group) if cfg.offload else None
+        if self.device.type == "mps":
+            log.warning("MPS: %s", "fp32 weights on the device, fp32 masters and AdamW state in CPU memory (--offload)"
+                        if self._offload else "fp32 weights and AdamW state on the device")
         self._fwd = wrap_model(self.model, group)  # FSDP2 turns the parameters into DTensors here
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self._compiled = cfg.compile and self._compile()
@@ -128,6 +125,22 @@ class TTSTrainer:
         self._step = 0
         self._autocast = self.device.type == "cuda" and cfg.bf16
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
+
+    def _make_offload(self, group: Group | None) -> MasterWeights | None:
+        """CUDA: bf16 weights on the GPU, pinned fp32 masters. MPS: fp32 on both sides, or no offload
+        where copying between them fails (said so). CPU: separate masters (the tests' exact twin)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        cuda = self.device.type == "cuda"
+        try:
+            offload = MasterWeights(params, pin=cuda, overlap=group is None)
+            if self.device.type == "mps":
+                offload.push_to_device()  # the round trip fails here, not mid-training, if it is going to
+        except RuntimeError as exc:
+            log.warning("--offload on %s failed (%s); keeping fp32 weights and AdamW state on the device", self.device, exc)
+            return None
+        if cuda:
+            self.model.to(torch.bfloat16)  # the GPU holds bf16 weights only
+        return offload
 
     def _compile(self) -> bool:
         """torch.compile the forward module in place (parameter names unchanged); False where it cannot."""

@@ -73,7 +73,7 @@ def train_run(preset: str, sources: list[str], steps: int, batch_size: int, max_
         return {
             "preset": preset, "compile": compile and trainer._compiled, "compile_asked": compile, "offload": offload,
             "params_m": round(count_parameters(trainer.model) / 1e6, 1), "samples_per_s": round(samples / dt, 2),
-            "step_s": round(dt / steps, 4), "tflops": round(sum(tflops) / len(tflops), 2),
+            "step_s": round(dt / steps, 4), "tflops": float(f"{sum(tflops) / len(tflops):.4g}"),
             "mfu": round(sum(mfus) / len(mfus), 4) if not math.isnan(mfus[0]) else None,
             "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device == "cuda" else None,
             "warmup_s": round(warm_s, 1), "build_s": round(t0 - t_build - warm_s, 1),

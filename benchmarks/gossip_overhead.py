@@ -27,7 +27,8 @@ from machine import describe  # noqa: E402
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
-from peer.gossip.config import GossipConfig  # noqa: E402
+from peer.core.config import SessionConfig  # noqa: E402
+from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.loop import LoopConfig  # noqa: E402
 from peer.net_config import NetConfig  # noqa: E402
 from peer.runtime import GossipPeer  # noqa: E402
@@ -63,17 +64,22 @@ class PhasedPeer(GossipPeer):
         self._t0 = time.perf_counter()
         self._c0 = time.thread_time()
 
-    def _on_step(self, trainer, stats) -> None:
-        phase = (stats.step - 1) // self.steps_per_phase
-        gossip_on = phase % 2 == 1  # phase 0 (warm-up-ish) is solo; then alternate
-        if gossip_on:
-            super()._on_step(trainer, stats)
-        if stats.step % self.steps_per_phase == 0:
-            now, cpu = time.perf_counter(), time.thread_time()
-            self.phase_times[gossip_on].append(now - self._t0)
-            self.phase_cpu[gossip_on].append(cpu - self._c0)
-            self._t0, self._c0 = now, cpu
-            print(f"\rphase {phase + 1} ({'gossip' if gossip_on else 'solo'}): {now - self._t0:.1f}", end="", file=sys.stderr)
+    def make_hook(self):
+        gossip_hook = super().make_hook()
+
+        def hook(trainer, stats) -> None:
+            phase = (stats.step - 1) // self.steps_per_phase
+            gossip_on = phase % 2 == 1  # phase 0 (warm-up-ish) is solo; then alternate
+            if gossip_on:
+                gossip_hook(trainer, stats)
+            if stats.step % self.steps_per_phase == 0:
+                now, cpu = time.perf_counter(), time.thread_time()
+                self.phase_times[gossip_on].append(now - self._t0)
+                self.phase_cpu[gossip_on].append(cpu - self._c0)
+                self._t0, self._c0 = now, cpu
+                print(f"\rphase {phase + 1} ({'gossip' if gossip_on else 'solo'})", end="", file=sys.stderr)
+
+        return hook
 
 
 def trainer_cfg(args, sources, seed: int) -> TrainConfig:
@@ -85,8 +91,8 @@ def neighbour_main(args) -> None:
     sources = [str(ensure_builtin_corpus()[0])]
     trainer = IdleTrainer(TTSTrainer(trainer_cfg(args, sources, seed=args.neighbour)), period=args.neighbour_period)
     peer = GossipPeer(trainer, LoopConfig(log_every_s=1e9), GossipConfig(swarm="bench", gossip_every=1, compression=args.compression),
-                      NetConfig(listen="127.0.0.1:0", mdns=False, peers=args.peer, join=False), Identity.generate(),
-                      emit=lambda s: print(s, flush=True))
+                      NetConfig(listen="127.0.0.1:0", mdns=False, peers=args.peer), Identity.generate(),
+                      emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
     peer.run()
 
 
@@ -110,7 +116,7 @@ def main() -> None:
     ap.add_argument("--gossip-every", type=int, default=4)
     ap.add_argument("--compression", default="topk:0.1+int8")
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-frames", type=int, default=256)
+    ap.add_argument("--max-frames", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--neighbour", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--neighbour-period", type=float, default=3.0, help=argparse.SUPPRESS)
@@ -129,8 +135,9 @@ def main() -> None:
         total = args.steps_per_phase * (args.phases + 1)
         peer = PhasedPeer(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
                           GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),
-                          NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2], join=False), Identity.generate(),
-                          emit=lambda s: None, steps_per_phase=args.steps_per_phase)
+                          NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2]), Identity.generate(),
+                          emit=lambda s: None, steps_per_phase=args.steps_per_phase,
+                          session_cfg=SessionConfig(join=False))
         peer.run()
         trainer.close()
     finally:
@@ -150,7 +157,7 @@ def main() -> None:
           f"2 neighbours, {n} phases of {args.steps_per_phase} steps per arm")
     print(f"solo   s/phase: {' '.join(f'{t:.2f}' for t in solo)}")
     print(f"gossip s/phase: {' '.join(f'{t:.2f}' for t in gossip)}")
-    print(f"exchanges {m.total('exchanges_total'):.0f}, bytes sent {m.total('bytes_sent_total') / 1e6:.1f} MB, "
+    print(f"exchanges {m.total('exchanges_ok_total'):.0f}, bytes sent {m.total('bytes_sent_total') / 1e6:.1f} MB, "
           f"received {m.total('bytes_received_total') / 1e6:.1f} MB, mixes {m.total('mixes_total'):.0f}")
     print(f"training-thread CPU s/phase: solo {' '.join(f'{t:.2f}' for t in cpu_solo)}; "
           f"gossip {' '.join(f'{t:.2f}' for t in cpu_gossip)}")
@@ -158,7 +165,7 @@ def main() -> None:
     print(f"training-thread CPU time without / with gossip: {cpu_ratio:.3f} "
           "(what gossip costs the training thread itself; immune to other processes' load)")
     print("summary: " + json.dumps({"ratio": round(ratio, 4), "cpu_ratio": round(cpu_ratio, 4),
-                                    "exchanges": m.total("exchanges_total"),
+                                    "exchanges": m.total("exchanges_ok_total"),
                                     "preset": args.preset, "phases_per_arm": n}, sort_keys=True))
 
 

@@ -121,10 +121,7 @@ class AsyncDriver:
                 ),
                 on_found=self.on_found, on_lost=lambda info: None,  # goodbyes are hints; failures decide
             ))
-        self.dispatch(self.session.start(
-            self.mono(), listen=self.address, bootstrap=list(self.net_cfg.peers), step=0,
-            hello_seq_base=int(self.wall() * 1e6),
-        ))
+        self.on_start(list(self.net_cfg.peers), step=0)
         if self.session.accepting:
             self.joined.set()
         for d in self._discoveries:
@@ -150,6 +147,11 @@ class AsyncDriver:
         return task
 
     # ------------------------------------------------------------------ events in
+    def on_start(self, bootstrap: list[str], step: int) -> None:
+        """Our server is up at `self.address`; hello sequence numbers continue from the wall clock."""
+        self.dispatch(self.session.start(self.mono(), listen=self.address, bootstrap=bootstrap, step=step,
+                                         hello_seq_base=int(self.wall() * 1e6)))
+
     def notify_boundary(self, step: int, publish_due: bool) -> None:
         """Thread-safe (the training thread calls it): a step ended."""
         if self.loop is not None:
@@ -181,28 +183,32 @@ class AsyncDriver:
         for action in actions:
             if self.trace is not None:
                 self.trace.append(action)
-            if isinstance(action, Publish):
-                self._spawn(self._publish())
-            elif isinstance(action, Exchange):
-                self._spawn(self._exchange(action))
-            elif isinstance(action, SendHello):
-                self._spawn(self._hello(action))
-            elif isinstance(action, FetchState):
-                self._spawn(self._fetch_state(action))
-            elif isinstance(action, Adopt):
-                self._adopting = self._spawn(self._adopt(action))
-            elif isinstance(action, JoinDone):
-                self._spawn(self._join_done())
-            elif isinstance(action, Forget):
-                if action.peer_id:
-                    self._spawn(self.worker.call(self.node.forget, bytes.fromhex(action.peer_id)))
-                    self.metrics.forget(peer=action.peer_id[:16])
-            elif isinstance(action, Log):
-                (self.emit if action.level == "info" else getattr(log, action.level, log.info))(action.message)
-            elif isinstance(action, Count):
-                self.metrics.inc(action.name, action.value, **dict(action.labels))
+            self.perform(action)
         if self._wake is not None and self.session.next_deadline() < self._timer_due:
             self._wake.set()  # a deadline moved earlier than the timer's sleep
+
+    def perform(self, action: Action) -> None:
+        """Do what one action says; nothing here chooses anything."""
+        if isinstance(action, Publish):
+            self._spawn(self._publish())
+        elif isinstance(action, Exchange):
+            self._spawn(self._exchange(action))
+        elif isinstance(action, SendHello):
+            self._spawn(self._hello(action))
+        elif isinstance(action, FetchState):
+            self._spawn(self._fetch_state(action))
+        elif isinstance(action, Adopt):
+            self._adopting = self._spawn(self._adopt(action))
+        elif isinstance(action, JoinDone):
+            self._spawn(self._join_done())
+        elif isinstance(action, Forget):
+            if action.peer_id:
+                self._spawn(self.worker.call(self.node.forget, bytes.fromhex(action.peer_id)))
+                self.metrics.forget(peer=action.peer_id[:16])
+        elif isinstance(action, Log):
+            (self.emit if action.level == "info" else getattr(log, action.level, log.info))(action.message)
+        elif isinstance(action, Count):
+            self.metrics.inc(action.name, action.value, **dict(action.labels))
 
     async def _publish(self) -> None:
         result = await self.worker.call(self.worker.publish_pending)

@@ -21,7 +21,7 @@ from peer.boundary import BoundaryHook
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.driver import AsyncDriver
-from peer.loop import LoopConfig, LoopResult, resume_if_asked, run_loop
+from peer.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
 from peer.node_worker import NodeWorker
@@ -50,6 +50,12 @@ class GossipPeer:
         self.worker: NodeWorker | None = None
         self.driver: AsyncDriver | None = None
 
+    def make_hook(self) -> StepHook:
+        """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
+        assert self.node is not None and self.worker is not None and self.driver is not None
+        return BoundaryHook(Mixer(self.gossip_cfg), self.node.view_slot, self.worker.pending,
+                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.gossip_every, time.time)
+
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
@@ -63,8 +69,7 @@ class GossipPeer:
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
                                   on_adopt=self.trainer.set_flat_params)
-        hook = BoundaryHook(Mixer(self.gossip_cfg), self.node.view_slot, self.worker.pending,
-                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.gossip_every, time.time)
+        hook = self.make_hook()
         self._thread.start()
         try:
             address = self._call(self.driver.async_start(), timeout=60)

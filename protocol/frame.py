@@ -8,7 +8,7 @@ Layout (big-endian integers):
 The signature (64 B) covers the BLAKE2b-256 digest (personalised "gossip-tts/frame") of
 every byte before it, so a frame can be hashed while it streams in. The fixed-size prefix
 names the sender and every length, so `decode_frame` checks sizes against `Limits` and the
-signature before it parses any JSON or decompresses any byte (DESIGN.md §5).
+signature before it parses any JSON or decompresses any byte (docs/wire.md).
 """
 
 from __future__ import annotations

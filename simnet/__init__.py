@@ -1,9 +1,10 @@
 """simnet: many real gossip peers in one process over simulated links, deterministic from a seed.
 
-Every peer runs the unchanged `peer.gossip.GossipNode` (real signed frames, real codecs,
-real `async_opt` mixing) and `peer.neighbours.NeighbourTable`; simnet only supplies what a
-process and a network would: a virtual clock, links with latency, bandwidth, loss and
-partitions, a speed model for compute, churn, and Byzantine trainers. The synchronous
+Every peer runs the real peer core (`peer.core`: session, gossip node, neighbour table,
+mixer; real signed frames, real codecs) through simnet's virtual-clock driver
+(`simnet.sim_peer`); simnet only supplies what a process and a network would: a virtual
+clock, links with latency, bandwidth, loss and partitions, a speed model for compute, a
+cost model for protocol work, churn, and Byzantine trainers. The synchronous
 baselines (all-reduce, DiLoCo) run over the same speed model and links.
 
     from simnet import load_scenario, run

@@ -23,6 +23,7 @@ from peer.boundary import BoundaryHook, PendingPublish
 from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
+from peer.core.addresses import PeerInfo
 from peer.core.hello import make_hello, read_hello
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
@@ -114,8 +115,7 @@ class SimPeer:
             view_slot = self.node.view_slot
             trainer.peek = lambda: [c.x_hat for c in view_slot.current.copies]
             trainer.armed = True
-        self.dispatch(self.session.start(self.sim.now(), listen=self.address, bootstrap=self.sim.bootstrap_for(self.index),
-                                         step=trainer.step_count, hello_seq_base=int(self.sim.clock() * 1e6)))
+        self.on_start(self.sim.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()
 
@@ -154,15 +154,28 @@ class SimPeer:
         self._schedule_step(self.sim.cost.mix(self.hook.last_mixed, self.node.numel))
 
     # ------------------------------------------------------------------ events in
+    def on_start(self, bootstrap: list[str], step: int) -> None:
+        assert self.session is not None
+        self.dispatch(self.session.start(self.sim.now(), listen=self.address, bootstrap=bootstrap, step=step,
+                                         hello_seq_base=int(self.sim.clock() * 1e6)))
+
+    def on_found(self, info: PeerInfo) -> None:
+        """A discovery source named a peer (simnet's peers only learn through bootstrap and hellos)."""
+        assert self.session is not None
+        self.dispatch(self.session.found(info, self.sim.now()))
+
     def on_boundary(self, step: int, publish_due: bool) -> None:
         assert self.session is not None
         self.dispatch(self.session.step_boundary(step, publish_due, self.sim.now()))
 
-    def on_tick(self, at: float, life: int) -> None:
-        if life != self.life or at != self._tick_at or self.session is None:
-            return
-        self._tick_at = math.inf
+    def on_tick(self) -> None:
+        assert self.session is not None
         self.dispatch(self.session.tick(self.sim.now()))
+
+    def _timer_fired(self, at: float, life: int) -> None:
+        if life == self.life and at == self._tick_at and self.session is not None:
+            self._tick_at = math.inf
+            self.on_tick()
 
     # ------------------------------------------------------------------ actions out
     def dispatch(self, actions: list[Action]) -> None:
@@ -171,29 +184,32 @@ class SimPeer:
         if self.sim.trace is not None:
             self.sim.trace.setdefault(self.index, []).extend(actions)
         for a in actions:
-            if isinstance(a, Publish):
-                self.worker.submit(self._publish_job)
-            elif isinstance(a, Exchange):
-                self.worker.submit(lambda a=a: self._exchange_job(a))
-            elif isinstance(a, SendHello):
-                self._request(a.address, a.token, "hello", self._hello_reply)
-            elif isinstance(a, FetchState):
-                self._request(a.address, a.token, "state", self._state_reply)
-            elif isinstance(a, Adopt):
-                self.worker.submit(lambda a=a: self._adopt_job(a))
-            elif isinstance(a, JoinDone):
-                self.worker.submit(lambda: (0.0, self._begin_training))  # after any adoption queued before it
-            elif isinstance(a, Forget):
-                if a.peer_id:
-                    self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
-            elif isinstance(a, Count):
-                self.metrics.inc(a.name, a.value, **dict(a.labels))
-            elif isinstance(a, Log):
-                pass
+            self.perform(a)
         deadline = self.session.next_deadline() if self.session is not None else math.inf
         if deadline < self._tick_at:
             self._tick_at, life = deadline, self.life
-            self.sim.sched.at(deadline, lambda: self.on_tick(deadline, life))
+            self.sim.sched.at(deadline, lambda: self._timer_fired(deadline, life))
+
+    def perform(self, a: Action) -> None:
+        """Do what one action says over simulated links and the simulated worker; choose nothing."""
+        if isinstance(a, Publish):
+            self.worker.submit(self._publish_job)
+        elif isinstance(a, Exchange):
+            self.worker.submit(lambda a=a: self._exchange_job(a))
+        elif isinstance(a, SendHello):
+            self._request(a.address, a.token, "hello", self._hello_reply)
+        elif isinstance(a, FetchState):
+            self._request(a.address, a.token, "state", self._state_reply)
+        elif isinstance(a, Adopt):
+            self.worker.submit(lambda a=a: self._adopt_job(a))
+        elif isinstance(a, JoinDone):
+            self.worker.submit(lambda: (0.0, self._begin_training))  # after any adoption queued before it
+        elif isinstance(a, Forget):
+            if a.peer_id:
+                self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
+        elif isinstance(a, Count):
+            self.metrics.inc(a.name, a.value, **dict(a.labels))
+        # Log: simulated peers keep quiet; their counters say what happened
 
     def _node(self) -> GossipNode:
         assert self.node is not None
@@ -387,6 +403,13 @@ class SimPeer:
         self.worker.submit(job)
 
     # ------------------------------------------------------------------ observation
+    def verified_neighbours(self) -> int:
+        """Live neighbour-table entries that answered us at least once (what peer exchange found)."""
+        if self.session is None:
+            return 0
+        table = self.session.table
+        return sum(1 for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None)
+
     def honest_params(self) -> torch.Tensor | None:
         """The parameters this peer trains with (an attacker's honest ones are not used)."""
         if not self.online or self.trainer is None:

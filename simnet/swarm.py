@@ -171,5 +171,8 @@ class GossipSim:
         out["messages_lost"] = self.links.messages_lost
         out["packets_lost"] = self.links.packets_lost
         out["churn"] = dict(self.churn_counts)
+        live = sorted(p.verified_neighbours() for p in self._honest_online())
+        out["verified_neighbours_min"] = live[0] if live else 0
+        out["verified_neighbours_median"] = live[len(live) // 2] if live else 0
         out["attackers"] = sum(p.attacker for p in self.peers)
         return out

@@ -1,9 +1,10 @@
 """Who may talk to whom: full mesh, random regular graph, ring, or LAN clusters joined by WAN links.
 
-A topology is the discovery layer of the simulation: a peer learns its topology
-neighbours (as a real peer learns addresses from mDNS or `--peer`) and gossips only with
-them. Each edge also says whether it is a LAN or a WAN link, which picks its latency and
-bandwidth.
+A topology seeds discovery: with `bootstrap = "topology"` a peer starts knowing its
+topology neighbours (as a real peer learns addresses from mDNS or `--peer`) and learns the
+rest by peer exchange, as a real peer does; any peer can reach any other unless a
+partition cuts them. The clusters say which pairs are LAN or WAN links, which picks their
+latency and bandwidth.
 """
 
 from __future__ import annotations

@@ -285,7 +285,8 @@ class Session:
         join = self._join
         assert join is not None
         if join.phase == "waiting":
-            live = self.table.live()
+            # Bootstrap peers count even when dead: they are who the user told us to join.
+            live = list({p.address: p for p in self.table.live() + self.table.static_peers()}.values())
             if not live and now >= join.wait_until or live and now >= join.give_up_at:
                 join.phase = "done"
                 why = "no peer answered" if live else "no peer found"

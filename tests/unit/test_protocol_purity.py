@@ -1,4 +1,4 @@
-"""protocol/ stays pure (DESIGN.md §2): no I/O frameworks, clocks, global randomness or
+"""protocol/ stays pure (docs/architecture.md): no I/O frameworks, clocks, global randomness or
 pickle, no imports from the packages above it, small modules, typed public functions."""
 
 from __future__ import annotations

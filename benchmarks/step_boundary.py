@@ -1,0 +1,163 @@
+"""How long the training thread spends at a step boundary while the node worker is busy.
+
+    python benchmarks/step_boundary.py [--sizes 6030000,25000000] [--boundaries 60]
+
+For each model size, a peer's node worker (the real `NodeWorker` thread) ingests a
+neighbour's signed, compressed updates back to back (verify, decode, apply, sign the
+reply) and publishes our own, as it would with a neighbour exchanging continuously; the
+neighbour's bodies are prepared beforehand, as another machine would make them. Meanwhile the training thread runs the real
+`BoundaryHook` after every (simulated) step: it mixes from the newest view and hands over
+a publish copy every `--gossip-every` steps. Printed side by side, from one run: the hook's
+time per boundary that mixed, and the time of the mixing arithmetic alone
+(`async_opt.mix_step` on the same inputs), at p50 and p99, and their ratio. A hook that waited
+for the worker's compression, signing or decoding would show that wait in the ratio.
+Target: p99 ratio <= 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe  # noqa: E402
+
+from async_opt import mix_step  # noqa: E402
+from peer.boundary import BoundaryHook  # noqa: E402
+from peer.core.gossip_config import GossipConfig  # noqa: E402
+from peer.core.mixer import Mixer  # noqa: E402
+from peer.core.node import GossipNode  # noqa: E402
+from peer.metrics import Metrics  # noqa: E402
+from peer.node_worker import NodeWorker  # noqa: E402
+from peer.trainer import StepStats, flatten, unflatten_into  # noqa: E402
+from protocol import Identity  # noqa: E402
+
+
+class FlatTrainer:
+    """Parameters in ~50 tensors like a real model; a step is a fixed amount of sleep."""
+
+    def __init__(self, numel: int, step_s: float) -> None:
+        sizes = [numel // 50] * 49 + [numel - 49 * (numel // 50)]
+        self.params = [torch.randn(n) * 0.02 for n in sizes]
+        self.step_count, self.step_s = 0, step_s
+
+    def step(self) -> StepStats:
+        time.sleep(self.step_s)  # the GPU (or other cores) doing the work; this thread idles
+        self.step_count += 1
+        for p in self.params:
+            p.add_(1e-4)
+        return StepStats(self.step_count, 1.0, 1)
+
+    def get_flat_params(self) -> torch.Tensor:
+        return flatten(self.params)
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        unflatten_into(flat, self.params)
+
+
+def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compression: str, prepared: int) -> dict:
+    cfg = GossipConfig(swarm="bench", gossip_every=gossip_every, compression=compression)
+    tr = FlatTrainer(numel, step_s)
+    x0 = tr.get_flat_params()
+    spec = {"w": ((numel,), "float32")}
+    me = GossipNode(cfg, Identity.generate(b"\x01" * 32), spec, x0, now=time.time())
+    them = GossipNode(cfg, Identity.generate(b"\x02" * 32), spec, x0, now=time.time())
+    worker = NodeWorker(me, time.time)
+    # The neighbour's side is prepared beforehand (on a real network it runs on another
+    # machine): a chain of exchange bodies, each carrying one fresh compressed update.
+    bodies = []
+    x = x0.clone()
+    me.handle_request(them.build_request(None, time.time()), time.time())  # the pair starts with a snapshot
+    them_view = them._neighbour(me.identity.public_key)
+    for k in range(1, prepared + 1):
+        x += torch.randn(numel) * 1e-3
+        them.publish(x, k, time.time())
+        them_view.acked_epoch, them_view.acked_seq = them.epoch, k - 1
+        bodies.append(them.build_request(me.identity.public_key, time.time()))
+        print(f"\r{numel / 1e6:.1f}M: prepared {k}/{prepared} neighbour updates", end="", file=sys.stderr)
+    stop = threading.Event()
+    ingested = [0]
+
+    def neighbour() -> None:  # exchanges back to back: the worker is never idle for long
+        for body in bodies:
+            if stop.is_set():
+                break
+            worker._executor.submit(me.handle_request, body, time.time()).result()
+            ingested[0] += 1
+        stop.set()
+
+    net = threading.Thread(target=neighbour, daemon=True)
+    net.start()
+    publishes = [0]
+
+    def notify(step: int, due: bool) -> None:
+        if due:
+            worker._executor.submit(worker.publish_pending)
+            publishes[0] += 1
+
+    hook = BoundaryHook(Mixer(cfg), me.view_slot, worker.pending, notify, Metrics(), gossip_every, time.time)
+    hook_s, mix_s = [], []
+    try:
+        while len(hook_s) < boundaries and not stop.is_set():
+            stats = tr.step()
+            view = me.view_slot.current
+            x_before = tr.get_flat_params()
+            t0 = time.perf_counter()
+            hook(tr, stats)
+            dt = time.perf_counter() - t0
+            if hook.last_mixed:
+                hook_s.append(dt)
+                pairs = [(c.x_hat, 0.5) for c in view.copies]
+                t1 = time.perf_counter()
+                mix_step(x_before, view.public, pairs, 1.0)
+                mix_s.append(time.perf_counter() - t1)
+            print(f"\r{numel / 1e6:.1f}M: {len(hook_s)}/{boundaries} boundaries with a mix", end="", file=sys.stderr)
+    finally:
+        stop.set()
+        net.join(30)
+        worker.close()
+    print(file=sys.stderr)
+
+    def q(xs: list[float], p: float) -> float:
+        s = sorted(xs)
+        return s[min(len(s) - 1, int(p * len(s)))]
+
+    out = {"numel": numel, "boundaries": len(hook_s), "ingested": ingested[0], "publishes": publishes[0],
+           "hook_p50_ms": q(hook_s, 0.5) * 1e3, "hook_p99_ms": q(hook_s, 0.99) * 1e3,
+           "mix_p50_ms": q(mix_s, 0.5) * 1e3, "mix_p99_ms": q(mix_s, 0.99) * 1e3}
+    out["ratio_p50"] = out["hook_p50_ms"] / out["mix_p50_ms"]
+    out["ratio_p99"] = out["hook_p99_ms"] / out["mix_p99_ms"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="6030000,25000000", help="parameter counts (6.03M is the small preset)")
+    ap.add_argument("--boundaries", type=int, default=60, help="boundaries with a mix to time, per size")
+    ap.add_argument("--gossip-every", type=int, default=4)
+    ap.add_argument("--step-seconds", type=float, default=0.05)
+    ap.add_argument("--prepared", type=int, default=40, help="neighbour updates prepared (and ingested) per size")
+    ap.add_argument("--compression", default="topk:0.1+int8")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(describe())
+    rows = [measure(int(n), args.boundaries, args.gossip_every, args.step_seconds, args.compression, args.prepared)
+            for n in args.sizes.split(",")]
+    print(f"{'params':>10} {'mixes':>6} {'hook p50 ms':>12} {'hook p99 ms':>12} {'mix p50 ms':>11} "
+          f"{'mix p99 ms':>11} {'p50 ratio':>10} {'p99 ratio':>10} {'ingested':>9}")
+    for r in rows:
+        print(f"{r['numel']:>10} {r['boundaries']:>6} {r['hook_p50_ms']:>12.2f} {r['hook_p99_ms']:>12.2f} "
+              f"{r['mix_p50_ms']:>11.2f} {r['mix_p99_ms']:>11.2f} {r['ratio_p50']:>10.2f} {r['ratio_p99']:>10.2f} "
+              f"{r['ingested']:>9}")
+    print("target: p99 ratio <= 1.2 (hook time / mixing arithmetic alone)")
+    print("ratio: " + json.dumps({str(r["numel"]): round(r["ratio_p99"], 3) for r in rows}, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

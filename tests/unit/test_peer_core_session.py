@@ -1,0 +1,183 @@
+"""The session's decisions, driven by scripted events and a fake clock (no I/O, no threads)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from peer.core.actions import Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello
+from peer.core.addresses import PeerInfo
+from peer.core.config import SessionConfig
+from peer.core.hello import Hello
+from peer.core.session import Session
+
+ME = "aa" * 32
+IDS = {f"10.0.0.{i}:7000": f"{i:02x}" * 32 for i in range(1, 20)}
+
+
+def addr(i: int) -> str:
+    return f"10.0.0.{i}:7000"
+
+
+def session(**cfg) -> Session:
+    return Session(SessionConfig(**{"join": False, **cfg}), peer_id=ME, rng=random.Random(0))
+
+
+def of(actions, kind):
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def hello(address: str, step: int = 0, peers: tuple[PeerInfo, ...] = ()) -> Hello:
+    return Hello(IDS[address], step, address, peers)
+
+
+def verify_all(s: Session, actions, now: float, step: int = 0) -> list:
+    """Answer every pending hello as its peer would; returns what the session did next."""
+    out = []
+    for h in of(actions, SendHello):
+        out += s.hello_done(h.token, now, hello=hello(h.address, step))
+    return out
+
+
+def test_bootstrap_addresses_are_dialled_and_become_partners_once_verified():
+    s = session()
+    out = s.start(0.0, listen="10.0.0.99:7000", bootstrap=[addr(1), addr(2), addr(1)], step=0, hello_seq_base=5)
+    assert sorted(h.address for h in of(out, SendHello)) == [addr(1), addr(2)]  # duplicates folded
+    assert of(s.step_boundary(4, True, 0.5), Exchange) == []  # nobody verified yet: no snapshot to strangers
+    verify_all(s, out, 0.6)
+    ex = of(s.step_boundary(8, True, 1.0), Exchange)
+    assert len(ex) == 1 and ex[0].address in (addr(1), addr(2)) and ex[0].peer_id == IDS[ex[0].address]
+    assert s.next_hello_seq() == 6
+
+
+def test_in_flight_limit_and_never_two_exchanges_with_one_neighbour():
+    s = session(max_in_flight=2)
+    verify_all(s, s.start(0.0, listen="", bootstrap=[addr(1), addr(2), addr(3)], step=0, hello_seq_base=0), 0.1)
+    first = s.step_boundary(1, True, 1.0)
+    second = s.step_boundary(2, True, 2.0)
+    third = s.step_boundary(3, True, 3.0)
+    assert of(first, Publish) and of(second, Publish) and of(third, Publish)  # publishing never waits
+    busy = of(first, Exchange) + of(second, Exchange)
+    assert len(busy) == 2 and busy[0].address != busy[1].address
+    assert of(third, Exchange) == []  # both slots taken
+    s.exchange_done(busy[0].token, 4.0, peer_id=IDS[busy[0].address], rtt=0.1)
+    again = of(s.step_boundary(4, True, 4.5), Exchange)
+    assert len(again) == 1 and again[0].address != busy[1].address
+    assert s.step_boundary(5, False, 5.0) == []  # no publish due: nothing at all
+
+
+def test_failed_publish_is_counted_logged_and_survived():
+    s = session()
+    assert s.publish_done(8, 1.0) == []
+    out = s.publish_done(8, 1.0, error="parameters at step 8 are not finite")
+    assert Count("publish_failures_total") in out and of(out, Log)[0].level == "error"
+    assert of(s.step_boundary(12, True, 2.0), Publish)  # the peer goes on publishing
+
+
+def test_eviction_after_failures_forgets_the_neighbour_but_keeps_bootstrap_peers():
+    s = session(max_failures=2, evict_every_s=1.0)
+    start = s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0)
+    verify_all(s, start, 0.1)
+    verify_all(s, s.found(PeerInfo(peer_id="", address=addr(2), source="mdns"), 0.2), 0.3)
+    assert {p.address for p in s.table.live()} == {addr(1), addr(2)}
+    for t in (1.0, 2.0):
+        for ex in of(s.step_boundary(int(t), True, t), Exchange):
+            s.exchange_done(ex.token, t + 0.5, error="timeout")
+    s.exchange_done(999, 3.0, error="timeout")  # an unknown token changes nothing
+    out = []
+    for a in (addr(1), addr(2)):
+        s.table.mark_failure(a, 3.0)
+        s.table.mark_failure(a, 3.0)
+    out = s.tick(3.0)
+    assert of(out, Forget) == [Forget(IDS[addr(2)], addr(2))]  # the mDNS one goes
+    assert Count("evictions_total") in out
+    assert addr(1) in s.table and s.table.health(addr(1)).dead  # the bootstrap one stays, dead
+
+
+def test_dead_bootstrap_address_is_redialled_with_exponential_backoff():
+    s = session(max_failures=1, evict_every_s=1.0, bootstrap_retry_min_s=5.0, bootstrap_retry_max_s=20.0,
+                hello_every_s=1e6)
+    first = of(s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0), SendHello)
+    s.hello_done(first[0].token, 0.5, error="connection refused")
+    dials = []
+    t = 1.0
+    while t < 80.0:
+        for h in of(s.tick(t), SendHello):
+            dials.append(t)
+            s.hello_done(h.token, t + 0.1, error="connection refused")
+        t = round(t + 0.5, 3)
+    gaps = [b - a for a, b in zip(dials, dials[1:])]
+    assert dials[0] == pytest.approx(6.0, abs=0.6)  # first retry after bootstrap_retry_min_s
+    assert gaps[:2] == pytest.approx([10.0, 20.0], abs=0.6) and max(gaps) <= 20.5  # doubling, capped
+    # it answers at last: back among the live, retries stop
+    h = of(s.tick(dials[-1] + 20.0), SendHello)
+    assert h, "due for another retry"
+    s.hello_done(h[0].token, dials[-1] + 20.1, hello=hello(addr(1)))
+    assert [p.address for p in s.table.live()] == [addr(1)]
+    assert not of(s.tick(dials[-1] + 100.0), SendHello) or s.cfg.hello_every_s < 100
+
+
+def test_peer_exchange_admits_heard_of_peers_only_after_dialling_them():
+    s = session()
+    start = s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0)
+    told = (PeerInfo(peer_id=IDS[addr(2)], address=addr(2), source="exchange"),
+            PeerInfo(peer_id=ME, address="10.0.0.50:7000", source="exchange"))  # ourselves: ignored
+    out = s.hello_done(of(start, SendHello)[0].token, 0.2, hello=hello(addr(1), peers=told))
+    assert [h.address for h in of(out, SendHello)] == [addr(2)]  # heard of: dialled, not trusted
+    for _ in range(20):  # until verified, it is never an exchange partner
+        for ex in of(s.step_boundary(1, True, 1.0), Exchange):
+            assert ex.address == addr(1)
+            s.exchange_done(ex.token, 1.1, peer_id=IDS[addr(1)])
+    s.hello_done(of(out, SendHello)[0].token, 2.0, hello=hello(addr(2)))
+    seen = set()
+    for _ in range(20):
+        for ex in of(s.step_boundary(1, True, 3.0), Exchange):
+            seen.add(ex.address)
+            s.exchange_done(ex.token, 3.1, peer_id=IDS[ex.address])
+    assert seen == {addr(1), addr(2)}
+    # an inbound exchange names a listen address: a candidate that we dial back
+    back = s.inbound_exchange(addr(3), IDS[addr(3)], 4.0)
+    assert [h.address for h in of(back, SendHello)] == [addr(3)]
+    assert s.inbound_exchange("not an address", IDS[addr(4)], 4.0) == [Count("inbound_bad_listen_total")]
+
+
+def test_join_asks_every_known_peer_fetches_the_furthest_and_falls_back():
+    s = Session(SessionConfig(join=True), peer_id=ME, rng=random.Random(0))
+    start = s.start(0.0, listen="", bootstrap=[addr(1), addr(2), addr(3)], step=10, hello_seq_base=0)
+    assert not s.accepting
+    asked = {h.address: h.token for h in of(start, SendHello)}
+    assert set(asked) == {addr(1), addr(2), addr(3)}
+    assert s.hello_done(asked[addr(1)], 0.1, hello=hello(addr(1), step=500)) == []  # waits for all
+    assert not of(s.hello_done(asked[addr(2)], 0.2, hello=hello(addr(2), step=9000)), FetchState)
+    fetch = of(s.hello_done(asked[addr(3)], 0.3, error="timeout"), FetchState)
+    assert [f.address for f in fetch] == [addr(2)]  # the furthest along
+    again = of(s.state_done(fetch[0].token, 0.4, error="refused: bad_signature"), FetchState)
+    assert [f.address for f in again] == [addr(1)]  # falls back to the next one ahead of us
+    done = s.state_done(again[0].token, 0.5, step=500)
+    assert of(done, Adopt) == [Adopt(again[0].token, addr(1), 500)] and of(done, JoinDone) == [JoinDone(addr(1))]
+    assert s.accepting and s.step == 500
+
+
+def test_join_adopts_nothing_that_is_not_ahead_and_gives_up_in_time():
+    s = Session(SessionConfig(join=True), peer_id=ME, rng=random.Random(0))
+    start = s.start(0.0, listen="", bootstrap=[addr(1)], step=700, hello_seq_base=0)
+    out = s.hello_done(of(start, SendHello)[0].token, 0.1, hello=hello(addr(1), step=600))
+    assert of(out, JoinDone) == [JoinDone(None)] and not of(out, FetchState)
+    lonely = Session(SessionConfig(join=True, join_wait_s=2.0), peer_id=ME, rng=random.Random(0))
+    assert lonely.start(0.0, listen="", bootstrap=[], step=0, hello_seq_base=0) == []
+    assert not lonely.accepting and not of(lonely.tick(1.0), JoinDone)
+    assert of(lonely.tick(2.0), JoinDone) == [JoinDone(None)] and lonely.accepting
+
+
+def test_join_keeps_asking_while_nobody_answers_until_its_timeout():
+    s = Session(SessionConfig(join=True, join_timeout_s=5.0), peer_id=ME, rng=random.Random(0))
+    pending = of(s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0), SendHello)
+    t, asks = 0.0, 0
+    while not s.accepting and t < 10.0:
+        for h in pending:
+            asks += 1
+            s.hello_done(h.token, t, error="timeout")
+        t += 0.5
+        pending = of(s.tick(t), SendHello)
+    assert s.accepting and 5.0 <= t <= 6.0 and asks >= 3

@@ -1,0 +1,168 @@
+"""The thread contract, forced with events: the interleavings that used to crash, race or lose
+work now cannot (docs/architecture.md, "Threads")."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import torch
+
+from peer.boundary import BoundaryHook, PendingPublish
+from peer.core.gossip_config import GossipConfig
+from peer.core.mixer import Mixer
+from peer.core.node import GossipNode
+from peer.metrics import Metrics
+from peer.node_worker import NodeWorker
+from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from protocol import FrameRefused, Identity, ReplayWindow, make_update_frame, pack_bundle
+
+NOW = 1_000_000.0
+
+
+def trainer(i: int = 0) -> LeastSquaresTrainer:
+    return LeastSquaresTrainer(LeastSquaresConfig(dim=32, samples_per_shard=64, shard=i, n_shards=2, seed=i))
+
+
+def node(i: int, x: torch.Tensor, now: float = NOW) -> GossipNode:
+    cfg = GossipConfig(swarm="t", gossip_every=1, compression="int8", staleness="constant")
+    return GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), {"w": ((x.numel(),), "float32")}, x, now=now)
+
+
+def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
+    """Once: the training thread dropped the lock to copy the parameters, a restarted
+    neighbour's bundle reset its copy to None, and the mix died with a TypeError."""
+    tr = trainer()
+    me, them = node(0, tr.get_flat_params()), node(1, tr.get_flat_params() + 1.0)
+    me.handle_request(them.build_request(None, NOW), NOW)  # we hold their copy: news to mix
+    copying, restarted = threading.Event(), threading.Event()
+    real_get = tr.get_flat_params
+
+    def get_flat_params_slowly() -> torch.Tensor:
+        copying.set()
+        assert restarted.wait(5)  # the worker ingests the restart while we copy
+        return real_get()
+
+    tr.get_flat_params = get_flat_params_slowly  # type: ignore[method-assign]
+    hook = BoundaryHook(Mixer(me.cfg), me.view_slot, PendingPublish(), lambda s, d: None, Metrics(), 1000, lambda: NOW)
+    errors: list[BaseException] = []
+
+    def training() -> None:
+        try:
+            hook(tr, tr.step())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=training)
+    t.start()
+    assert copying.wait(5)
+    reborn = node(1, real_get() + 2.0, now=NOW + 10)  # same key, new epoch: the node drops the old copy
+    me.handle_request(reborn.build_request(None, NOW + 10), NOW + 10)
+    restarted.set()
+    t.join(5)
+    assert not errors, errors
+    assert hook.last_mixed == 1  # it mixed the copy it had taken, from an immutable view
+
+
+def test_one_worker_means_one_control_frame_passes_the_replay_window_once(monkeypatch):
+    """Once: several executor threads checked the window before either recorded, so two
+    copies of one frame both passed. The node worker runs one call at a time."""
+    x = trainer().get_flat_params()
+    me, them = node(0, x), node(1, x)
+    body = them.build_request(None, NOW)
+    second_checking = threading.Event()
+    calls = []
+    real_check = ReplayWindow.check
+
+    def check(self, sender, seq, channel=""):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            second_checking.wait(0.5)  # a concurrent second call would get here now
+        else:
+            second_checking.set()
+        return real_check(self, sender, seq, channel)
+
+    monkeypatch.setattr(ReplayWindow, "check", check)
+    worker = NodeWorker(me, lambda: NOW)
+
+    async def twice():
+        return await asyncio.gather(*(worker.call(me.handle_request, body, NOW) for _ in range(2)),
+                                    return_exceptions=True)
+
+    try:
+        results = asyncio.run(twice())
+    finally:
+        worker.close()
+    refused = [r for r in results if isinstance(r, FrameRefused)]
+    assert len(refused) == 1 and refused[0].reason.value == "replayed_seq", results
+    assert len(set(calls)) == 1  # both ran on the one worker thread
+
+
+def test_a_publish_handed_over_while_the_worker_takes_one_is_not_lost():
+    """Once: `pending, self._pending = self._pending, None` could drop a copy put between
+    the read and the write. The hand-over is now one locked swap on each side."""
+    slot = PendingPublish()
+    slot.put(torch.zeros(2), 1)
+    inside, real_lock = threading.Event(), slot._lock
+
+    class SlowLock:
+        def __enter__(self):
+            real_lock.acquire()
+            if threading.current_thread().name == "taker":
+                inside.set()
+                putter.join(0.3)  # the training thread tries to hand over now
+            return self
+
+        def __exit__(self, *exc):
+            real_lock.release()
+
+    slot._lock = SlowLock()  # type: ignore[assignment]
+    taken: list = []
+    taker = threading.Thread(target=lambda: taken.append(slot.take()), name="taker")
+    putter = threading.Thread(target=lambda: (inside.wait(5), slot.put(torch.ones(2), 2)), name="putter")
+    putter.start()
+    taker.start()
+    taker.join(5)
+    putter.join(5)
+    assert taken[0][1] == 1
+    assert slot.take()[1] == 2  # the copy handed over meanwhile is still there
+
+
+def test_each_neighbour_costs_one_fp32_model_copy():
+    x = trainer().get_flat_params()
+    me = node(0, x)
+    others = [node(i, x + i) for i in range(1, 5)]
+    for step in range(1, 4):
+        for o in others:
+            o.publish(x + step * 0.1, step, NOW + step)
+            key = me.identity.public_key if me.identity.public_key in o.neighbours else None
+            reply, _ = me.handle_request(o.build_request(key, NOW + step), NOW + step)
+            o.handle_response(reply, NOW + step)
+    storages: dict[int, int] = {}
+
+    def collect(obj, depth=0):
+        if isinstance(obj, torch.Tensor):
+            storages[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
+        elif depth < 3 and hasattr(obj, "__dict__"):
+            for value in vars(obj).values():
+                collect(value, depth + 1)
+
+    for n in me.neighbours.values():
+        collect(n)
+    assert len(me.neighbours) == 4
+    assert sum(storages.values()) == 4 * 4 * x.numel()  # one fp32 copy each, nothing else
+    view = me.view_slot.current
+    assert {c.x_hat.untyped_storage().data_ptr() for c in view.copies} == set(storages)  # the view shares them
+
+
+def test_finite_updates_that_overflow_together_drop_the_copy_instead_of_mixing_it():
+    """Each frame is finite (so each passes the protocol's check); their sum is not."""
+    x = torch.zeros(8)
+    me, them = node(0, x), node(1, x)
+    me.handle_request(them.build_request(None, NOW), NOW)  # control + snapshot at seq 0
+    forged = [make_update_frame(them.identity, swarm="t", fingerprint=them.fingerprint, seq=seq, step=seq,
+                                timestamp=NOW + 1, codec="identity", delta=torch.full((8,), 3e38),
+                                extra={"epoch": them.epoch})[0] for seq in (1, 2)]
+    me.handle_request(pack_bundle([them._control_frame(me.identity.public_key, NOW + 1)] + forged), NOW + 1)
+    assert me.neighbours[them.identity.public_key].copy.x_hat is None
+    assert me.view_slot.current.copies == ()

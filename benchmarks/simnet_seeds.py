@@ -1,0 +1,269 @@
+"""A built-in simnet scenario's headline figures over several seeds: median, range and each seed.
+
+    python benchmarks/simnet_seeds.py --scenario stragglers [--seeds 0,1,2,3,4] [--out DIR]
+
+One seed is one draw of the problem (teacher, shards, speeds, graph, churn), so a single
+seed can flatter or hurt any method. For each seed this runs the scenario and extracts its
+headline figure(s); stdout gets the machine, a markdown table (median, min-max range, each
+seed's value, the target and on how many seeds it holds) and a last line
+`ratio: {...}` (JSON, per figure: median, min, max, per_seed). Progress goes to stderr.
+
+Targets come from each seed's own problem: in the scenarios that compare gossip with the
+synchronous baselines (stragglers, wan) a fixed `target_loss` may be out of reach for some
+seeds, so the all-reduce run goes first, over the full duration, and every run of that seed
+then uses `target_loss = 1.05 x` the all-reduce's final loss (`stop_at_target` and
+`tail_fraction` as in the scenario). The simulated figures are exact for a seed; the scale
+scenario's cost ratio is real CPU time and depends on the machine's load (printed per seed).
+
+With --out DIR: DIR/seed<S>/ gets each seed's metrics.jsonl, summary.json and timing.json
+(no plots), and DIR/seeds.json the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe  # noqa: E402
+
+from simnet.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
+from simnet.runner import run_records  # noqa: E402
+from simnet.scenario import builtin_scenarios, read_scenario_text, scenario_from_dict  # noqa: E402
+
+TARGET_FACTOR = 1.05
+"""Target loss of a seed = this x the all-reduce's final loss over the full duration."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One headline figure: how to read it from a seed's results, and its target if any."""
+
+    name: str
+    read: Callable[[dict, dict], float | None]
+    """(summary, timing) -> value; None when the seed's results do not define it."""
+    op: str | None = None
+    """'<=' or '>=': the value must be at or below / at or above `limit`."""
+    limit: float | None = None
+
+    def holds(self, value: float | None) -> bool | None:
+        if self.op is None or self.limit is None:
+            return None
+        if value is None or math.isnan(value):
+            return False
+        return value <= self.limit if self.op == "<=" else value >= self.limit
+
+
+def final_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
+    """final_loss(a) / final_loss(b); infinite when run a diverged and b did not."""
+    def read(summary: dict, _timing: dict) -> float | None:
+        fa, fb = summary["runs"][a]["final_loss"], summary["runs"][b]["final_loss"]
+        if fa is None or fb is None or not math.isfinite(fb) or fb == 0:
+            return None
+        return math.inf if not math.isfinite(fa) else fa / fb
+    return read
+
+
+def time_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
+    """time_to_target(a) / time_to_target(b); infinite when a never reached the target."""
+    def read(summary: dict, _timing: dict) -> float | None:
+        ta, tb = summary["runs"][a]["time_to_target_s"], summary["runs"][b]["time_to_target_s"]
+        if tb is None or tb == 0:
+            return None
+        return math.inf if ta is None else ta / tb
+    return read
+
+
+def pair(key: str, name: str) -> Callable[[dict, dict], float | None]:
+    """summary["ratios"][name][key], as build_summary computed it."""
+    return lambda summary, _timing: summary["ratios"].get(name, {}).get(key)
+
+
+def run_value(run: str, *path: str) -> Callable[[dict, dict], float | None]:
+    """summary["runs"][run][path...]."""
+    def read(summary: dict, _timing: dict) -> float | None:
+        value: Any = summary["runs"][run]
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return None if value is None else float(value)
+    return read
+
+
+def target_of(run: str) -> Callable[[dict, dict], float | None]:
+    return lambda summary, _timing: summary["target_loss"].get(run)
+
+
+def cost_ratio(name: str) -> Callable[[dict, dict], float | None]:
+    return lambda _summary, timing: timing["cost_ratio"].get(name)
+
+
+def load_average(_summary: dict, timing: dict) -> float | None:
+    return timing.get("load_average")
+
+
+def baseline_figures(limits: bool) -> list[Figure]:
+    """stragglers and wan: time-to-target ratios against the seed's own target."""
+    return [
+        Figure("target loss (1.05 x all-reduce final)", target_of("gossip")),
+        Figure("gossip/allreduce time to target", time_ratio("gossip", "allreduce"),
+               "<=" if limits else None, 1 / 3 if limits else None),
+        Figure("gossip/diloco time to target", time_ratio("gossip", "diloco"),
+               "<=" if limits else None, 2 / 3 if limits else None),
+        Figure("gossip/allreduce final loss", final_ratio("gossip", "allreduce")),
+    ]
+
+
+FIGURES: dict[str, list[Figure]] = {
+    "stragglers": baseline_figures(limits=True),
+    "wan": baseline_figures(limits=False),
+    "churn": [
+        Figure("churn/no_churn final loss", final_ratio("churn", "no_churn"), "<=", 1.05),
+        Figure("churn/no_churn worst loss ratio", pair("worst_loss_ratio", "churn/no_churn"), "<=", 1.05),
+        Figure("no_fetch/no_churn final loss", final_ratio("no_fetch", "no_churn")),
+        Figure("no_fetch/no_churn worst loss ratio", pair("worst_loss_ratio", "no_fetch/no_churn")),
+    ],
+    "byzantine": [
+        Figure("clipped/clean final loss", final_ratio("clipped", "clean"), "<=", 1.05),
+        Figure("plain/clean final loss", final_ratio("plain", "clean")),
+        Figure("alie/clean final loss", final_ratio("alie", "clean")),
+        Figure("nan/clean final loss", final_ratio("nan", "clean")),
+    ],
+    "scale": [
+        Figure("n256/n16 cost ratio (CPU per peer-step)", cost_ratio("n256/n16"), "<=", 1.3),
+        Figure("load average (1 min) after the seed", load_average),
+    ],
+    "bootstrap": [
+        Figure("one_address/full final loss", final_ratio("one_address", "full"), "<=", 1.05),
+        Figure("one_address verified neighbours, min", run_value("one_address", "totals", "verified_neighbours_min"),
+               ">=", 4),
+        Figure("one_address verified neighbours, median",
+               run_value("one_address", "totals", "verified_neighbours_median")),
+        Figure("full verified neighbours, min", run_value("full", "totals", "verified_neighbours_min")),
+    ],
+    "tts": [
+        Figure("gossip/allreduce final loss", final_ratio("gossip", "allreduce")),
+    ],
+}
+TARGETED = {"stragglers", "wan"}
+"""Scenarios whose target loss is set per seed from the all-reduce run."""
+
+
+def scenario_data(name: str) -> dict[str, Any]:
+    text, _where = read_scenario_text(name)
+    return tomllib.loads(text)
+
+
+def simulate(data: dict[str, Any], seed: int, emit: Callable[[str], None]) -> tuple[dict, dict, list]:
+    """Run a scenario given as a table; returns (summary, timing, records), nothing printed."""
+    cfg = scenario_from_dict(data, f"scenario {data.get('name')!r}", seed=seed, plots=False, progress_every_s=15.0)
+    records, interrupted = run_records(cfg, emit)
+    if interrupted:
+        raise KeyboardInterrupt
+    return build_summary(cfg, records, interrupted), build_timing(cfg, records), records
+
+
+def with_target(data: dict[str, Any], target: float | None, runs: list[str] | None = None) -> dict[str, Any]:
+    """`data` with every run's target_loss set (None: no target, run the full duration), optionally fewer runs."""
+    out = json.loads(json.dumps(data))
+    world = out.setdefault("world", {})
+    if target is None:
+        world.pop("target_loss", None)
+        world["stop_at_target"] = False
+    else:
+        world["target_loss"] = target
+    for run in out["runs"]:
+        run.get("set", {}).pop("target_loss", None)
+    if runs is not None:
+        out["runs"] = [r for r in out["runs"] if r["name"] in runs]
+        out["compare"] = []
+    return out
+
+
+def run_seed(name: str, seed: int, emit: Callable[[str], None]) -> tuple[dict, dict, list]:
+    """One seed of a scenario, with its own target where the scenario has baselines."""
+    data = scenario_data(name)
+    if name in TARGETED:
+        emit(f"seed {seed}: allreduce over the full duration, to set the target")
+        ref, _timing, _records = simulate(with_target(data, None, ["allreduce"]), seed, emit)
+        target = TARGET_FACTOR * ref["runs"]["allreduce"]["final_loss"]
+        emit(f"seed {seed}: target loss {target:.4f} (1.05 x all-reduce final {ref['runs']['allreduce']['final_loss']:.4f})")
+        data = with_target(data, target)
+    summary, timing, records = simulate(data, seed, emit)
+    timing["load_average"] = os.getloadavg()[0]
+    return summary, timing, records
+
+
+def spread(values: list[float | None]) -> dict[str, Any]:
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    if not known:
+        return {"median": None, "min": None, "max": None, "per_seed": values}
+    return {"median": statistics.median(known), "min": min(known), "max": max(known), "per_seed": values}
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if math.isinf(v):
+        return "inf"
+    return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+
+
+def markdown(figures: list[Figure], values: dict[str, list[float | None]], seeds: list[int]) -> str:
+    head = ["figure", "median", "range", *(f"seed {s}" for s in seeds), "target", "holds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for fig in figures:
+        vals = values[fig.name]
+        s = spread(vals)
+        target = "" if fig.op is None else f"{fig.op} {fmt(fig.limit)}"
+        held = [fig.holds(v) for v in vals]
+        holds = "" if fig.op is None else f"{sum(bool(h) for h in held)}/{len(held)}"
+        cells = [fig.name, fmt(s["median"]), f"{fmt(s['min'])}–{fmt(s['max'])}", *(fmt(v) for v in vals), target, holds]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", required=True, choices=sorted(FIGURES))
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
+    ap.add_argument("--out", type=Path, default=None, help="write each seed's results and seeds.json here")
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.scenario == "tts":
+        import gossip_tts.simnet_models  # noqa: F401  (registers tts-tiny)
+    if args.scenario not in builtin_scenarios():
+        sys.exit(f"{args.scenario} is not a built-in scenario here")
+
+    def emit(line: str) -> None:
+        print(f"[{args.scenario}] {line}", file=sys.stderr, flush=True)
+
+    print(describe(), flush=True)
+    figures = FIGURES[args.scenario]
+    values: dict[str, list[float | None]] = {f.name: [] for f in figures}
+    t0 = time.perf_counter()
+    for seed in seeds:
+        summary, timing, records = run_seed(args.scenario, seed, emit)
+        emit(f"seed {seed} done after {time.perf_counter() - t0:.0f} s real\n{table(summary, timing)}")
+        for fig in figures:
+            values[fig.name].append(fig.read(summary, timing))
+        if args.out is not None:
+            write_outputs(args.out / f"seed{seed}", records, summary, timing)
+    print(f"\n{args.scenario}, seeds {','.join(map(str, seeds))} ({time.perf_counter() - t0:.0f} s real):\n")
+    print(markdown(figures, values, seeds))
+    result = {fig.name: spread(values[fig.name]) for fig in figures}
+    if args.out is not None:
+        (args.out / "seeds.json").write_text(json.dumps(clean(result), indent=2, sort_keys=True) + "\n", "utf-8")
+    print(f"ratio: {json.dumps(clean(result), sort_keys=True)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -14,24 +14,38 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "AdaptiveRadius", "mix_step", "consensus_distance"]
+__all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "consensus_distance"]
 
 
-def clip(v: Tensor, rho: float | None) -> Tensor:
+def safe_norm(v: Tensor) -> float:
+    """``||v||`` without overflow, for ClippedGossip's distances (He, Karimireddy & Jaggi 2022):
+    float32 first (one pass), float64 only when that overflowed.
+
+    A vector of finite entries always gets a finite norm; one with NaN or ±inf gets a
+    non-finite one.
+    """
+    n = float(torch.linalg.vector_norm(v))
+    if math.isfinite(n):
+        return n
+    return float(torch.linalg.vector_norm(v.double()))
+
+
+def clip(v: Tensor, rho: float | None, norm: float | None = None) -> Tensor:
     """Self-centred clipping of ClippedGossip (He, Karimireddy & Jaggi 2022): ``v * min(1, rho / ||v||)``.
 
-    ``||v||`` is the Euclidean norm of the whole tensor. ``rho=None`` or ``rho=inf`` means
-    no clipping. A zero vector is returned as zeros. When ``rho`` is finite, a ``v`` with
-    non-finite entries has no usable direction and is clipped to zeros, so a neighbour
-    that sends inf/NaN cannot move the receiver. Always returns a new tensor.
+    ``||v||`` is the Euclidean norm of the whole tensor (pass it as ``norm`` when already
+    known). ``rho=None`` or ``rho=inf`` means no clipping. A zero vector is returned as
+    zeros. When ``rho`` is finite, a ``v`` with non-finite entries has no usable direction
+    and is clipped to zeros, so a neighbour that sends inf/NaN cannot move the receiver.
+    Always returns a new tensor.
     """
     if rho is None or rho == math.inf:
         return v.clone()
     if not (rho >= 0.0):
         raise ValueError(f"clip radius rho must be >= 0 or None, got {rho!r}")
-    if not bool(torch.isfinite(v).all()):
+    norm = safe_norm(v) if norm is None else float(norm)
+    if not math.isfinite(norm):
         return torch.zeros_like(v)
-    norm = float(torch.linalg.vector_norm(v.double()))
     if norm <= rho:
         return v.clone()
     return v * (rho / norm)
@@ -89,6 +103,53 @@ class AdaptiveRadius:
         return self.multiplier * (xs[lo] + (xs[hi] - xs[lo]) * frac)
 
 
+class NeighbourRadius:
+    """A clipping radius no neighbour can steer: one distance per neighbour, a low quantile, a cap.
+
+    ClippedGossip (He, Karimireddy & Jaggi 2022) takes the radius from neighbour distances.
+    Taken over a window of recent observations, one neighbour that sends often owns the
+    window and can grow the radius step by step. Here each neighbour holds one entry (its
+    latest distance), the radius is ``multiplier`` times a low quantile of those entries
+    (an order statistic, never interpolated upwards), so fewer than ``1 − q`` of the
+    neighbours cannot move it past the honest ones; and it never exceeds
+    ``max_relative · ||x̂_i||``, a bound from our own parameters that holds from the first mix,
+    before ``min_neighbours`` distances are known.
+    """
+
+    def __init__(self, q: float = 0.5, multiplier: float = 2.0, min_neighbours: int = 3,
+                 max_relative: float = 0.5) -> None:
+        if not (0.0 <= q <= 1.0):
+            raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
+        for name, value in (("multiplier", multiplier), ("max_relative", max_relative)):
+            if not (value > 0.0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        if min_neighbours < 1:
+            raise ValueError(f"min_neighbours must be >= 1, got {min_neighbours}")
+        self.q, self.multiplier, self.min_neighbours, self.max_relative = q, multiplier, min_neighbours, max_relative
+        self._latest: dict[object, float] = {}
+
+    def observe(self, key: object, distance: float) -> None:
+        """Record a neighbour's latest distance (non-finite or negative ones are ignored)."""
+        d = float(distance)
+        if math.isfinite(d) and d >= 0.0:
+            self._latest[key] = d
+
+    def keep_only(self, keys: set) -> None:
+        """Forget neighbours that are gone, so the statistic covers current neighbours only."""
+        for key in [k for k in self._latest if k not in keys]:
+            del self._latest[key]
+
+    def radius(self, self_norm: float) -> float:
+        """The radius for a mix around parameters of norm ``self_norm`` (always finite)."""
+        cap = self.max_relative * max(float(self_norm), 0.0)
+        if not math.isfinite(cap):
+            cap = 0.0
+        if len(self._latest) < self.min_neighbours:
+            return cap
+        xs = sorted(self._latest.values())
+        return min(cap, self.multiplier * xs[math.floor(self.q * (len(xs) - 1))])
+
+
 def mix_step(
     x: Tensor,
     x_hat_self: Tensor,
@@ -105,22 +166,40 @@ def mix_step(
     """
     if x.shape != x_hat_self.shape:
         raise ValueError(f"x shape {tuple(x.shape)} does not match x_hat_self {tuple(x_hat_self.shape)}")
-    out = x.detach().clone()
-    if len(neighbours) == 0:
-        return out
-    acc = torch.zeros_like(x_hat_self)
+    diffs = []
     for idx, (x_hat_j, lam) in enumerate(neighbours):
         if x_hat_j.shape != x_hat_self.shape:
             raise ValueError(
                 f"neighbour {idx}: shape {tuple(x_hat_j.shape)} does not match {tuple(x_hat_self.shape)}"
             )
+        d = x_hat_j - x_hat_self
+        diffs.append((d, lam, safe_norm(d) if rho is not None and rho != math.inf else 0.0))
+    return mix_diffs(x, diffs, rho)
+
+
+def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor:
+    """`mix_step` from precomputed differences: ``diffs`` holds ``(x̂_j − x̂_i, λ_j, ||x̂_j − x̂_i||)``.
+
+    The same CHOCO-SGD consensus step with ClippedGossip clipping (Koloskova et al. 2019;
+    He, Karimireddy & Jaggi 2022); a caller that already computed the differences and their
+    norms (to update a clipping radius) saves a pass over every neighbour copy.
+    """
+    out = x.detach().clone()
+    if len(diffs) == 0:
+        return out
+    for idx, (d, lam, norm) in enumerate(diffs):
         lam = float(lam)
         if not (0.0 <= lam <= 1.0):
             raise ValueError(f"neighbour {idx}: mixing rate must be in [0, 1], got {lam!r}")
         if lam == 0.0:
             continue
-        acc.add_(clip(x_hat_j - x_hat_self, rho), alpha=lam)
-    out.add_(acc.to(out.dtype), alpha=1.0 / len(neighbours))
+        if rho is None or rho == math.inf:
+            scale = 1.0
+        elif not math.isfinite(norm):
+            continue  # no usable direction: contributes nothing
+        else:
+            scale = 1.0 if norm <= rho else rho / norm
+        out.add_(d.to(out.dtype), alpha=lam * scale / len(diffs))
     return out
 
 

@@ -5,9 +5,9 @@
 For each model size, a peer's node worker (the real `NodeWorker` thread) ingests a
 neighbour's signed, compressed updates back to back (verify, decode, apply, sign the
 reply) and publishes our own, as it would with a neighbour exchanging continuously; the
-neighbour's bodies are prepared beforehand, as another machine would make them. Meanwhile the training thread runs the real
-`BoundaryHook` after every (simulated) step: it mixes from the newest view and hands over
-a publish copy every `--gossip-every` steps. Printed side by side, from one run: the hook's
+neighbour's bodies are prepared beforehand, as another machine would make them.
+Meanwhile the training thread runs the real `BoundaryHook` after every (simulated) step:
+it mixes from the newest view and hands over a publish copy every `--gossip-every` steps. Printed side by side, from one run: the hook's
 time per boundary that mixed, and the time of the mixing arithmetic alone
 (`async_opt.mix_step` on the same inputs), at p50 and p99, and their ratio. A hook that waited
 for the worker's compression, signing or decoding would show that wait in the ratio.
@@ -97,7 +97,7 @@ def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compr
     publishes = [0]
 
     def notify(step: int, due: bool) -> None:
-        if due:
+        if due and worker.pending.needs_job():  # as the driver: publishes coalesce
             worker._executor.submit(worker.publish_pending)
             publishes[0] += 1
 

@@ -45,6 +45,8 @@ _OPTIONS = [
     setting("--mdns/--no-mdns", setting="net.mdns", help="Find peers on the LAN by mDNS."),
     setting("--mdns-interface", setting="net.mdns_interfaces", multiple=True, help="IP of an interface for mDNS (repeatable; default: all)."),
     setting("--swarm", setting="gossip.swarm", help="Only peers of the same swarm train together."),
+    setting("--trusted-keys", setting="net.trusted_keys", type=click.Path(exists=True, dir_okay=False),
+            help="Private swarm: a file of peer ids (hex public keys, one per line); everyone else is refused."),
     setting("--key", setting="peer.key_file", type=click.Path(dir_okay=False, path_type=Path), help="Identity file (gossip-tts keygen; default: <checkpoint-dir>/peer.key)."),
     setting("--gossip-every", setting="gossip.gossip_every", type=int, help="Local steps between exchanges."),
     setting("--compression", setting="gossip.compression", help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8]."),

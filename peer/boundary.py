@@ -29,25 +29,36 @@ DEVICE_GAUGES = {
 
 
 class PendingPublish:
-    """The newest parameter copy waiting to be published (newest wins).
+    """The newest parameter copy waiting to be published (newest wins), and whether a publish
+    job is already queued for it.
 
     C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
-    the newest is kept. The lock guards two reference swaps, never any work.
+    the newest copy is kept, and at most one publish job waits on the node worker: when
+    publishing is slower than the training steps that ask for it, publishes coalesce instead
+    of piling up in front of the exchanges. The lock guards these reference swaps, never any work.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._item: tuple[torch.Tensor, int] | None = None
+        self._job_queued = False
 
     def put(self, x: torch.Tensor, step: int) -> None:
         """Training thread: hand over a copy taken at a step boundary."""
         with self._lock:
             self._item = (x, step)
 
+    def needs_job(self) -> bool:
+        """Driver: True when no publish job is waiting (the caller then queues one)."""
+        with self._lock:
+            queued, self._job_queued = self._job_queued, True
+        return not queued
+
     def take(self) -> tuple[torch.Tensor, int] | None:
-        """Worker: the newest copy, or None when it was already taken."""
+        """Worker, as a publish job starts: the newest copy, or None when it was already taken."""
         with self._lock:
             item, self._item = self._item, None
+            self._job_queued = False
         return item
 
 
@@ -85,6 +96,10 @@ class BoundaryHook:
                 self.last_mixed = report.mixed
                 trainer.set_flat_params(mixed)
                 self.metrics.inc("mixes_total", report.mixed, help="neighbour copies mixed into the parameters")
+                if report.clipped:
+                    self.metrics.inc("mix_clipped_total", report.clipped, help="mixed copies whose pull was clipped")
+                if report.radius is not None:
+                    self.metrics.set("clip_radius", report.radius, help="self-centred clipping radius of the last mix")
                 for tau in report.staleness_steps:
                     self.metrics.observe("mixed_staleness_steps", tau)
                 for key, distance in report.distances.items():

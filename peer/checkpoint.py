@@ -1,13 +1,18 @@
 """Checkpoints in safetensors, written atomically so a crash never leaves a broken one.
 
-The newest good checkpoint is always `<dir>/checkpoint.safetensors`: a new one is written
-to a temporary file, fsynced, then renamed over it (rename is atomic on POSIX), so a crash
-mid-write leaves the previous file intact. Metadata (step, config, ...) rides in the
-safetensors header as one JSON string; nothing is pickled.
+The newest checkpoint is `<dir>/checkpoint.safetensors`: a new one is written to a
+temporary file, fsynced, then renamed over it (rename is atomic on POSIX), so a crash
+mid-write leaves the previous file intact. The previous `keep - 1` are kept as
+`checkpoint.1.safetensors`, `checkpoint.2...` (newest first). Metadata (step, config, ...)
+rides in the safetensors header as one JSON string, with a BLAKE2b digest of every tensor
+and the metadata; nothing is pickled. A checkpoint whose tensors are not finite is never
+written, and `load_newest_good` skips (and names) any that is unreadable, altered or not
+finite, so `--resume` takes the newest good one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -18,30 +23,62 @@ import torch
 from safetensors.torch import load_file, save
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
+KEEP = 3
+"""Checkpoints kept: the newest and the ones before it, for when the newest is bad."""
 _META_KEY = "gossip_tts_meta"
+_DIGEST_KEY = "gossip_tts_digest"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, or not one of ours."""
 
 
-def checkpoint_path(directory: str | Path) -> Path:
-    return Path(directory) / CHECKPOINT_NAME
+def checkpoint_path(directory: str | Path, age: int = 0) -> Path:
+    """The newest checkpoint (age 0) or an older one kept beside it."""
+    return Path(directory) / (CHECKPOINT_NAME if age == 0 else f"checkpoint.{age}.safetensors")
 
 
-def save_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
-    """Write tensors + meta to `<directory>/checkpoint.safetensors` atomically."""
+def digest(tensors: dict[str, torch.Tensor], meta_json: str) -> str:
+    """BLAKE2b over every tensor (name, dtype, shape, bytes) and the metadata."""
+    h = hashlib.blake2b(meta_json.encode(), digest_size=32, person=b"gossip-tts/ckpt")
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names of floating tensors holding NaN or ±inf."""
+    return [k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+
+
+def save_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                    keep: int = KEEP) -> Path:
+    """Write tensors + meta to `<directory>/checkpoint.safetensors` atomically, keeping older ones.
+
+    Raises CheckpointError (writing nothing) when a tensor is not finite: a poisoned state
+    must never replace a good one.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory)
     tmp = directory / f".{CHECKPOINT_NAME}.{os.getpid()}.{threading.get_ident()}.tmp"
     contiguous = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    data = save(contiguous, metadata={_META_KEY: json.dumps(meta, sort_keys=True)})
+    bad = non_finite(contiguous)
+    if bad:
+        raise CheckpointError(f"refusing to save a checkpoint with non-finite values in {bad[:3]}")
+    meta_json = json.dumps(meta, sort_keys=True)
+    data = save(contiguous, metadata={_META_KEY: meta_json, _DIGEST_KEY: digest(contiguous, meta_json)})
     try:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        for age in range(keep - 1, 0, -1):  # shift older ones down; each rename is atomic
+            older = checkpoint_path(directory, age - 1)
+            if older.exists():
+                os.replace(older, checkpoint_path(directory, age))
         os.replace(tmp, final)
     finally:
         if tmp.exists():
@@ -67,7 +104,34 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
         raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
     if _META_KEY not in header:
         raise CheckpointError(f"{path} is a safetensors file but not a gossip-tts checkpoint")
+    if _DIGEST_KEY in header and digest(tensors, header[_META_KEY]) != header[_DIGEST_KEY]:
+        raise CheckpointError(f"checkpoint {path} does not match its digest: it was altered or damaged")
+    bad = non_finite(tensors)
+    if bad:
+        raise CheckpointError(f"checkpoint {path} holds non-finite values in {bad[:3]}")
     return tensors, json.loads(header[_META_KEY])
+
+
+def load_newest_good(directory: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path, list[str]]:
+    """The newest checkpoint in `directory` that loads, matches its digest and is finite.
+
+    Returns (tensors, meta, its path, why each newer one was skipped). Raises CheckpointError
+    naming every reason when none is good, and when there is none at all.
+    """
+    skipped: list[str] = []
+    for age in range(0, 64):
+        path = checkpoint_path(directory, age)
+        if not path.exists():
+            if age >= KEEP:
+                break
+            continue
+        try:
+            tensors, meta = load_checkpoint(path)
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+            continue
+        return tensors, meta, path, skipped
+    raise CheckpointError("; ".join(skipped) or f"no checkpoint in {directory}")
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import logging
 import random
+import secrets
 import socket
 import threading
 import time
@@ -62,9 +63,12 @@ class AsyncDriver:
     """Owns the session, the HTTP server and client, discovery and the timer."""
 
     def __init__(self, worker: NodeWorker, session_cfg: SessionConfig, net_cfg: NetConfig, metrics: Metrics,
-                 emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor], None]) -> None:
+                 emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor], None],
+                 probe: Callable[[torch.Tensor], bool] | None = None) -> None:
         self.worker, self.node = worker, worker.node
         self.net_cfg, self.metrics, self.emit, self.on_adopt = net_cfg, metrics, emit, on_adopt
+        self.probe = probe
+        """Whether an offered state scores better than ours (the trainer's `probe_better`), if it can tell."""
         self.session = Session(session_cfg, peer_id=self.node.peer_id, rng=random.Random(net_cfg.seed))
         self.joined = threading.Event()
         """Set once joining is over (at once when not joining); the training thread waits on it."""
@@ -190,7 +194,8 @@ class AsyncDriver:
     def perform(self, action: Action) -> None:
         """Do what one action says; nothing here chooses anything."""
         if isinstance(action, Publish):
-            self._spawn(self._publish())
+            if self.worker.pending.needs_job():  # publishes coalesce: one waits at most
+                self._spawn(self._publish())
         elif isinstance(action, Exchange):
             self._spawn(self._exchange(action))
         elif isinstance(action, SendHello):
@@ -240,11 +245,12 @@ class AsyncDriver:
     async def _hello(self, a: SendHello) -> None:
         try:
             assert self._client is not None
-            async with self._client.get(f"http://{a.address}/v1/hello") as resp:
+            nonce = secrets.token_hex(16)
+            async with self._client.get(f"http://{a.address}/v1/hello", params={"nonce": nonce}) as resp:
                 data = await read_capped(resp, HELLO_MAX_BYTES)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")
-            hello = read_hello(data, self.node.policy, self.wall())
+            hello = read_hello(data, self.node.policy, self.wall(), nonce)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, FrameRefused, BodyTooLarge) as exc:
             self.dispatch(self.session.hello_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
             return
@@ -258,12 +264,14 @@ class AsyncDriver:
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")
             x, step = await self.worker.call(lambda: self.node.read_state(data, self.wall()))
+            # Scored off the loop: the training thread is waiting for the join, not using the trainer.
+            better = await asyncio.get_running_loop().run_in_executor(None, self.probe, x) if self.probe else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
                 BodyTooLarge) as exc:
             self.dispatch(self.session.state_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
             return
         self._fetched[a.token] = x
-        self.dispatch(self.session.state_done(a.token, self.mono(), step=step))
+        self.dispatch(self.session.state_done(a.token, self.mono(), step=step, better=better))
 
     async def _adopt(self, a: Adopt) -> None:
         x = self._fetched.pop(a.token)
@@ -283,12 +291,12 @@ class AsyncDriver:
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
         return reply
 
-    def serve_hello(self) -> bytes:
-        """GET /v1/hello: signed on the loop (a few hundred bytes, no tensors)."""
+    def serve_hello(self, nonce: str) -> bytes:
+        """GET /v1/hello: signed on the loop (a few hundred bytes, no tensors), echoing the asker's nonce."""
         s = self.session
         return make_hello(self.node.identity, swarm=self.node.cfg.swarm, fingerprint=self.node.fingerprint,
                           seq=s.next_hello_seq(), step=s.step, now=self.wall(), listen=self.address,
-                          peers=s.hello_sample(), limits=self.node.limits)
+                          peers=s.hello_sample(), limits=self.node.limits, nonce=nonce)
 
     async def serve_state(self) -> bytes:
         """GET /v1/state: one signed snapshot per publish, built on the worker and cached."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from peer.http_guard import RequestGuard
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from peer.status import StatusService
 from protocol import FrameRefused
@@ -48,7 +49,8 @@ async def _state(request: web.Request) -> web.StreamResponse:
 
 
 async def _hello(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[DRIVER_KEY].serve_hello(), content_type="application/octet-stream")
+    nonce = request.query.get("nonce", "")[:64]
+    return web.Response(body=request.app[DRIVER_KEY].serve_hello(nonce), content_type="application/octet-stream")
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -57,7 +59,8 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 def build_app(driver: "AsyncDriver") -> web.Application:
-    app = web.Application(client_max_size=driver.node.limits.max_frame_bytes * 2)
+    app = web.Application(client_max_size=driver.node.limits.max_frame_bytes * 2,
+                          middlewares=[RequestGuard(driver.net_cfg, driver.metrics).middleware()])
     app[DRIVER_KEY] = driver
     app.router.add_post("/v1/exchange", _exchange)
     app.router.add_get("/v1/state", _state)

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from peer.checkpoint import BackgroundCheckpointer, CheckpointError, checkpoint_path, load_checkpoint
+from peer.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError, checkpoint_path, load_newest_good
+from peer.guard import PoisonGuard
 from peer.loop_config import LoopConfig
 from peer.metrics import Metrics
 from peer.status_history import history_of
@@ -124,11 +125,12 @@ def resume_if_asked(trainer: Trainer, cfg: LoopConfig, emit: Callable[[str], Non
     """Load the checkpoint when `--resume` was given; a missing one starts fresh, a bad one fails loudly."""
     if not cfg.resume or cfg.checkpoint_dir is None:
         return
-    path = checkpoint_path(cfg.checkpoint_dir)
-    if not path.exists():
-        emit(f"no checkpoint at {path}; starting fresh")
+    if not any(checkpoint_path(cfg.checkpoint_dir, age).exists() for age in range(KEEP)):
+        emit(f"no checkpoint in {cfg.checkpoint_dir}; starting fresh")
         return
-    tensors, meta = load_checkpoint(path)
+    tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
+    for reason in skipped:
+        emit(f"skipped a checkpoint: {reason}")
     try:
         trainer.load_state_tensors(tensors, meta)
     except (KeyError, ValueError, RuntimeError) as exc:
@@ -156,6 +158,8 @@ def run_loop(
     resume_if_asked(trainer, cfg, emit)
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
+    guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,
+                        (lambda name: metrics.inc(name, help="rollbacks to the last good state")) if metrics else (lambda name: None))
     last_ckpt = clock()
     last_loss: float | None = None
     history: list[StepStats] = []
@@ -167,6 +171,8 @@ def run_loop(
             t0 = time.perf_counter()  # real time even when `clock` is a test's
             stats = trainer.step()
             t1 = time.perf_counter()
+            if guard.check(stats):
+                continue  # the step was poisoned: nothing of it is mixed, published or saved
             last_loss = stats.loss
             if keep_history:
                 history.append(stats)

@@ -24,10 +24,23 @@ class NetConfig:
     """IPs whose interfaces carry mDNS; None: all interfaces."""
     seed: int = 0
     """Seeds the choice of neighbours."""
+    max_requests_per_address: int = 4
+    """Requests one remote address may have open at once; more get 429. With the body cap
+    this bounds what one address can make us buffer (4 frame limits)."""
+    body_read_timeout_s: float = 30.0
+    """A request body not fully received within this is dropped (slow senders hold nothing)."""
+    state_every_s: float = 10.0
+    """One GET /v1/state per remote address per this many seconds; more get 429."""
+    trusted_keys: str | None = None
+    """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
 
     def __post_init__(self) -> None:
         parse_address(self.listen, listener=True)
         for address in self.peers:
             parse_address(address)
         self.peers = list(self.peers)
+        if self.max_requests_per_address < 1:
+            raise ValueError(f"max_requests_per_address must be >= 1, got {self.max_requests_per_address}")
+        if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
+            raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

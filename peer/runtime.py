@@ -11,6 +11,7 @@ never waits for compression, signing, decoding or the network.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any, Callable, Coroutine
@@ -26,6 +27,7 @@ from peer.metrics import Metrics
 from peer.net_config import NetConfig
 from peer.node_worker import NodeWorker
 from peer.trainer import Trainer
+from peer.trust import load_trusted_keys
 from protocol import Identity
 
 
@@ -62,13 +64,17 @@ class GossipPeer:
     def run(self, stop: threading.Event | None = None) -> LoopResult:
         stop = stop or threading.Event()
         resume_if_asked(self.trainer, self.loop_cfg, self.emit)
+        if self.net_cfg.trusted_keys:
+            keys = load_trusted_keys(self.net_cfg.trusted_keys) | {self.identity.public_key}
+            self.gossip_cfg = dataclasses.replace(self.gossip_cfg, allowed_keys=keys)
+            self.emit(f"private swarm: talking only to the {len(keys) - 1} keys in {self.net_cfg.trusted_keys}")
         self.node = GossipNode(
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
             now=time.time(), metrics=self.metrics,
         )
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
-                                  on_adopt=self.trainer.set_flat_params)
+                                  on_adopt=self.trainer.set_flat_params, probe=getattr(self.trainer, "probe_better", None))
         hook = self.make_hook()
         self._thread.start()
         try:

@@ -12,6 +12,10 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
 - random: publishes x + s·ε·rms(x), ε ~ N(0, I) fresh at every read;
 - alie: "A Little Is Enough" (Baruch et al. 2019): μ − z·σ of the copies it holds
   (its own and its neighbours'), coordinate-wise: small enough to pass distance checks;
+- steer: radius steering: publishes x + d·e, e a fixed random unit direction, d starting at 1% of
+  `scale`·||x|| and growing by `growth` at every read, so the attacker is always a little
+  farther than last time: against a radius taken from a window of recent distances it owns
+  the window and drags the radius (and its victims) along;
 - nan: publishes NaN. The sender-side encoder refuses non-finite vectors, so the node
   never publishes; the attacker also appends a self-signed update frame full of NaN to
   every exchange body, which receivers' non-finite check must refuse (both are counted).
@@ -29,7 +33,7 @@ from peer.core.node import GossipNode
 from peer.trainer import ParamSpec, StepStats, Trainer
 from protocol import FrameHeader, FrameKind, IdentityCodec, TensorSpec, encode_frame, pack_bundle, unpack_bundle
 
-KINDS = ("none", "sign_flip", "scale", "random", "alie", "nan")
+KINDS = ("none", "sign_flip", "scale", "random", "alie", "nan", "steer")
 
 
 @dataclass
@@ -44,6 +48,8 @@ class AttackConfig:
     """s of sign_flip / scale / random."""
     z: float = 1.0
     """z of ALIE."""
+    growth: float = 1.25
+    """steer: factor by which the published distance grows at every publish."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -75,6 +81,8 @@ class AttackTrainer:
         self.armed = False
         """Off until the node is built: its public copy starts from the shared x₀ like everyone's."""
         self._shown: torch.Tensor | None = None
+        self._steer: float | None = None
+        self._direction: torch.Tensor | None = None
 
     # --- what gossip sees ------------------------------------------------------------
     def get_flat_params(self) -> torch.Tensor:
@@ -110,6 +118,13 @@ class AttackTrainer:
             return stack.mean(0) - self.cfg.z * stack.std(0)
         if kind == "nan":
             return torch.full_like(x, float("nan"))
+        if kind == "steer":
+            if self._direction is None:
+                e = torch.randn(x.shape, generator=self.gen)
+                self._direction = e / e.norm()
+                self._steer = s * (float(x.pow(2).mean().sqrt()) or 1.0) * x.numel() ** 0.5 * 0.01
+            self._steer *= self.cfg.growth
+            return x + min(self._steer, 1e30) * self._direction
         return x
 
     # --- honest delegation ------------------------------------------------------------

@@ -78,6 +78,7 @@ class SimPeer:
         self.sim, self.index, self.identity, self.attacker = sim, index, identity, attacker
         self.address = f"peer{index}.sim:7000"
         self.rng = random.Random(f"simnet-peer:{sim.seed}:{index}")
+        self.nonces = random.Random(f"simnet-nonce:{sim.seed}:{index}")  # apart from the session's draws
         self.online = False
         self.departure = ""  # "crash" | "leave" while offline
         self.life = 0  # incarnation: events of an older one are ignored
@@ -90,6 +91,7 @@ class SimPeer:
         self._training = False
         self._tick_at = math.inf
         self._fetched: dict[int, torch.Tensor] = {}
+        self._nonce: dict[int, str] = {}  # hello token -> the nonce we asked it to sign
 
     @property
     def joining(self) -> bool:
@@ -101,6 +103,7 @@ class SimPeer:
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, {}
+        self._nonce = {}
         self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
         cfg = self.sim.gossip_cfg
         self.node = GossipNode(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
@@ -193,7 +196,8 @@ class SimPeer:
     def perform(self, a: Action) -> None:
         """Do what one action says over simulated links and the simulated worker; choose nothing."""
         if isinstance(a, Publish):
-            self.worker.submit(self._publish_job)
+            if self.pending.needs_job():  # publishes coalesce: one waits at most
+                self.worker.submit(self._publish_job)
         elif isinstance(a, Exchange):
             self.worker.submit(lambda a=a: self._exchange_job(a))
         elif isinstance(a, SendHello):
@@ -294,16 +298,21 @@ class SimPeer:
             self.sim.sched.after(0.0, lambda: reply(None, "unknown host"))
             return
         server = self.sim.peers[j]
-        handler = server.serve_hello if kind == "hello" else server.serve_state
-        self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: handler(self.index, reply))
+        if kind == "hello":
+            nonce = f"{self.nonces.getrandbits(128):032x}"
+            self._nonce[token] = nonce
+            self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_hello(self.index, reply, nonce))
+        else:
+            self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_state(self.index, reply))
         self._timeout(lambda: reply(None, "timeout"))
 
     def _hello_reply(self, token: int, data: bytes | None, why: str) -> None:
         if data is None:
+            self._nonce.pop(token, None)
             self.dispatch(self._sess().hello_done(token, self.sim.now(), error=why))
             return
         try:
-            hello = read_hello(data, self._node().policy, self.sim.clock())
+            hello = read_hello(data, self._node().policy, self.sim.clock(), self._nonce.pop(token, ""))
         except FrameRefused as exc:
             self.dispatch(self._sess().hello_done(token, self.sim.now(), error=f"refused: {exc.reason.value}"))
             return
@@ -379,14 +388,14 @@ class SimPeer:
 
         self.worker.submit(job)
 
-    def serve_hello(self, src: int, reply: Reply) -> None:
+    def serve_hello(self, src: int, reply: Reply, nonce: str) -> None:
         """GET /v1/hello: signed on the driver's thread, as the real driver does."""
         if self._refuse_offline(src, reply):
             return
         s, node = self._sess(), self._node()
         data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
                           step=s.step, now=self.sim.clock(), listen=self.address, peers=s.hello_sample(),
-                          limits=node.limits)
+                          limits=node.limits, nonce=nonce)
         self._answer(src, data, "", reply)
 
     def serve_state(self, src: int, reply: Reply) -> None:

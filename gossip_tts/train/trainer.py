@@ -23,6 +23,7 @@ from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.mfu import StepMeter, peak_tflops
 from gossip_tts.train.offload import MasterWeights, offload_adamw
 from gossip_tts.train.parallel import Group, compile_problem, copy_full_into, full_tensor, place_like, rank_seed, wrap_model
+from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.checkpoint import load_checkpoint
 from peer.trainer import ParamSpec, StepStats, flatten
@@ -123,6 +124,9 @@ class TTSTrainer:
             self.optimizer = torch.optim.AdamW(self._master, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.generator = torch.Generator().manual_seed(seed)
         self._step = 0
+        self.lr_scale = 1.0
+        self.probe_batch: Batch | None = None
+        """Multiplies the scheduled learning rate; lowered by each rollback to a good state."""
         self._autocast = self.device.type == "cuda" and cfg.bf16
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
 
@@ -193,8 +197,12 @@ class TTSTrainer:
                    **self.meter.extras(flops)},
         )
 
+    def scale_lr(self, factor: float) -> None:
+        """Lower (or raise) every later learning rate by `factor` (after a rollback to a good state)."""
+        self.lr_scale *= factor
+
     def _set_lr(self) -> float:
-        lr = self.cfg.lr * warmup_cosine(
+        lr = self.lr_scale * self.cfg.lr * warmup_cosine(
             self._step, warmup=self.cfg.warmup_steps, total=self.cfg.total_steps, min_ratio=self.cfg.min_lr_ratio
         )
         for group in self.optimizer.param_groups:
@@ -304,6 +312,14 @@ class TTSTrainer:
             raise ValueError(f"--init-from {path}: its model config differs from preset {self.cfg.preset!r} on this data")
         weights = {k[len(MODEL_PREFIX) :]: v for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
         self.model.load_state_dict(weights)
+
+    def probe_better(self, flat: torch.Tensor) -> bool:
+        """Whether parameters `flat` score better than ours on a fixed probe batch (joining checks it)."""
+        return probe_better(self, flat)
+
+    def next_batch(self) -> Batch:
+        """The next training batch (also how the probe batch is drawn)."""
+        return self._next_batch()
 
     def _next_batch(self) -> Batch:
         if self._first is not None:

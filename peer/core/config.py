@@ -40,6 +40,9 @@ class SessionConfig:
     """Seconds without a successful request after which a peer is dead."""
     max_peers: int = 64
     """Entries in the neighbour table."""
+    max_candidates: int = 16
+    """Heard-of addresses not yet verified (dialled, and a hello signed over our nonce came back)
+    held at once; more are refused, and a candidate never displaces a verified peer."""
     bootstrap_retry_min_s: float = 5.0
     """First wait before re-dialling a dead `--peer` address; doubles after each failure."""
     bootstrap_retry_max_s: float = 300.0
@@ -60,7 +63,7 @@ class SessionConfig:
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_in_flight", "max_partners", "max_failures", "max_peers"):
+        for name in ("max_in_flight", "max_partners", "max_failures", "max_peers", "max_candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.hello_sample < 0:

@@ -23,10 +23,16 @@ class GossipConfig:
     """Neighbour copies kept in memory; the least recently heard-from is dropped."""
     outbox_bytes: int = 256 * 2**20
     """Recent update frames kept to fill a neighbour's gap without a full snapshot."""
-    clip_quantile: float = 0.9
-    """Self-centred clipping radius = quantile of recent neighbour distances × clip_multiplier."""
+    clip_quantile: float = 0.5
+    """Self-centred clipping radius = clip_multiplier × this quantile (an order statistic, taken
+    low) of the neighbours' latest distances, one per neighbour: fewer than 1 − q of the
+    neighbours cannot move it (async_opt.NeighbourRadius)."""
     clip_multiplier: float = 2.0
-    clip_window: int = 64
+    clip_min_neighbours: int = 3
+    """Neighbours with a known distance before their quantile is used; until then only the cap holds."""
+    clip_max_relative: float = 0.5
+    """The radius never exceeds this fraction of our own public copy's norm, from the first mix on:
+    a bound no neighbour sets."""
     clip: bool = True
     """Self-centred clipping of neighbour differences (off only as a control in experiments)."""
     error_feedback: bool = True
@@ -47,6 +53,8 @@ class GossipConfig:
             raise ValueError(f"outbox_bytes must be >= 0, got {self.outbox_bytes}")
         if not 0.0 < self.clip_quantile <= 1.0 or self.clip_multiplier <= 0:
             raise ValueError("clip_quantile must be in (0, 1] and clip_multiplier > 0")
+        if self.clip_min_neighbours < 1 or not self.clip_max_relative > 0:
+            raise ValueError("clip_min_neighbours must be >= 1 and clip_max_relative > 0")
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
         # Parse now so a bad spec fails at start-up with its own message, not mid-run.

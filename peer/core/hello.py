@@ -28,20 +28,29 @@ class Hello:
     peers: tuple[PeerInfo, ...]
 
 
+def valid_nonce(nonce: str) -> bool:
+    """A nonce a hello may echo: 8 to 64 lowercase hex characters."""
+    return 8 <= len(nonce) <= 64 and all(c in "0123456789abcdef" for c in nonce)
+
+
 def make_hello(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int, now: float,
-               listen: str, peers: list[PeerInfo], limits: Limits) -> bytes:
-    """Sign our hello naming `peers` (each as {"id", "address"})."""
+               listen: str, peers: list[PeerInfo], limits: Limits, nonce: str = "") -> bytes:
+    """Sign our hello naming `peers` (each as {"id", "address"}) and echoing the asker's `nonce`."""
     entries = [{"id": p.peer_id, "address": p.address} for p in peers]
+    extra = {"listen": listen, "peers": entries, "nonce": nonce if valid_nonce(nonce) else ""}
     return make_control_frame(identity, kind=FrameKind.HELLO, swarm=swarm, fingerprint=fingerprint, seq=seq,
-                              step=step, timestamp=now, extra={"listen": listen, "peers": entries}, limits=limits)
+                              step=step, timestamp=now, extra=extra, limits=limits)
 
 
-def read_hello(data: bytes, policy: VerifyPolicy, now: float) -> Hello:
-    """Verify a hello; malformed peer entries are skipped, not fatal (they are only hints)."""
+def read_hello(data: bytes, policy: VerifyPolicy, now: float, nonce: str) -> Hello:
+    """Verify a hello signed over our fresh `nonce` (so a recorded hello cannot be served again);
+    malformed peer entries are skipped, not fatal (they are only hints)."""
     frame = decode_frame(data, policy, now=now)
     h = frame.header
     if h.kind != FrameKind.HELLO:
         raise FrameRefused(RefusalReason.BAD_HEADER, f"expected a hello frame, got {h.kind.value}")
+    if h.extra.get("nonce") != nonce:
+        raise FrameRefused(RefusalReason.BAD_HEADER, "the hello does not echo our nonce (recorded or relayed)")
     peers = []
     raw = h.extra.get("peers", [])
     for entry in raw[:MAX_HELLO_PEERS] if isinstance(raw, list) else []:

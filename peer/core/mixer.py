@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import AdaptiveRadius, mix_step, parse_staleness
+from async_opt import NeighbourRadius, mix_diffs, parse_staleness, safe_norm
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
 
@@ -29,6 +29,9 @@ class MixReport:
     mixed: int = 0
     staleness_steps: list[float] = field(default_factory=list)
     distances: dict[bytes, float] = field(default_factory=dict)
+    radius: float | None = None
+    clipped: int = 0
+    """Copies whose pull was shortened to the radius."""
 
 
 class Mixer:
@@ -37,7 +40,8 @@ class Mixer:
     def __init__(self, cfg: GossipConfig) -> None:
         self.cfg = cfg
         self.schedule = parse_staleness(cfg.resolved_staleness)
-        self.radius = AdaptiveRadius(window=cfg.clip_window, q=cfg.clip_quantile, multiplier=cfg.clip_multiplier)
+        self.radius = NeighbourRadius(q=cfg.clip_quantile, multiplier=cfg.clip_multiplier,
+                                      min_neighbours=cfg.clip_min_neighbours, max_relative=cfg.clip_max_relative)
         self.step_seconds = 0.0
         """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
         self._last_boundary: float | None = None
@@ -65,27 +69,35 @@ class Mixer:
         return max(0.0, now - published_at) / self.step_seconds
 
     def mix(self, x: torch.Tensor, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
-        """Return the mixed parameters (a new tensor; `x` is not modified) and what was done."""
+        """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
+
+        Distances fall back to float64 when float32 overflows, so a copy far out of range still
+        has a finite distance and is clipped rather than passed through.
+        """
         report = MixReport()
-        pairs = []
+        news = []
         live = set()
         for c in view.copies:
             live.add(c.key)
             if self._mixed_version.get(c.key) == c.version:
                 continue
             self._mixed_version[c.key] = c.version
-            tau = self.staleness_steps(c.published_at, now)
-            lam = self.schedule.lam(tau, max(k, 0))
-            distance = float(torch.linalg.vector_norm((c.x_hat - view.public).double()))
-            if math.isfinite(distance):
-                self.radius.observe(distance)
-            report.staleness_steps.append(tau)
+            diff = c.x_hat - view.public
+            distance = safe_norm(diff)
+            self.radius.observe(c.key, distance)
             report.distances[c.key] = distance
-            pairs.append((c.x_hat, lam))
+            news.append((c, diff, distance))
         for key in [key for key in self._mixed_version if key not in live]:
-            del self._mixed_version[key]  # forgotten neighbours: keep this map bounded
-        if not pairs:
+            del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
+        self.radius.keep_only(live)
+        if not news:
             return x, report
-        rho = self.radius.radius if self.cfg.clip else None
-        report.mixed = len(pairs)
-        return mix_step(x, view.public, pairs, rho), report
+        rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
+        diffs = []
+        for c, diff, distance in news:
+            tau = self.staleness_steps(c.published_at, now)
+            report.staleness_steps.append(tau)
+            report.clipped += rho is not None and not distance <= rho
+            diffs.append((diff, self.schedule.lam(tau, max(k, 0)), distance))
+        report.mixed, report.radius = len(diffs), rho
+        return mix_diffs(x, diffs, rho), report

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from async_opt import NeighbourCopy, PublicCopy
+from async_opt import NeighbourCopy, PublicCopy, safe_norm
 from peer.core.gossip_config import GossipConfig
 from peer.core.outbox import Outbox
 from peer.core.view import CopyView, MixView, ViewSlot
@@ -142,7 +142,8 @@ class GossipNode:
         self._state_cache: bytes | None = None
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
-        self.view_slot = ViewSlot(MixView(self.public.x_hat))
+        self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
+        self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm))
 
     @property
     def peer_id(self) -> str:
@@ -264,7 +265,9 @@ class GossipNode:
             CopyView(key, n.version, n.copy.x_hat, n.published_at)
             for key, n in self.neighbours.items() if n.copy.x_hat is not None
         )
-        self.view_slot.publish(MixView(self.public.x_hat, copies))
+        if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread
+            self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
+        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm))
 
     def _control_frame(self, peer_key: bytes | None, now: float) -> bytes:
         n = self.neighbours.get(peer_key) if peer_key else None
@@ -366,7 +369,7 @@ class GossipNode:
         else:
             self.metrics.inc("update_gaps_total", help="updates that could not be applied in order")
             return False
-        if not math.isfinite(float(torch.linalg.vector_norm(n.copy.x_hat.double()))):
+        if not math.isfinite(safe_norm(n.copy.x_hat)):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
             n.copy = NeighbourCopy()
             self.metrics.inc("copies_reset_total", help="neighbour copies dropped because they became non-finite")

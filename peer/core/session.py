@@ -125,6 +125,8 @@ class Session:
         if info.address == self.listen or info.peer_id == self.peer_id:
             return []
         out: list[Action] = []
+        if info.source != "static" and info.address not in self.table and not self._room_for_candidate():
+            return [Count("candidates_refused_total")]
         if self.table.add(info, now):
             out.append(Log(f"found peer {info.address} via {info.source}"))
         out += self._verify(now)
@@ -181,7 +183,17 @@ class Session:
             return []
         self._dialling.pop(address, None)
         out: list[Action] = []
-        if hello is None:
+        if hello is not None and hello.listen and hello.listen != address:
+            # Signed by a peer that listens elsewhere: a relay, or an address it does not advertise.
+            # Bind nothing to this address; the advertised one is a candidate to dial.
+            out += self._failed(address, now, f"hello from {address} was signed for {hello.listen}",
+                                "hello_listen_mismatch_total")
+            try:
+                out += self.found(PeerInfo(peer_id=hello.peer_id, address=hello.listen, source="exchange"), now)
+            except ValueError:
+                out.append(Count("hello_bad_listen_total"))
+            hello = None
+        elif hello is None:
             out += self._failed(address, now, f"hello to {address} failed: {error}", "hello_failures_total")
         elif self.table.mark_success(address, now, peer_id=hello.peer_id):
             self._retry.pop(address, None)
@@ -194,12 +206,21 @@ class Session:
             out += self._join_progress(now)
         return out
 
-    def state_done(self, token: int, now: float, step: int | None = None, error: str | None = None) -> list[Action]:
-        """The state fetched under `token` verified (its claimed `step`), or failed."""
+    def state_done(self, token: int, now: float, step: int | None = None, error: str | None = None,
+                   better: bool | None = None) -> list[Action]:
+        """The state fetched under `token` verified (its claimed `step`), or failed.
+
+        `better` is the trainer's verdict on a probe batch (None: it cannot judge). A claimed
+        step buys nothing: a state that scores worse than ours is refused whatever it claims.
+        """
         kind, address = self._requests.pop(token, ("", ""))
         if kind != "state" or self._join is None or self._join.fetching != token:
             return []
         self._join.fetching = 0
+        if better is False:
+            return [Count("joins_refused_total"), Log(f"not joining from {address}: its state scores worse than ours "
+                                                      f"on our probe batch (it claims step {step})", "warning")
+                    ] + self._join_progress(now)
         if error is None and step is not None and step > self.step:
             self._join.phase = "done"
             self.step = step
@@ -249,6 +270,15 @@ class Session:
     def _failed(self, address: str, now: float, message: str, counter: str) -> list[Action]:
         self.table.mark_failure(address, now)
         return [Count(counter), Log(message, "debug")]
+
+    def _unverified(self) -> list[str]:
+        return [p.address for p in self.table.live()
+                if (h := self.table.health(p.address)) is not None and h.last_success is None and not h.static]
+
+    def _room_for_candidate(self) -> bool:
+        """Below the candidate cap, and (when the table is full) a candidate, not a verified peer, would go."""
+        unverified = len(self._unverified())
+        return unverified < self.cfg.max_candidates and (len(self.table) < self.cfg.max_peers or unverified > 0)
 
     def _verify(self, now: float) -> list[Action]:
         """Dial heard-of peers that never answered us, at most once per hello period each."""

@@ -35,6 +35,8 @@ class MixView:
 
     public: torch.Tensor
     copies: tuple[CopyView, ...] = ()
+    public_norm: float = 0.0
+    """||x̂_i||, computed by the node worker when it builds the view (bounds the clip radius)."""
 
 
 class ViewSlot:

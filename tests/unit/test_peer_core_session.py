@@ -181,3 +181,18 @@ def test_join_keeps_asking_while_nobody_answers_until_its_timeout():
         t += 0.5
         pending = of(s.tick(t), SendHello)
     assert s.accepting and 5.0 <= t <= 6.0 and asks >= 3
+
+
+def test_a_claimed_step_buys_nothing_when_the_state_scores_worse():
+    s = Session(SessionConfig(join=True), peer_id=ME, rng=random.Random(0))
+    asked = {h.address: h.token for h in of(s.start(0.0, listen="", bootstrap=[addr(1), addr(2)], step=5,
+                                                     hello_seq_base=0), SendHello)}
+    s.hello_done(asked[addr(1)], 0.1, hello=hello(addr(1), step=10**9))  # the liar
+    fetch = of(s.hello_done(asked[addr(2)], 0.2, hello=hello(addr(2), step=40)), FetchState)
+    assert [f.address for f in fetch] == [addr(1)]  # the biggest claim is tried first...
+    out = s.state_done(fetch[0].token, 0.3, step=10**9, better=False)
+    assert Count("joins_refused_total") in out and not of(out, Adopt)  # ...and refused on our probe batch
+    nxt = of(out, FetchState)
+    assert [f.address for f in nxt] == [addr(2)]
+    done = s.state_done(nxt[0].token, 0.4, step=40, better=True)
+    assert of(done, Adopt) == [Adopt(nxt[0].token, addr(2), 40)] and s.step == 40

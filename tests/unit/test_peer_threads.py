@@ -166,3 +166,16 @@ def test_finite_updates_that_overflow_together_drop_the_copy_instead_of_mixing_i
     me.handle_request(pack_bundle([them._control_frame(me.identity.public_key, NOW + 1)] + forged), NOW + 1)
     assert me.neighbours[them.identity.public_key].copy.x_hat is None
     assert me.view_slot.current.copies == ()
+
+
+def test_publishes_coalesce_when_publishing_is_slower_than_training():
+    """One publish job waits at most: a slow worker is not buried under stale publishes."""
+    slot = PendingPublish()
+    jobs = 0
+    for step in range(1, 9):  # eight boundaries ask for a publish before the worker gets to it
+        slot.put(torch.full((2,), float(step)), step)
+        jobs += slot.needs_job()
+    assert jobs == 1
+    assert slot.take()[1] == 8  # and that job publishes the newest copy
+    slot.put(torch.zeros(2), 9)
+    assert slot.needs_job()  # once it started, the next request queues a new one

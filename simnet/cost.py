@@ -4,9 +4,11 @@ A real peer compresses, signs, verifies, decodes and applies on its node worker 
 mixes on its training thread. simnet runs that same code, but the virtual clock would
 otherwise see it as free, which flatters gossip. The model: each operation costs a fixed
 part plus a part per byte of frames it signs or verifies and per parameter it touches.
-The defaults were measured on the real code by `python benchmarks/protocol_cost.py` on the
-project's 2-core development machine (AMD EPYC, torch 2.13 CPU, one torch thread); rerun it
-on your hardware and put its numbers in a scenario's `[world.cost]` to model that.
+The defaults were measured on the real code by `python benchmarks/protocol_cost.py --sizes
+100000,1000000,4000000 --repeats 3` (int8 updates) on the project's 2-core development
+machine (AMD EPYC, torch 2.13 CPU, one torch thread, load average 2.6 from other work, so
+the fixed part is on the high side); rerun it on your hardware and put its last line in a
+scenario's `[world.cost]` to model that.
 Every scenario prints the model it ran with.
 """
 
@@ -18,17 +20,17 @@ from dataclasses import asdict, dataclass
 
 @dataclass
 class CostConfig:
-    op_s: float = 1.5e-4
+    op_s: float = 3.6e-3
     """Fixed cost of one node operation (Ed25519 sign or verify, headers, bookkeeping)."""
-    sign_s_per_byte: float = 1.2e-9
+    sign_s_per_byte: float = 3.6e-9
     """Hashing and lz4 of frames we build, per byte."""
-    verify_s_per_byte: float = 1.5e-9
+    verify_s_per_byte: float = 3.3e-9
     """Hashing and lz4 of frames we check, per byte."""
-    publish_s_per_param: float = 2.0e-8
+    publish_s_per_param: float = 2.6e-8
     """Compressing and reconstructing one published update, per parameter."""
-    apply_s_per_param: float = 3.0e-9
+    apply_s_per_param: float = 2.6e-9
     """Decoding one received update or snapshot and adding it to a neighbour copy, per parameter."""
-    mix_s_per_param: float = 6.0e-9
+    mix_s_per_param: float = 3.5e-9
     """Mixing one neighbour copy into the parameters (training thread), per parameter."""
     enabled: bool = True
     """False charges nothing (the old, flattering model; for comparison only)."""

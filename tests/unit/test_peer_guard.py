@@ -77,3 +77,10 @@ def test_resume_takes_the_newest_good_of_the_last_three(tmp_path):
         checkpoint_path(tmp_path, age).write_bytes(b"junk")
     with pytest.raises(CheckpointError, match="unreadable"):
         load_newest_good(tmp_path)
+
+
+def test_scalar_and_integer_tensors_round_trip_with_their_digest(tmp_path):
+    tensors = {"step": torch.tensor(7.0), "count": torch.tensor(3), "half": torch.ones(2, dtype=torch.bfloat16)}
+    save_checkpoint(tmp_path, tensors, {"step": 7})
+    loaded, meta = load_checkpoint(tmp_path)
+    assert meta["step"] == 7 and all(torch.equal(loaded[k], v) for k, v in tensors.items())

@@ -13,6 +13,7 @@ from gossip_tts.train.parallel import compile_problem
 from gossip_tts.train.trainer import TTSTrainer
 
 PROBLEM = compile_problem(torch.device("cpu"))
+pytestmark = pytest.mark.slow  # a cold compile takes minutes on 2 cores: .ci/run runs it on its own
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,12 @@ class FlatTrainer:
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
 
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:  # as TTSTrainer: in place, tensor by tensor
+        offset = 0
+        for p in self.params:
+            p.add_(delta[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
 
 def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compression: str, prepared: int) -> dict:
     cfg = GossipConfig(swarm="bench", gossip_every=gossip_every, compression=compression)

@@ -91,10 +91,11 @@ class BoundaryHook:
         view = self.view_slot.current
         self.last_mixed = 0
         if self.mixer.has_news(view):
-            mixed, report = self.mixer.mix(trainer.get_flat_params(), view, k, now)
+            add = getattr(trainer, "add_to_flat_params", None)  # in place: no parameter copy
+            mixed, report = self.mixer.mix(None if add else trainer.get_flat_params(), view, k, now)
             if report.mixed:
                 self.last_mixed = report.mixed
-                trainer.set_flat_params(mixed)
+                (add or trainer.set_flat_params)(mixed)
                 self.metrics.inc("mixes_total", report.mixed, help="neighbour copies mixed into the parameters")
                 if report.clipped:
                     self.metrics.inc("mix_clipped_total", report.clipped, help="mixed copies whose pull was clipped")

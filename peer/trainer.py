@@ -45,7 +45,10 @@ class Trainer(Protocol):
         ...
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        """Overwrite the parameters from a 1-D vector laid out as `get_flat_params`."""
+        """Overwrite the parameters from a 1-D vector laid out as `get_flat_params`.
+
+        A trainer may also offer `add_to_flat_params(delta)` (add in place); the step-boundary
+        hook then mixes with one pass over the parameters instead of a copy out and back."""
         ...
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

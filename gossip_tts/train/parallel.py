@@ -182,6 +182,18 @@ def place_like(p: "torch.Tensor", full: "torch.Tensor") -> "torch.Tensor":
     return full.to(p.device, p.dtype)
 
 
+def add_full_into(p: "torch.Tensor", full: "torch.Tensor") -> None:
+    """Add the whole value `full` to parameter `p` (plain or sharded), in place."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    with torch.no_grad():
+        if isinstance(p, DTensor):
+            p.to_local().add_(place_like(p, full.reshape(p.shape)).to_local())
+        else:
+            p.add_(full.reshape(p.shape).to(p.device, p.dtype))
+
+
 def copy_full_into(p: "torch.Tensor", full: "torch.Tensor") -> None:
     """Overwrite parameter `p` (plain or sharded) with the whole value `full`."""
     import torch

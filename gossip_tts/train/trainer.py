@@ -22,7 +22,7 @@ from gossip_tts.model import EchoDiT, ModelConfig, flow_matching_loss, model_con
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.mfu import StepMeter, peak_tflops
 from gossip_tts.train.offload import MasterWeights, offload_adamw
-from gossip_tts.train.parallel import Group, compile_problem, copy_full_into, full_tensor, place_like, rank_seed, wrap_model
+from gossip_tts.train.parallel import Group, add_full_into, compile_problem, copy_full_into, full_tensor, place_like, rank_seed, wrap_model
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.checkpoint import load_checkpoint
@@ -250,6 +250,18 @@ class TTSTrainer:
         offset = 0
         for p in self._master:
             copy_full_into(p, flat[offset : offset + p.numel()])
+            offset += p.numel()
+        if self._offload:
+            self._offload.push_to_device()
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        """Add a flat vector to the parameters in place (a mix: one pass, no full copy)."""
+        total = sum(p.numel() for p in self._master)
+        if delta.numel() != total:
+            raise ValueError(f"flat vector has {delta.numel()} values, the parameters need {total}")
+        offset = 0
+        for p in self._master:
+            add_full_into(p, delta[offset : offset + p.numel()])
             offset += p.numel()
         if self._offload:
             self._offload.push_to_device()

@@ -68,8 +68,11 @@ class Mixer:
             return 0.0
         return max(0.0, now - published_at) / self.step_seconds
 
-    def mix(self, x: torch.Tensor, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
+    def mix(self, x: torch.Tensor | None, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
+
+        With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|, for
+        trainers that add it to their parameters in place (one pass, no parameter copy).
 
         Distances fall back to float64 when float32 overflows, so a copy far out of range still
         has a finite distance and is clipped rather than passed through.
@@ -91,7 +94,7 @@ class Mixer:
             del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
         self.radius.keep_only(live)
         if not news:
-            return x, report
+            return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
         diffs = []
         for c, diff, distance in news:
@@ -100,4 +103,4 @@ class Mixer:
             report.clipped += rho is not None and not distance <= rho
             diffs.append((diff, self.schedule.lam(tau, max(k, 0)), distance))
         report.mixed, report.radius = len(diffs), rho
-        return mix_diffs(x, diffs, rho), report
+        return mix_diffs(torch.zeros_like(view.public) if x is None else x, diffs, rho), report

@@ -179,3 +179,15 @@ def test_publishes_coalesce_when_publishing_is_slower_than_training():
     assert slot.take()[1] == 8  # and that job publishes the newest copy
     slot.put(torch.zeros(2), 9)
     assert slot.needs_job()  # once it started, the next request queues a new one
+
+
+def test_mixing_in_place_gives_the_copy_out_and_back_result():
+    x = torch.randn(64)
+    me = node(0, x)
+    for i in (1, 2, 3):
+        other = node(i, x + torch.randn(64) * i)
+        me.handle_request(other.build_request(None, NOW), NOW)
+    view = me.view_slot.current
+    mixed, _ = Mixer(me.cfg).mix(x, view, 10, NOW)
+    delta, _ = Mixer(me.cfg).mix(None, view, 10, NOW)
+    assert torch.allclose(x + delta, mixed, rtol=0, atol=1e-6) and not torch.equal(mixed, x)

@@ -94,12 +94,15 @@ class GossipSim:
 
     def _bootstrap_lists(self, mode: str) -> list[list[int]]:
         """`topology`: a peer's topology neighbours, as mDNS on its LAN would report them;
-        `one`: one random other peer, as a user passing a single `--peer` (no oracle)."""
+        `one`: one random address of a peer that was there before it (peer 0 gets one of
+        any other), as a user joining with a single `--peer` of someone already in the swarm.
+        (Addresses drawn from all peers alike can split the swarm into parts that never hear
+        of each other: with 64 peers that happened on 3 seeds of 5.)"""
         if mode == "topology":
             return [list(self.topo.neighbours(i)) for i in range(self.world.n_peers)]
         rng = random.Random(f"simnet-bootstrap:{self.seed}")
         n = self.world.n_peers
-        return [[rng.choice([j for j in range(n) if j != i])] for i in range(n)]
+        return [[rng.randrange(1, n)]] + [[rng.randrange(i)] for i in range(1, n)]
 
     def _churn(self, ev: ChurnEvent) -> None:
         peer = self.peers[ev.peer]

@@ -3,7 +3,7 @@
 It decides nothing. The session (`peer.core.session.Session`), the node
 (`peer.core.node.GossipNode`) and the step boundary (`peer.boundary.BoundaryHook`) are the
 very objects a real peer runs; this driver only performs their actions over simulated
-links, on a virtual clock. Node work runs through a FIFO `_Worker` that charges each job
+links, on a virtual clock. Node work runs through a FIFO `SimWorker` that charges each job
 the CPU time the cost model (`simnet.cost`) gives it, as the real node worker thread
 takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
 time out), a peer that left refuses connections (requesters learn within one round trip).
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -31,6 +30,7 @@ from peer.core.session import Session
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.attacks import AttackTrainer, append_frame, forge_non_finite_update
+from simnet.sim_worker import SimWorker
 
 if TYPE_CHECKING:
     from simnet.swarm import GossipSim
@@ -39,38 +39,6 @@ HTTP_OVERHEAD = 300
 """Bytes of HTTP request/response headers around every body."""
 Reply = Callable[[bytes | None, str], None]
 """How a simulated server answers: (body, "") on 200, (None, why) otherwise."""
-
-
-class _Worker:
-    """The node worker thread, in virtual time: one job at a time, each taking its cost."""
-
-    def __init__(self, peer: "SimPeer") -> None:
-        self.peer = peer
-        self.jobs: deque[Callable[[], tuple[float, Callable[[], None] | None]]] = deque()
-        self.busy = False
-
-    def submit(self, job: Callable[[], tuple[float, Callable[[], None] | None]]) -> None:
-        """`job()` runs when the worker is free and returns (seconds it took, what follows)."""
-        self.jobs.append(job)
-        if not self.busy:
-            self._next()
-
-    def _next(self) -> None:
-        if not self.jobs:
-            self.busy = False
-            return
-        self.busy = True
-        life = self.peer.life
-        cost, then = self.jobs.popleft()()
-
-        def done() -> None:
-            if life != self.peer.life:
-                return
-            if then is not None:
-                then()
-            self._next()
-
-        self.peer.sim.sched.after(cost, done)
 
 
 class SimPeer:
@@ -109,7 +77,7 @@ class SimPeer:
         self.node = GossipNode(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
                                now=self.sim.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
-        self.worker = _Worker(self)
+        self.worker = SimWorker(self.sim.sched, lambda: self.life)
         self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
                                peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg), self.node.view_slot, self.pending, self.on_boundary,

@@ -243,22 +243,6 @@ class GossipNode:
         frame = decode_frame(data, self.policy, now=now)
         return read_vector(frame), frame.header.step
 
-    def consensus_distance(self, x: torch.Tensor) -> float:
-        """RMS distance of `x` and the neighbour copies we hold to their mean.
-
-        Two passes with one accumulator: no stack of n model copies, which at the 800m
-        preset with 8 neighbours would be gigabytes.
-        """
-        copies = [x.to(torch.float32)] + [n.copy.x_hat for n in self.neighbours.values() if n.copy.x_hat is not None]
-        if len(copies) < 2:
-            return 0.0
-        mean = torch.zeros_like(copies[0], dtype=torch.float64)
-        for c in copies:
-            mean.add_(c)
-        mean.div_(len(copies))
-        total = sum(float(torch.sum((c - mean) ** 2)) for c in copies)
-        return math.sqrt(total / len(copies))
-
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
         copies = tuple(

@@ -23,6 +23,13 @@ class SessionConfig:
     max_in_flight: int = 2
     """Exchanges running at once, each with a different neighbour: one neighbour that stopped
     answering then holds one slot until its timeout, not the whole peer."""
+    stall_min_s: float = 2.0
+    """An exchange unanswered for max(this, `stall_rtt_factor` × our smoothed exchange round
+    trip) is stalled: it waits on until `request_timeout_s` but stops holding an in-flight
+    slot, so a partition or a frozen neighbour does not stop this peer mixing with the others.
+    At most `max_in_flight` stalled exchanges are kept (so at most twice that are open)."""
+    stall_rtt_factor: float = 4.0
+    """See `stall_min_s`: how many smoothed round trips an exchange may take before it stalls."""
     max_partners: int = 8
     """Neighbours this peer starts exchanges with (kept while they answer). Others may still
     exchange with us; bounding our own choices keeps the neighbour copies we hold stable
@@ -59,6 +66,7 @@ class SessionConfig:
             "request_timeout_s": self.request_timeout_s, "connect_timeout_s": self.connect_timeout_s,
             "hello_every_s": self.hello_every_s, "evict_every_s": self.evict_every_s,
             "silence_timeout_s": self.silence_timeout_s, "bootstrap_retry_min_s": self.bootstrap_retry_min_s,
+            "stall_min_s": self.stall_min_s,
         }
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
@@ -66,6 +74,8 @@ class SessionConfig:
         for name in ("max_in_flight", "max_partners", "max_failures", "max_peers", "max_candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if not (self.stall_rtt_factor >= 1 and math.isfinite(self.stall_rtt_factor)):
+            raise ValueError(f"stall_rtt_factor must be a finite number >= 1, got {self.stall_rtt_factor!r}")
         if self.hello_sample < 0:
             raise ValueError(f"hello_sample must be >= 0, got {self.hello_sample!r}")
         if self.bootstrap_retry_max_s < self.bootstrap_retry_min_s:

@@ -8,7 +8,8 @@ them. The shape follows h11 (`Connection.send(event) -> bytes`) and python-zeroc
 (decide in pure code, then the caller sends). Owned by one thread: the driver's.
 
 Decisions made here: when to publish and with whom to exchange (a sticky set of verified
-partners, at most `max_in_flight` at once, never two with one neighbour); when to say
+partners, at most `max_in_flight` at once, never two with one neighbour; an exchange that
+stalls stops holding its slot, and a partner whose exchange failed is replaced); when to say
 hello (a jittered cadence; each hello is also peer exchange) and which heard-of addresses
 to verify by dialling them; when a peer is dead and evicted; when a dead `--peer` address
 is dialled again (exponential backoff); how to join a running swarm (ask every known
@@ -70,6 +71,8 @@ class Session:
         self.step = 0
         self.partners: list[str] = []
         self.in_flight: dict[int, str] = {}  # exchange token -> address
+        self._started: dict[int, float] = {}  # exchange token -> when it started
+        self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
         self._requests: dict[int, tuple[str, str]] = {}  # hello/state token -> (kind, address)
         self._dialling: dict[str, float] = {}  # address -> when we last dialled it to verify it
         self._retry: dict[str, _Retry] = {}  # dead bootstrap address -> when to dial it again
@@ -150,14 +153,22 @@ class Session:
         if not publish_due:
             return []
         out: list[Action] = [Publish()]
-        if len(self.in_flight) < self.cfg.max_in_flight and self.accepting:
+        if self._slot_free(now) and self.accepting:
             address = self._choose_partner()
             if address is not None:
                 info = self.table.get(address)
                 token = self._new_token()
                 self.in_flight[token] = address
+                self._started[token] = now
                 out.append(Exchange(token, address, info.peer_id if info else ""))
         return out
+
+    def stalled(self, now: float) -> list[int]:
+        """Tokens of exchanges open so long they no longer hold an in-flight slot."""
+        limit = self.cfg.stall_min_s
+        if self._rtt_s is not None:
+            limit = max(limit, self.cfg.stall_rtt_factor * self._rtt_s)
+        return [t for t, started in self._started.items() if now - started >= limit]
 
     def publish_done(self, step: int, now: float, error: str | None = None) -> list[Action]:
         """The node published (or refused to: e.g. non-finite parameters). A failure is survived."""
@@ -169,11 +180,17 @@ class Session:
                       error: str | None = None) -> list[Action]:
         """An exchange we started ended: `error` is None on a verified reply."""
         address = self.in_flight.pop(token, None)
+        self._started.pop(token, None)
         if address is None:
             return []
         if error is not None:
+            if address in self.partners:  # replaced at the next choice by a peer that answers
+                self.partners.remove(address)
             return self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
         self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
+        if rtt is not None and rtt >= 0:
+            a = self.table.cfg.rtt_smoothing
+            self._rtt_s = rtt if self._rtt_s is None else (1 - a) * self._rtt_s + a * rtt
         return [Count("exchanges_ok_total")]
 
     def hello_done(self, token: int, now: float, hello: Hello | None = None, error: str | None = None) -> list[Action]:
@@ -299,14 +316,30 @@ class Session:
             else:
                 self._retry.pop(info.address, None)
 
+    def _slot_free(self, now: float) -> bool:
+        """Room for one more exchange: fewer than `max_in_flight` not stalled, and few stalled."""
+        stalled = len(self.stalled(now))
+        active = len(self.in_flight) - stalled
+        return active < self.cfg.max_in_flight and len(self.in_flight) < 2 * self.cfg.max_in_flight
+
     def _choose_partner(self) -> str | None:
-        """A verified, live partner not already in an exchange; partners are sticky."""
-        verified = {p.address for p in self.table.live()
-                    if (h := self.table.health(p.address)) is not None and h.last_success is not None}
+        """A verified, live partner not already in an exchange; partners are sticky.
+
+        Vacancies are filled from verified peers whose last request succeeded when there are
+        any, so a peer behind a partition is not picked again while reachable ones wait.
+        """
+        healthy: set[str] = set()
+        verified: set[str] = set()
+        for p in self.table.live():
+            h = self.table.health(p.address)
+            if h is not None and h.last_success is not None:
+                verified.add(p.address)
+                if h.failures == 0:
+                    healthy.add(p.address)
         self.partners = [a for a in self.partners if a in verified]
-        spare = sorted(verified - set(self.partners))
-        while len(self.partners) < self.cfg.max_partners and spare:
-            self.partners.append(spare.pop(self.rng.randrange(len(spare))))
+        for pool in (sorted(healthy - set(self.partners)), sorted(verified - set(self.partners))):
+            while len(self.partners) < self.cfg.max_partners and pool:
+                self.partners.append(pool.pop(self.rng.randrange(len(pool))))
         busy = set(self.in_flight.values())
         free = [a for a in self.partners if a not in busy]
         return self.rng.choice(free) if free else None

@@ -55,8 +55,8 @@ def test_in_flight_limit_and_never_two_exchanges_with_one_neighbour():
     s = session(max_in_flight=2)
     verify_all(s, s.start(0.0, listen="", bootstrap=[addr(1), addr(2), addr(3)], step=0, hello_seq_base=0), 0.1)
     first = s.step_boundary(1, True, 1.0)
-    second = s.step_boundary(2, True, 2.0)
-    third = s.step_boundary(3, True, 3.0)
+    second = s.step_boundary(2, True, 1.5)
+    third = s.step_boundary(3, True, 2.0)
     assert of(first, Publish) and of(second, Publish) and of(third, Publish)  # publishing never waits
     busy = of(first, Exchange) + of(second, Exchange)
     assert len(busy) == 2 and busy[0].address != busy[1].address
@@ -65,6 +65,28 @@ def test_in_flight_limit_and_never_two_exchanges_with_one_neighbour():
     again = of(s.step_boundary(4, True, 4.5), Exchange)
     assert len(again) == 1 and again[0].address != busy[1].address
     assert s.step_boundary(5, False, 5.0) == []  # no publish due: nothing at all
+
+
+def test_a_stalled_exchange_frees_its_slot_and_a_failed_partner_is_replaced():
+    """Behind a partition both slots would wait out the 30 s timeout; stalled ones stop counting."""
+    s = session(max_in_flight=1, max_partners=2, stall_min_s=2.0, stall_rtt_factor=4.0)
+    verify_all(s, s.start(0.0, listen="", bootstrap=[addr(i) for i in range(1, 6)], step=0, hello_seq_base=0), 0.1)
+    done = of(s.step_boundary(1, True, 1.0), Exchange)[0]
+    s.exchange_done(done.token, 1.8, peer_id=IDS[done.address], rtt=0.8)  # smoothed round trip 0.8 s
+    cut = of(s.step_boundary(2, True, 2.0), Exchange)[0]  # this one never comes back
+    assert of(s.step_boundary(3, True, 4.0), Exchange) == []  # 2 s < 4 x 0.8 s: still holds the slot
+    assert s.stalled(5.3) == [cut.token]
+    other = of(s.step_boundary(4, True, 5.3), Exchange)
+    assert len(other) == 1 and other[0].address != cut.address  # never two with one neighbour
+    assert of(s.step_boundary(5, True, 5.4), Exchange) == []  # one active, one stalled: full
+    s.exchange_done(other[0].token, 5.5, peer_id=IDS[other[0].address], rtt=0.2)
+    late = of(s.step_boundary(6, True, 9.0), Exchange)  # one stalled, none active: a slot
+    assert [e.address for e in late] == [other[0].address]
+    assert of(s.step_boundary(7, True, 14.0), Exchange) == []  # two stalled (the cap): nothing more opens
+    s.exchange_done(cut.token, 32.0, error="timeout")
+    assert cut.address not in s.partners  # replaced, by a peer with no failure
+    nxt = of(s.step_boundary(8, True, 32.5), Exchange)
+    assert len(nxt) == 1 and nxt[0].address != cut.address and s.table.health(nxt[0].address).failures == 0
 
 
 def test_failed_publish_is_counted_logged_and_survived():

@@ -27,7 +27,7 @@ class SessionConfig:
     """An exchange unanswered for max(this, `stall_rtt_factor` × our smoothed exchange round
     trip) is stalled: it waits on until `request_timeout_s` but stops holding an in-flight
     slot, so a partition or a frozen neighbour does not stop this peer mixing with the others.
-    At most `max_in_flight` stalled exchanges are kept (so at most twice that are open)."""
+    At most `max_partners` exchanges are open at once, stalled or not, one per neighbour."""
     stall_rtt_factor: float = 4.0
     """See `stall_min_s`: how many smoothed round trips an exchange may take before it stalls."""
     max_partners: int = 8

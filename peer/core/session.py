@@ -186,7 +186,8 @@ class Session:
         if error is not None:
             if address in self.partners:  # replaced at the next choice by a peer that answers
                 self.partners.remove(address)
-            return self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
+            return (self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
+                    + self._probe(address, now))
         self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
         if rtt is not None and rtt >= 0:
             a = self.table.cfg.rtt_smoothing
@@ -212,6 +213,7 @@ class Session:
             hello = None
         elif hello is None:
             out += self._failed(address, now, f"hello to {address} failed: {error}", "hello_failures_total")
+            out += self._probe(address, now)
         elif self.table.mark_success(address, now, peer_id=hello.peer_id):
             self._retry.pop(address, None)
             for info in hello.peers:
@@ -288,6 +290,15 @@ class Session:
         self.table.mark_failure(address, now)
         return [Count(counter), Log(message, "debug")]
 
+    def _probe(self, address: str, now: float) -> list[Action]:
+        """Say hello again to a verified peer that just failed us: no longer a partner, it would
+        otherwise linger (its neighbour copy held) until the silence timeout; a dead one is gone
+        after `max_failures` probes, and one that answers is healthy again."""
+        h = self.table.health(address)
+        if h is None or h.dead or h.static or h.last_success is None or address in self._dialling:
+            return []
+        return [self._hello(address, now)]
+
     def _unverified(self) -> list[str]:
         return [p.address for p in self.table.live()
                 if (h := self.table.health(p.address)) is not None and h.last_success is None and not h.static]
@@ -317,10 +328,13 @@ class Session:
                 self._retry.pop(info.address, None)
 
     def _slot_free(self, now: float) -> bool:
-        """Room for one more exchange: fewer than `max_in_flight` not stalled, and few stalled."""
-        stalled = len(self.stalled(now))
-        active = len(self.in_flight) - stalled
-        return active < self.cfg.max_in_flight and len(self.in_flight) < 2 * self.cfg.max_in_flight
+        """Room for one more exchange: fewer than `max_in_flight` not stalled, `max_partners` in all.
+
+        Behind a partition most partners may sit across the cut; each stalls in turn, and the
+        ones left free are those on our side, with whom we go on mixing.
+        """
+        active = len(self.in_flight) - len(self.stalled(now))
+        return active < self.cfg.max_in_flight and len(self.in_flight) < self.cfg.max_partners
 
     def _choose_partner(self) -> str | None:
         """A verified, live partner not already in an exchange; partners are sticky.
@@ -337,7 +351,8 @@ class Session:
                 if h.failures == 0:
                     healthy.add(p.address)
         self.partners = [a for a in self.partners if a in verified]
-        for pool in (sorted(healthy - set(self.partners)), sorted(verified - set(self.partners))):
+        for eligible in (healthy, verified):
+            pool = sorted(eligible - set(self.partners))
             while len(self.partners) < self.cfg.max_partners and pool:
                 self.partners.append(pool.pop(self.rng.randrange(len(pool))))
         busy = set(self.in_flight.values())

@@ -35,7 +35,7 @@ def kept_exchanging_while_waiting_on_a_silent_neighbour(max_in_flight: int, stal
         t += 0.25
         sim.advance_to(t)
         values = list(p.session.in_flight.values())
-        assert len(values) <= 2 * max_in_flight and len(set(values)) == len(values)
+        assert len(values) <= p.session.cfg.max_partners and len(set(values)) == len(values)
         assert len(values) - len(p.session.stalled(sim.now())) <= max_in_flight
         waiting = [tok for tok, a in before.items() if a == silent and p.session.in_flight.get(tok) == silent]
         if waiting and p.metrics.get("exchanges_ok_total") > ok:

@@ -82,7 +82,7 @@ def test_a_stalled_exchange_frees_its_slot_and_a_failed_partner_is_replaced():
     s.exchange_done(other[0].token, 5.5, peer_id=IDS[other[0].address], rtt=0.2)
     late = of(s.step_boundary(6, True, 9.0), Exchange)  # one stalled, none active: a slot
     assert [e.address for e in late] == [other[0].address]
-    assert of(s.step_boundary(7, True, 14.0), Exchange) == []  # two stalled (the cap): nothing more opens
+    assert of(s.step_boundary(7, True, 14.0), Exchange) == []  # max_partners open (the cap): nothing more opens
     s.exchange_done(cut.token, 32.0, error="timeout")
     assert cut.address not in s.partners  # replaced, by a peer with no failure
     nxt = of(s.step_boundary(8, True, 32.5), Exchange)
@@ -218,3 +218,34 @@ def test_a_claimed_step_buys_nothing_when_the_state_scores_worse():
     assert [f.address for f in nxt] == [addr(2)]
     done = s.state_done(nxt[0].token, 0.4, step=40, better=True)
     assert of(done, Adopt) == [Adopt(nxt[0].token, addr(2), 40)] and s.step == 40
+
+
+def test_a_partner_that_failed_is_probed_until_it_answers_or_is_evicted():
+    """A failed partner leaves the partner set; hellos decide whether it is dead (its copy freed)."""
+    s = session(max_failures=3, evict_every_s=1.0)
+    verify_all(s, s.start(0.0, listen="", bootstrap=[], step=0, hello_seq_base=0), 0.0)
+    for i in (1, 2):
+        verify_all(s, s.found(PeerInfo(peer_id="", address=addr(i), source="mdns"), 0.1), 0.2)
+    ex = of(s.step_boundary(1, True, 1.0), Exchange)[0]
+    probe = of(s.exchange_done(ex.token, 6.0, error="timeout"), SendHello)
+    assert [h.address for h in probe] == [ex.address] and ex.address not in s.partners
+    again = of(s.hello_done(probe[0].token, 11.0, error="timeout"), SendHello)
+    assert [h.address for h in again] == [ex.address]
+    assert of(s.hello_done(again[0].token, 16.0, error="timeout"), SendHello) == []  # third failure: dead
+    t17 = s.tick(17.0)
+    assert [f.address for f in of(t17, Forget)] == [ex.address]
+    verify_all(s, t17, 17.5)  # the hello cadence may have dialled the other peer meanwhile
+    other = addr(1) if ex.address == addr(2) else addr(2)  # a peer that answers the probe stays
+    ex2 = of(s.step_boundary(2, True, 18.0), Exchange)[0]
+    assert ex2.address == other
+    probe2 = of(s.exchange_done(ex2.token, 20.0, error="reset"), SendHello)[0]
+    s.hello_done(probe2.token, 20.1, hello=hello(other))
+    assert s.table.health(other).failures == 0 and of(s.tick(21.0), Forget) == []
+
+
+def test_partners_are_distinct_when_vacancies_are_filled_from_both_pools():
+    s = session(max_partners=8)
+    verify_all(s, s.start(0.0, listen="", bootstrap=[addr(i) for i in range(1, 5)], step=0, hello_seq_base=0), 0.1)
+    s.table.mark_failure(addr(1), 0.2)  # verified, but its last request failed: the second pool
+    s.step_boundary(1, True, 1.0)
+    assert sorted(s.partners) == [addr(i) for i in range(1, 5)]

@@ -6,7 +6,7 @@ Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 2022), DiLoCo (Douillard et al. 2023).
 """
 
-from .mixing import AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_diffs, mix_step, safe_norm
+from .mixing import AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_norm
 from .public_copy import Compressor, NeighbourCopy, PublicCopy
 from .staleness import (
     Constant,
@@ -39,6 +39,7 @@ __all__ = [
     "allreduce_step",
     "clip",
     "consensus_distance",
+    "mix_delta",
     "mix_diffs",
     "mix_step",
     "pair_lambda",

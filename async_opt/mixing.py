@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "consensus_distance"]
+__all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta", "consensus_distance"]
 
 
 def safe_norm(v: Tensor) -> float:
@@ -62,6 +62,10 @@ class AdaptiveRadius:
 
     ``radius`` is ``inf`` (no clipping) until ``min_samples`` distances have been seen.
     Non-finite distances are not recorded (they would poison the quantile).
+
+    The textbook form, kept for the synchronous toy studies in the tests. Peers use
+    `NeighbourRadius` instead: over a window of observations a neighbour that sends often
+    owns the window and can grow the radius step by step, and the radius is ``inf`` at first.
     """
 
     def __init__(self, window: int = 64, q: float = 0.5, multiplier: float = 1.0, min_samples: int = 4) -> None:
@@ -177,16 +181,9 @@ def mix_step(
     return mix_diffs(x, diffs, rho)
 
 
-def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor:
-    """`mix_step` from precomputed differences: ``diffs`` holds ``(x̂_j − x̂_i, λ_j, ||x̂_j − x̂_i||)``.
-
-    The same CHOCO-SGD consensus step with ClippedGossip clipping (Koloskova et al. 2019;
-    He, Karimireddy & Jaggi 2022); a caller that already computed the differences and their
-    norms (to update a clipping radius) saves a pass over every neighbour copy.
-    """
-    out = x.detach().clone()
-    if len(diffs) == 0:
-        return out
+def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> list[tuple[Tensor, float]]:
+    """``(x̂_j − x̂_i, λ_j · clip scale / |J|)`` for every difference that moves x."""
+    out = []
     for idx, (d, lam, norm) in enumerate(diffs):
         lam = float(lam)
         if not (0.0 <= lam <= 1.0):
@@ -199,7 +196,38 @@ def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: floa
             continue  # no usable direction: contributes nothing
         else:
             scale = 1.0 if norm <= rho else rho / norm
-        out.add_(d.to(out.dtype), alpha=lam * scale / len(diffs))
+        out.append((d, lam * scale / len(diffs)))
+    return out
+
+
+def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor:
+    """`mix_step` from precomputed differences: ``diffs`` holds ``(x̂_j − x̂_i, λ_j, ||x̂_j − x̂_i||)``.
+
+    The same CHOCO-SGD consensus step with ClippedGossip clipping (Koloskova et al. 2019;
+    He, Karimireddy & Jaggi 2022); a caller that already computed the differences and their
+    norms (to update a clipping radius) saves a pass over every neighbour copy.
+    """
+    out = x.detach().clone()
+    for d, weight in _pulls(diffs, rho):
+        out.add_(d.to(out.dtype), alpha=weight)
+    return out
+
+
+def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor | None:
+    """The change `mix_diffs` would add to x, ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|``, or None
+    when nothing moves x.
+
+    For a trainer that adds the change to its parameters in place: the first difference is
+    scaled in place and the others added to it, so no parameter-sized buffer is allocated.
+    The differences must be the caller's own temporaries: they are overwritten.
+    """
+    pulls = _pulls(diffs, rho)
+    if not pulls:
+        return None
+    (first, weight), rest = pulls[0], pulls[1:]
+    out = first.mul_(weight)
+    for d, w in rest:
+        out.add_(d.to(out.dtype), alpha=w)
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import NeighbourRadius, mix_diffs, parse_staleness, safe_norm
+from async_opt import NeighbourRadius, mix_delta, mix_diffs, parse_staleness, safe_norm
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
 
@@ -72,7 +72,8 @@ class Mixer:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
 
         With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|, for
-        trainers that add it to their parameters in place (one pass, no parameter copy).
+        trainers that add it to their parameters in place: built in the first difference's own
+        buffer, so the only parameter-sized tensors allocated are the differences themselves.
 
         Distances fall back to float64 when float32 overflows, so a copy far out of range still
         has a finite distance and is clipped rather than passed through.
@@ -103,4 +104,7 @@ class Mixer:
             report.clipped += rho is not None and not distance <= rho
             diffs.append((diff, self.schedule.lam(tau, max(k, 0)), distance))
         report.mixed, report.radius = len(diffs), rho
-        return mix_diffs(torch.zeros_like(view.public) if x is None else x, diffs, rho), report
+        if x is not None:
+            return mix_diffs(x, diffs, rho), report
+        delta = mix_delta(diffs, rho)
+        return (torch.zeros_like(view.public) if delta is None else delta), report

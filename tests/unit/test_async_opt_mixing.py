@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_step
+from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -181,3 +181,18 @@ def test_consensus_distance_exact() -> None:
     assert consensus_distance([t(0, 0), t(0, 0), t(3, 0)]) == pytest.approx((1 + 1 + 4) / 3, abs=1e-15)
     with pytest.raises(ValueError):
         consensus_distance([])
+
+
+def test_mix_delta_is_what_mix_diffs_adds_and_reuses_the_first_difference():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(50, generator=g)
+    diffs = [(torch.randn(50, generator=g) * s, lam, 0.0) for s, lam in ((1.0, 0.5), (10.0, 0.25), (0.1, 0.0))]
+    diffs = [(d, lam, float(d.norm())) for d, lam, _ in diffs]
+    for rho in (None, 2.0):
+        expected = mix_diffs(x, diffs, rho) - x
+        copies = [(d.clone(), lam, n) for d, lam, n in diffs]
+        delta = mix_delta(copies, rho)
+        assert delta is copies[0][0]  # built in place: no new parameter-sized buffer
+        assert torch.allclose(delta, expected, atol=1e-6)
+    assert mix_delta([(torch.ones(3), 0.0, 1.7)], None) is None  # nothing moves x
+    assert mix_delta([(torch.full((3,), math.inf), 1.0, math.inf)], 1.0) is None  # no usable direction

@@ -53,6 +53,10 @@ class WorldConfig:
     duration_s: float = 60.0
     """Simulated seconds a run lasts (at most)."""
     eval_every_s: float = 1.0
+    cost_warmup_s: float = 0.0
+    """The simulator's cost per peer-step (timing.json) counts only the simulated time after
+    this: when every peer starts at once, discovery is a one-off burst of hellos whose size
+    grows with the table (each peer verifies up to `max_peers` others), not a running cost."""
     """Simulated seconds between metric samples."""
     eval_peers: int = 16
     """Honest peers whose loss is evaluated per sample (a fixed random subset)."""
@@ -83,6 +87,8 @@ class WorldConfig:
             raise ValueError(f"n_peers must be >= 2, got {self.n_peers}")
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)) or not self.eval_every_s > 0:
             raise ValueError("duration_s and eval_every_s must be > 0")
+        if not 0 <= self.cost_warmup_s < self.duration_s:
+            raise ValueError(f"cost_warmup_s must be in [0, duration_s), got {self.cost_warmup_s}")
         if self.eval_peers < 1 or self.tail_fraction < 0:
             raise ValueError("eval_peers must be >= 1 and tail_fraction >= 0")
         if self.stop_at_target and self.target_loss is None:

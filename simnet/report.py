@@ -119,7 +119,9 @@ def build_timing(cfg: SimConfig, records: list[RunRecord]) -> dict:
         r.name: {
             "real_s": r.real_s,
             "cpu_total_s": r.cpu_total_s,
-            "cpu_per_peer_step_s": r.cpu_sim_s / r.peer_steps if r.peer_steps else None,
+            "cpu_per_peer_step_s": r.cpu_measured_s / r.peer_steps_measured if r.peer_steps_measured else None,
+            "cpu_per_peer_step_all_s": r.cpu_sim_s / r.peer_steps if r.peer_steps else None,
+            "cost_warmup_s": r.world.cost_warmup_s,
         }
         for r in records
     }
@@ -150,7 +152,9 @@ def table(summary: dict, timing: dict) -> str:
     for line in sorted(set(summary.get("protocol_cost", {}).values())):
         lines.append(line)
     for pair, v in timing["cost_ratio"].items():
-        lines.append(f"cost ratio {pair} (CPU per simulated peer-step, measured): {_fmt(v, '.3f').strip()}")
+        warmup = max((timing["runs"][n].get("cost_warmup_s") or 0.0) for n in pair.split("/"))
+        after = f" after the first {warmup:g} s" if warmup else ""
+        lines.append(f"cost ratio {pair} (CPU per simulated peer-step{after}, measured): {_fmt(v, '.3f').strip()}")
     if summary["interrupted"]:
         lines.append("interrupted: results cover what ran before Ctrl+C")
     return "\n".join(lines)

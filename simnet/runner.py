@@ -48,6 +48,10 @@ class RunRecord:
     sim_time_s: float = 0.0
     cpu_sim_s: float = 0.0
     """Process CPU seconds spent advancing the simulation (not sampling metrics)."""
+    cpu_measured_s: float = 0.0
+    """Of `cpu_sim_s`, the part after `world.cost_warmup_s`."""
+    peer_steps_measured: int = 0
+    """Peer-steps taken after `world.cost_warmup_s`."""
     cpu_total_s: float = 0.0
     real_s: float = 0.0
     interrupted: bool = False
@@ -69,13 +73,18 @@ def run_one(cfg: SimConfig, name: str, method: str, emit: Callable[[str], None])
     try:
         sim = make_sim(world, cfg.seed, method)
         rec.rows.append({**sim.sample(), "t": 0.0, "run": name})
-        stop_t, k, t = world.duration_s, 0, 0.0
+        stop_t, k, t, t_prev = world.duration_s, 0, 0.0, 0.0
         while t < stop_t:
             k += 1
             t = min(k * world.eval_every_s, stop_t)
-            c = time.process_time()
+            c, steps_before, t_before = time.process_time(), sim.peer_steps, t_prev
             sim.advance_to(t)
-            rec.cpu_sim_s += time.process_time() - c
+            spent = time.process_time() - c
+            rec.cpu_sim_s += spent
+            if t_before >= world.cost_warmup_s:
+                rec.cpu_measured_s += spent
+                rec.peer_steps_measured += sim.peer_steps - steps_before
+            t_prev = t
             row = {**sim.sample(), "t": t, "run": name}
             rec.rows.append(row)
             rec.sim_time_s, rec.peer_steps = t, sim.peer_steps

@@ -57,7 +57,7 @@ def run_follower(cfg: Any, group: "Group") -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     share_setup(group, cfg.train)
-    trainer = TTSTrainer(cfg.train, group=group)
+    trainer = TTSTrainer(cfg.train, group=group, data=cfg.data)
     try:
         return follow(trainer, comm_for(group), verify=cfg.parallel.verify_sync)
     finally:

@@ -72,7 +72,7 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
         if group is not None:
             group_app.share_setup(group, cfg.train)
             emit(f"group of {group.world_size} processes ({group.strategy}, {group.backend}): rank 0 gossips for all")
-        tts = TTSTrainer(cfg.train, group=group)
+        tts = TTSTrainer(cfg.train, group=group, data=cfg.data, stop=stop if group is None else None)
         trainer = tts if group is None else GroupTrainer(tts, group_app.comm_for(group), verify=cfg.parallel.verify_sync)
         emit(
             f"model {cfg.train.preset} ({count_parameters(tts.model) / 1e6:.2f}M params) on {tts.device}, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gossip_tts.data.limits import DataLimits
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.parallel import ParallelConfig
 from peer.core.config import SessionConfig
@@ -26,6 +27,7 @@ class PeerAppConfig:
     net: NetConfig = field(default_factory=NetConfig)
     session: SessionConfig = field(default_factory=SessionConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataLimits = field(default_factory=DataLimits)
     solo: bool = False
     """Train alone: no server, no discovery, no gossip."""
     key_file: Path | None = None

@@ -36,6 +36,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("net", "peer.net_config:NetConfig"),
     ("session", "peer.core.config:SessionConfig"),
     ("parallel", "gossip_tts.train.parallel:ParallelConfig"),
+    ("data", "gossip_tts.data.limits:DataLimits"),
 )
 ENV_PREFIX = "GOSSIP_TTS_"
 Key = tuple[str, str]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the data package imports without torch (the settings read DataLimits from it at --help)
+    import torch
 
 
 @dataclass

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Generator, Iterable, Iterator
 
 import numpy as np
-import torch
 
 from gossip_tts.data.batch import Batch
 from gossip_tts.data.sample import LatentSample
 from gossip_tts.data.text import TEXT_FRONTENDS, encode_text
+
+if TYPE_CHECKING:  # imported where used: the data package imports without torch (the settings read it at --help)
+    import torch
 
 
 @dataclass
@@ -64,6 +66,8 @@ def _crop(a: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _pad(rows: list[np.ndarray], dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
     length = max(r.shape[0] for r in rows)
     out = np.zeros((len(rows), length, dim), dtype=np.float32)
     mask = np.zeros((len(rows), length), dtype=bool)
@@ -94,6 +98,8 @@ def collate(samples: list[LatentSample], cfg: CollateConfig, rng: np.random.Gene
     Each sample needs `meta["frame_rate"]` (the reader always sets it) to count
     `audio_seconds`. A sample over a cap raises: callers filter with `skip_reason`.
     """
+    import torch
+
     if not samples:
         raise ValueError("collate needs at least one sample")
     dim = int(samples[0].latent.shape[1])
@@ -126,6 +132,9 @@ class BatcherConfig:
     """Drop the final short batch when the stream ends."""
     frame_budget: int | None = None
     """Most padded frames in one batch (clips × longest); None: batch_size × max_frames."""
+    bucket_bytes: int | None = None
+    """Also cut a bucket once its samples hold this many bytes (`DataLimits.bucket_bytes`);
+    None: by count only."""
     give_up_after: int = 4096
     """Raise if this many clips in a row were skipped and none ever fitted (a looping stream
     would otherwise spin for ever on caps no clip meets)."""
@@ -141,6 +150,8 @@ class BatcherConfig:
             self.frame_budget = self.batch_size * self.collate.max_frames
         if self.frame_budget < self.collate.max_frames:
             raise ValueError(f"frame_budget ({self.frame_budget}) must hold one clip of max_frames ({self.collate.max_frames})")
+        if self.bucket_bytes is not None and self.bucket_bytes <= 0:
+            raise ValueError(f"bucket_bytes must be positive, got {self.bucket_bytes}")
         if self.give_up_after <= 0:
             raise ValueError(f"give_up_after must be positive, got {self.give_up_after}")
 
@@ -194,29 +205,37 @@ class DurationBatcher:
     def __iter__(self) -> Iterator[Batch]:
         rng = np.random.default_rng(self.cfg.seed)
         bucket: list[LatentSample] = []
+        held = 0
+        cap_bytes = self.cfg.bucket_bytes
         for sample in self._fitting():
             bucket.append(sample)
+            held += sample.nbytes
             if len(bucket) >= self.cfg.bucket_size:
                 bucket = yield from self._flush(bucket, rng, final=False)
+                held = sum(s.nbytes for s in bucket)
+            elif cap_bytes is not None and held >= cap_bytes:  # large samples: batch them all now, carry nothing
+                bucket = yield from self._flush(bucket, rng, final=False, carry=False)
+                held = 0
         if bucket:
             yield from self._flush(bucket, rng, final=True)
 
     def _flush(
-        self, bucket: list[LatentSample], rng: np.random.Generator, final: bool
+        self, bucket: list[LatentSample], rng: np.random.Generator, final: bool, carry: bool = True
     ) -> Generator[Batch, None, list[LatentSample]]:
         """Yields the bucket's batches; returns the samples carried to the next bucket.
 
         Mid-stream, the last group (not closed by the size or frame cap) waits for the next
-        bucket instead of making a short batch.
+        bucket instead of making a short batch, unless `carry` is False (a bucket cut by its
+        byte budget must not keep growing).
         """
         bucket = sorted(bucket, key=lambda s: s.frames)
         sizes = cut_by_budget([s.frames for s in bucket], self.cfg.batch_size, int(self.cfg.frame_budget or 0))
         starts = np.cumsum([0, *sizes])
         groups = [bucket[a:b] for a, b in zip(starts[:-1], starts[1:])]
-        carry: list[LatentSample] = []
-        if len(groups[-1]) < self.cfg.batch_size and (not final or self.cfg.drop_last):
+        carried: list[LatentSample] = []
+        if len(groups[-1]) < self.cfg.batch_size and ((carry and not final) or (final and self.cfg.drop_last)):
             last = groups.pop()
-            carry = [] if final else last
+            carried = [] if final else last
         for j in rng.permutation(len(groups)):
             yield collate(groups[int(j)], self.cfg.collate, rng)
-        return carry
+        return carried

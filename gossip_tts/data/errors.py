@@ -38,3 +38,19 @@ class SourceError(OSError):
 
 class EmptyStreamError(RuntimeError):
     """A whole pass over the shards gave no usable sample, so looping again would spin forever."""
+
+
+class SourceTimeout(SourceError):
+    """A shard or listing went past its deadline, or sent nothing for the stall timeout."""
+
+
+class SourceAborted(SourceError):
+    """A read was cut short because its stream was closed (the run is stopping)."""
+
+
+class StopRequested(KeyboardInterrupt):
+    """Waiting for data ended because the run was asked to stop (SIGTERM, Ctrl+C).
+
+    A KeyboardInterrupt, so a training loop stuck behind a stalled source leaves the way
+    Ctrl+C leaves it: after the last whole step, with a final checkpoint.
+    """

@@ -1,29 +1,30 @@
 """Streaming latent tars into LatentSamples: per-peer shard order, shuffle buffer, prefetch.
 
-A tar is read sequentially (`tarfile` stream mode), so an http(s) shard is never
-downloaded whole first. Bad data is skipped and counted by reason in `stats`, and each bad
+A tar is read sequentially (`tar_stream.TarReader`), so an http(s) shard is never
+downloaded whole first, and every size a header claims is checked against `DataLimits`
+before it is read. Bad data is skipped and counted by reason in `stats`, and each bad
 sample is logged once. The one fatal fault is a shard from another latent space
 (ShardMismatchError): training on it would be silently wrong.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import math
 import re
-import tarfile
 import threading
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
-from gossip_tts.data.errors import EmptyStreamError, ShardMismatchError, SourceError
+from gossip_tts.data.bounded_read import BoundedReader, OpenReads
+from gossip_tts.data.decode import CORRUPT, KEPT_MEMBERS, MISSING, NONFINITE, TOO_LARGE, Bad, decode_sample, json_info, load_json
+from gossip_tts.data.errors import EmptyStreamError, ShardMismatchError, SourceAborted, SourceError, SourceTimeout
+from gossip_tts.data.limits import DataLimits
 from gossip_tts.data.prefetch import Prefetcher
 from gossip_tts.data.sample import CodecInfo, LatentSample
 from gossip_tts.data.sources import list_shards, open_shard
+from gossip_tts.data.tar_stream import TarFormatError, TarMember, TarReader
 from gossip_tts.data.tars import SHARD_INFO_NAME, check_info, same_info
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,11 @@ log = logging.getLogger(__name__)
 # webdataset's rule: the key is the path up to the first dot of the file name.
 _MEMBER_RE = re.compile(r"^((?:.*/|)[^./]+)\.([^/]+)$")
 _MAX_LOGGED = 10_000
+_JOIN_S = 5.0  # a producer cut off by close() ends at once; one stuck in local I/O is left behind (daemon)
 
-CORRUPT = "skipped_corrupt"
-NONFINITE = "skipped_nonfinite"
-MISSING = "skipped_missing_field"
+SHARD_ERRORS = "shard_errors"
+SHARD_TIMEOUTS = "shard_timeouts"
+__all__ = ["CORRUPT", "MISSING", "NONFINITE", "SHARD_ERRORS", "SHARD_TIMEOUTS", "TOO_LARGE", "LatentStream", "StreamConfig"]
 
 
 @dataclass
@@ -55,10 +57,8 @@ class StreamConfig:
     """Start a new pass after the last shard (False ends after one pass)."""
     prefetch: int = 256
     """Samples decoded ahead by the background thread."""
-    timeout_s: float = 30.0
-    """Network timeout for listing and reading http(s) shards."""
-    max_member_bytes: int = 256 << 20
-    """A tar member larger than this is skipped unread (a shard is untrusted input)."""
+    limits: DataLimits = field(default_factory=DataLimits)
+    """Sizes, byte budgets and deadlines that bound what a shard may cost (a shard is untrusted input)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.sources, str):
@@ -72,67 +72,50 @@ class StreamConfig:
             raise ValueError(f"shuffle_buffer must be >= 0, got {self.shuffle_buffer}")
         if self.prefetch <= 0:
             raise ValueError(f"prefetch must be positive, got {self.prefetch}")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
-        if self.max_member_bytes <= 0:
-            raise ValueError(f"max_member_bytes must be positive, got {self.max_member_bytes}")
+        if not isinstance(self.limits, DataLimits):
+            raise TypeError(f"limits must be a DataLimits, got {type(self.limits).__name__}")
 
 
-class _Bad(Exception):
-    """A sample that cannot be used, with the stats counter it belongs to."""
+class _Pending:
+    """The members of the sample being gathered: kept bodies, or why the sample is refused."""
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.parts: dict[str, bytes] = {}
+        self.kept = 0
+        self.bad: Bad | None = None
 
-
-def _load_npy(data: bytes, what: str) -> np.ndarray:
-    try:
-        a = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, EOFError, OSError, TypeError) as e:
-        raise _Bad(CORRUPT, f"{what} is not a readable .npy: {e}") from None
-    if not isinstance(a, np.ndarray) or not np.issubdtype(a.dtype, np.floating) or a.ndim != 2 or a.shape[0] == 0:
-        raise _Bad(CORRUPT, f"{what} must be a non-empty 2-D float array, got {getattr(a, 'dtype', '?')} {getattr(a, 'shape', '?')}")
-    return a
-
-
-def _json_info(meta: dict[str, Any]) -> CodecInfo | None:
-    names = ("codec", "latent_dim", "frame_rate")
-    if not any(n in meta for n in names):
-        return None
-    if not all(n in meta for n in names):
-        raise _Bad(MISSING, f"json has only some of {names}")
-    codec, dim, fr = meta["codec"], meta["latent_dim"], meta["frame_rate"]
-    if not isinstance(codec, str) or not isinstance(dim, int) or isinstance(dim, bool) or not isinstance(fr, (int, float)):
-        raise _Bad(CORRUPT, f"json codec fields have wrong types: {codec!r}, {dim!r}, {fr!r}")
-    if not (math.isfinite(fr) and fr > 0 and dim > 0):
-        raise _Bad(CORRUPT, f"json codec fields out of range: latent_dim {dim!r}, frame_rate {fr!r}")
-    return CodecInfo(codec, dim, float(fr))
+    def refuse(self, reason: str, detail: str) -> None:
+        self.bad = Bad(reason, detail)
+        self.parts = {}  # free what was read
 
 
 class LatentStream:
     """An iterable of LatentSamples (float32 arrays) over shards, read by a background thread.
 
     Iterating starts a fresh pass from the seed (and stops any pass still running);
-    `close()` or leaving the `with` block stops and joins the thread.
-    `stats` counts samples, shards read, shards that failed (`shard_errors`) and skipped
-    samples by reason; a sample met again on a later pass is counted again, logged once.
+    `close()` or leaving the `with` block cuts off any read in progress and joins the thread.
+    `stats` counts samples, shards read, shards that failed (`shard_errors`, of which
+    `shard_timeouts` ran out of time) and skipped samples by reason; a sample met again on a
+    later pass is counted again, logged once. With `interrupt`, a consumer waiting for a
+    sample raises StopRequested once the event is set (`Prefetcher`).
     """
 
-    def __init__(self, cfg: StreamConfig) -> None:
+    def __init__(self, cfg: StreamConfig, interrupt: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.info: CodecInfo | None = cfg.info
-        self.stats: dict[str, int] = {
-            "samples": 0,
-            "shards": 0,
-            "shard_errors": 0,
-            CORRUPT: 0,
-            NONFINITE: 0,
-            MISSING: 0,
-        }
+        self.interrupt = interrupt
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("samples", "shards", SHARD_ERRORS, SHARD_TIMEOUTS, CORRUPT, NONFINITE, MISSING, TOO_LARGE), 0)
         self._logged: set[tuple[str, str, str]] = set()
         self._prefetcher: Prefetcher[LatentSample] | None = None
+        self._reads: OpenReads | None = None
         self._lock = threading.Lock()
+
+    @property
+    def skipped(self) -> int:
+        """Samples skipped so far, whatever the reason."""
+        return sum(self.stats[k] for k in (CORRUPT, NONFINITE, MISSING, TOO_LARGE))
 
     def __enter__(self) -> "LatentStream":
         return self
@@ -141,22 +124,29 @@ class LatentStream:
         self.close()
 
     def close(self) -> None:
-        """Stop the prefetch thread and wait for it."""
+        """Cut off any read in progress, stop the prefetch thread and wait for it."""
         with self._lock:
             pf, self._prefetcher = self._prefetcher, None
+            reads, self._reads = self._reads, None
+        if reads is not None:
+            reads.abort_all()
         if pf is not None:
             pf.close()
 
     def __iter__(self) -> Iterator[LatentSample]:
         self.close()
+        reads = OpenReads()
+        limits = self.cfg.limits
         pf: Prefetcher[LatentSample] = Prefetcher(
-            self._produce, self.cfg.prefetch, name="latent-stream", join_timeout_s=self.cfg.timeout_s + 5
+            lambda stop: self._produce(stop, reads), self.cfg.prefetch, name="latent-stream", join_timeout_s=_JOIN_S,
+            max_bytes=limits.prefetch_bytes, size_of=lambda sample: sample.nbytes, interrupt=self.interrupt,
         )
         with self._lock:
-            self._prefetcher = pf
+            self._prefetcher, self._reads = pf, reads
         try:
             yield from pf
         finally:
+            reads.abort_all()
             pf.close()
 
     # --- producer side (runs in the prefetch thread) ---
@@ -179,6 +169,19 @@ class LatentStream:
         self.stats[reason] += 1
         self._warn_once(reason, shard, key, detail)
 
+    def _shard_failed(self, shard: str, exc: BaseException) -> None:
+        timed_out = isinstance(exc, SourceTimeout)
+        self.stats[SHARD_ERRORS] += 1
+        if timed_out:
+            self.stats[SHARD_TIMEOUTS] += 1
+        if isinstance(exc, SourceError):
+            detail = str(exc).removeprefix(f"{shard}: ")
+        elif isinstance(exc, TarFormatError):
+            detail = f"{exc}; the rest of this tar is not read"
+        else:
+            detail = f"unreadable or truncated tar ({type(exc).__name__}: {exc})"
+        self._warn_once(SHARD_TIMEOUTS if timed_out else SHARD_ERRORS, shard, "", detail)
+
     def _check(self, shard: str, found: CodecInfo, key: str | None = None) -> CodecInfo:
         if self.info is None:
             self.info = found
@@ -187,11 +190,11 @@ class LatentStream:
             raise ShardMismatchError(shard, found, self.info, key)
         return self.info
 
-    def _list(self, previous: list[str] | None) -> list[str]:
+    def _list(self, previous: list[str] | None, reads: OpenReads) -> list[str]:
         shards: list[str] = []
         try:
             for src in self.cfg.sources:
-                shards.extend(list_shards(src, timeout=self.cfg.timeout_s))
+                shards.extend(list_shards(src, self.cfg.limits, reads))
         except SourceError as e:
             if previous is None:
                 raise
@@ -199,25 +202,30 @@ class LatentStream:
             return previous
         return list(dict.fromkeys(shards))
 
-    def _produce(self, stop: threading.Event) -> Iterator[LatentSample]:
+    def _produce(self, stop: threading.Event, reads: OpenReads) -> Iterator[LatentSample]:
         rng = np.random.default_rng(self.cfg.seed)
         buf: list[LatentSample] = []
+        buf_bytes = 0
+        cap, cap_bytes = self.cfg.shuffle_buffer, self.cfg.limits.shuffle_buffer_bytes
         shards: list[str] | None = None
         while not stop.is_set():
-            shards = self._list(shards)
+            shards = self._list(shards, reads)
             order = rng.permutation(len(shards)) if self.cfg.shuffle_shards else np.arange(len(shards))
             got = 0
             for i in order:
-                for sample in self._read_shard(shards[int(i)], stop):
+                for sample in self._read_shard(shards[int(i)], stop, reads):
                     got += 1
-                    if self.cfg.shuffle_buffer <= 1:
+                    if cap <= 1:
                         yield sample
                         continue
                     buf.append(sample)
-                    if len(buf) >= self.cfg.shuffle_buffer:
+                    buf_bytes += sample.nbytes
+                    while buf and (len(buf) >= cap or buf_bytes > cap_bytes):
                         j = int(rng.integers(len(buf)))
                         buf[j], buf[-1] = buf[-1], buf[j]
-                        yield buf.pop()
+                        out = buf.pop()
+                        buf_bytes -= out.nbytes
+                        yield out
                 if stop.is_set():
                     return
             if got == 0 and self.cfg.loop:
@@ -227,123 +235,91 @@ class LatentStream:
         rng.shuffle(buf)  # type: ignore[arg-type]
         yield from buf
 
-    def _read_shard(self, shard: str, stop: threading.Event) -> Iterator[LatentSample]:
+    def _read_shard(self, shard: str, stop: threading.Event, reads: OpenReads) -> Iterator[LatentSample]:
         try:
-            f = open_shard(shard, timeout=self.cfg.timeout_s)
+            src = open_shard(shard, self.cfg.limits, reads)
         except SourceError as e:
-            self.stats["shard_errors"] += 1
-            self._warn_once("shard_errors", shard, "", str(e))
+            if not (stop.is_set() or isinstance(e, SourceAborted)):
+                self._shard_failed(shard, e)
             return
-        key: str | None = None
-        parts: dict[str, bytes] = {}
-        bad: str | None = None
+        pending: _Pending | None = None
         shard_info: CodecInfo | None = None
-        with f:
+        with src:
             try:
-                with tarfile.open(fileobj=f, mode="r|") as tf:
-                    first = True
-                    for m in tf:
-                        if stop.is_set():
-                            return
-                        if first and m.name == SHARD_INFO_NAME:
-                            first = False
-                            shard_info = self._shard_header(shard, tf, m)
-                            continue
+                tar = TarReader(src, self.cfg.limits.max_header_bytes)
+                first = True
+                for m in tar:
+                    if stop.is_set():
+                        return
+                    if first and m.name == SHARD_INFO_NAME:
                         first = False
-                        if not m.isfile():
-                            continue
-                        match = _MEMBER_RE.match(m.name)
-                        if match is None:
-                            continue
-                        k, ext = match.group(1), match.group(2)
-                        if k != key:
-                            if key is not None:
-                                yield from self._finish(shard, key, parts, bad, shard_info)
-                            key, parts, bad = k, {}, None
-                        if ext in parts:
-                            bad = f"member {m.name} appears twice"
-                        elif m.size > self.cfg.max_member_bytes:
-                            bad = f"member {m.name} is {m.size} bytes, over the {self.cfg.max_member_bytes} limit"
-                        else:
-                            fm = tf.extractfile(m)
-                            parts[ext] = fm.read() if fm is not None else b""
-                    if key is not None:
-                        yield from self._finish(shard, key, parts, bad, shard_info)
-                        key = None
+                        shard_info = self._shard_header(shard, tar, m)
+                        continue
+                    first = False
+                    match = _MEMBER_RE.match(m.name) if m.is_file else None
+                    if match is None:
+                        continue
+                    key, ext = match.group(1), match.group(2)
+                    if pending is None or key != pending.key:
+                        if pending is not None:
+                            yield from self._finish(shard, pending, shard_info, src)
+                        pending = _Pending(key)
+                    if pending.bad is None and ext in KEPT_MEMBERS:
+                        self._gather(pending, ext, m, tar)
+                if pending is not None:
+                    done, pending = pending, None
+                    yield from self._finish(shard, done, shard_info, src)
                 self.stats["shards"] += 1
-            except (tarfile.TarError, EOFError, OSError) as e:
-                self.stats["shard_errors"] += 1
-                self._warn_once("shard_errors", shard, "", f"unreadable or truncated tar ({type(e).__name__}: {e})")
-                if key is not None and bad is None and all(x in parts for x in ("npy", "ref.npy", "json")):
-                    yield from self._finish(shard, key, parts, bad, shard_info)
-                elif key is not None:
-                    self._skip(CORRUPT, shard, key, "sample cut off by the broken tar")
+            except (TarFormatError, EOFError, OSError) as e:  # SourceError is an OSError
+                if stop.is_set() or isinstance(e, SourceAborted):  # closing: not the shard's fault
+                    return
+                self._shard_failed(shard, e)
+                if pending is not None and pending.bad is None and all(x in pending.parts for x in KEPT_MEMBERS):
+                    yield from self._finish(shard, pending, shard_info, src)
+                elif pending is not None:
+                    bad = pending.bad or Bad(CORRUPT, "sample cut off where the shard failed")
+                    self._skip(bad.reason, shard, pending.key, str(bad))
 
-    def _shard_header(self, shard: str, tf: tarfile.TarFile, m: tarfile.TarInfo) -> CodecInfo | None:
+    def _gather(self, pending: _Pending, ext: str, m: TarMember, tar: TarReader) -> None:
+        """Read one member a sample is made of, unless a limit refuses it (then nothing more of the key is read)."""
+        limits = self.cfg.limits
+        total = pending.kept + m.size
+        if ext in pending.parts:
+            pending.refuse(CORRUPT, f"member {m.name} appears twice")
+        elif ext == "json" and m.size > limits.max_json_bytes:
+            pending.refuse(TOO_LARGE, f"member {m.name} is {m.size} bytes, over the max_json_bytes limit of {limits.max_json_bytes}")
+        elif total > limits.max_sample_bytes:
+            pending.refuse(TOO_LARGE, f"with member {m.name} ({m.size} bytes) the sample holds {total} bytes, "
+                                      f"over the max_sample_bytes limit of {limits.max_sample_bytes}; skipped unread")
+        else:
+            pending.parts[ext] = tar.read()
+            pending.kept = total
+
+    def _shard_header(self, shard: str, tar: TarReader, m: TarMember) -> CodecInfo | None:
         """Checks the shard's recorded latent space before any sample is read."""
+        if m.size > self.cfg.limits.max_json_bytes:
+            self._warn_once("bad_shard_header", shard, SHARD_INFO_NAME, f"ignoring a shard header of {m.size} bytes "
+                            f"(over the max_json_bytes limit of {self.cfg.limits.max_json_bytes})")
+            return None
         try:
-            fm = tf.extractfile(m)
-            head = json.loads((fm.read(64 << 10) if fm is not None else b"").decode("utf-8"))
-            found = _json_info(head if isinstance(head, dict) else {})
-        except (ValueError, _Bad) as e:
+            head = load_json(tar.read(), "shard header")
+            found = json_info(head if isinstance(head, dict) else {})
+        except Bad as e:
             self._warn_once("bad_shard_header", shard, SHARD_INFO_NAME, f"ignoring an unreadable shard header: {e}")
             return None
         return self._check(shard, found) if found is not None else None
 
-    def _finish(
-        self, shard: str, key: str, parts: dict[str, bytes], bad: str | None, shard_info: CodecInfo | None
-    ) -> Iterator[LatentSample]:
+    def _finish(self, shard: str, pending: _Pending, shard_info: CodecInfo | None, src: BoundedReader) -> Iterator[LatentSample]:
         try:
-            if bad is not None:
-                raise _Bad(CORRUPT, bad)
-            sample = self._decode(shard, key, parts, shard_info)
-        except _Bad as e:
-            self._skip(e.reason, shard, key, str(e))
+            if pending.bad is not None:
+                raise pending.bad
+            sample = decode_sample(pending.key, pending.parts, shard_info, lambda found: self._check(shard, found, pending.key))
+        except Bad as e:
+            self._skip(e.reason, shard, pending.key, str(e))
             return
         self.stats["samples"] += 1
-        yield sample
-
-    def _decode(self, shard: str, key: str, parts: dict[str, bytes], shard_info: CodecInfo | None) -> LatentSample:
-        for ext in ("npy", "ref.npy", "json"):
-            if ext not in parts:
-                raise _Bad(MISSING, f"no {key}.{ext} member")
+        src.watchdog.pause()  # time the consumer takes is not the source's
         try:
-            meta = json.loads(parts["json"].decode("utf-8"), parse_constant=lambda c: float("nan"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise _Bad(CORRUPT, f"json is unreadable: {e}") from None
-        if not isinstance(meta, dict):
-            raise _Bad(CORRUPT, "json is not an object")
-        for name in ("text", "target_duration"):
-            if name not in meta:
-                raise _Bad(MISSING, f"json has no {name!r}")
-        text, dur = meta.pop("text"), meta["target_duration"]
-        if not isinstance(text, str):
-            raise _Bad(CORRUPT, f"text is {type(text).__name__}, not a string")
-        if not isinstance(dur, (int, float)) or isinstance(dur, bool) or not math.isfinite(dur) or dur < 0:
-            raise _Bad(CORRUPT, f"target_duration {dur!r} is not a non-negative number")
-        speaker = meta.pop("speaker", "")
-        found = _json_info(meta)
-        if found is not None:
-            info = self._check(shard, found, key)
-        elif shard_info is not None:
-            info = shard_info
-        else:
-            raise _Bad(MISSING, "neither the sample json nor the shard header names the codec")
-        arrays = []
-        for what, ext in (("latent", "npy"), ("ref", "ref.npy")):
-            a = _load_npy(parts[ext], what)
-            if a.shape[1] != info.latent_dim:
-                raise _Bad(CORRUPT, f"{what} has {a.shape[1]} dims, the shard says {info.latent_dim}")
-            a = a.astype(np.float32)  # before the check: isfinite on float16 is 20x slower
-            if not np.isfinite(a).all():
-                raise _Bad(NONFINITE, f"{what} holds NaN or inf")
-            arrays.append(a)
-        meta.update(codec=info.codec, latent_dim=info.latent_dim, frame_rate=info.frame_rate)
-        return LatentSample(
-            key=key,
-            latent=arrays[0],
-            ref=arrays[1],
-            text=text,
-            speaker=str(speaker),
-            meta=meta,
-        )
+            yield sample
+        finally:
+            src.watchdog.resume()

@@ -29,3 +29,8 @@ class LatentSample:
     @property
     def frames(self) -> int:
         return int(self.latent.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the sample holds, near enough to bound buffers by (arrays plus text)."""
+        return int(self.latent.nbytes) + int(self.ref.nbytes) + len(self.text)

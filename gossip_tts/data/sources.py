@@ -10,40 +10,27 @@
   otherwise the folder URL itself is fetched and every link ending in `.tar` on that page
   is taken (the index page `python -m http.server` and most web servers generate), sorted.
 
-HTTP goes through urllib with a timeout and only http/https handlers (no file:// or ftp://
-reached through a listing or a redirect). Readers call `open_shard` from their prefetch
-thread, so a slow server stalls that thread, never the training loop.
+HTTP goes through `http_get` (http and https only, also across redirects). Every read has
+the deadlines of `DataLimits` (a stall timeout between bytes, a wall-time deadline for the
+whole listing or shard), and a local listing is read up to MAX_LISTING_BYTES like a remote one.
+Readers call `open_shard` from their prefetch thread, so a slow server stalls that thread,
+never the training loop.
 """
 
 from __future__ import annotations
 
 import re
-import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import BinaryIO
 
+from gossip_tts.data.bounded_read import BoundedReader, OpenReads, Watchdog
 from gossip_tts.data.errors import SourceError
+from gossip_tts.data.http_get import http_get, is_http
+from gossip_tts.data.limits import DataLimits
 
 MAX_LISTING_BYTES = 4 << 20
 _HREF_RE = re.compile(r"\.tar$", re.IGNORECASE)
-
-_opener = urllib.request.OpenerDirector()
-for _handler in (
-    urllib.request.HTTPHandler(),
-    urllib.request.HTTPSHandler(),
-    urllib.request.HTTPRedirectHandler(),
-    urllib.request.HTTPDefaultErrorHandler(),
-    urllib.request.HTTPErrorProcessor(),
-):
-    _opener.add_handler(_handler)
-
-
-def is_http(source: str) -> bool:
-    return urllib.parse.urlsplit(source).scheme.lower() in ("http", "https")
 
 
 def _local_path(source: str) -> Path:
@@ -52,29 +39,15 @@ def _local_path(source: str) -> Path:
     return Path(source).expanduser()
 
 
-def _http_open(url: str, timeout: float) -> BinaryIO:
-    try:
-        return _opener.open(urllib.request.Request(url, headers={"User-Agent": "gossip-tts"}), timeout=timeout)
-    except urllib.error.HTTPError as e:
-        e.close()
-        raise SourceError(f"cannot fetch {url}: HTTP {e.code} {e.reason}", status=e.code) from e
-    except urllib.error.URLError as e:
-        raise SourceError(f"cannot reach {url}: {e.reason}") from e
-    except (socket.timeout, TimeoutError) as e:
-        raise SourceError(f"cannot reach {url}: timed out after {timeout:g} s") from e
-    except (OSError, ValueError) as e:
-        raise SourceError(f"cannot reach {url}: {e}") from e
-
-
-def _http_text(url: str, timeout: float) -> str:
-    with _http_open(url, timeout) as resp:
-        try:
-            data = resp.read(MAX_LISTING_BYTES + 1)
-        except (OSError, socket.timeout) as e:
-            raise SourceError(f"cannot read {url}: {e}") from e
+def _listing_text(data: bytes, source: str) -> str:
     if len(data) > MAX_LISTING_BYTES:
-        raise SourceError(f"listing {url} is larger than {MAX_LISTING_BYTES} bytes")
+        raise SourceError(f"listing {source} is larger than {MAX_LISTING_BYTES} bytes")
     return data.decode("utf-8", errors="replace")
+
+
+def _http_text(url: str, limits: DataLimits, reads: OpenReads | None) -> str:
+    with http_get(url, limits.stall_timeout_s, limits.shard_deadline_s, reads) as body:
+        return _listing_text(body.read(MAX_LISTING_BYTES + 1), url)
 
 
 class _TarLinks(HTMLParser):
@@ -105,37 +78,41 @@ def _parse_list(text: str, base: str, http: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _list_http(url: str, timeout: float) -> list[str]:
+def _list_http(url: str, limits: DataLimits, reads: OpenReads | None) -> list[str]:
     path = urllib.parse.urlsplit(url).path
     if path.lower().endswith(".tar"):
         return [url]
     if path.lower().endswith(".txt"):
-        return _parse_list(_http_text(url, timeout), url, http=True)
+        return _parse_list(_http_text(url, limits, reads), url, http=True)
     folder = url if url.endswith("/") else url + "/"
     try:
-        return _parse_list(_http_text(urllib.parse.urljoin(folder, "shards.txt"), timeout), folder, http=True)
+        return _parse_list(_http_text(urllib.parse.urljoin(folder, "shards.txt"), limits, reads), folder, http=True)
     except SourceError as e:
         if e.status != 404:
             raise
     parser = _TarLinks()
-    parser.feed(_http_text(folder, timeout))
+    parser.feed(_http_text(folder, limits, reads))
     urls = sorted({urllib.parse.urljoin(folder, h) for h in parser.links})
     return [u for u in urls if is_http(u)]
 
 
-def list_shards(source: str, timeout: float = 30.0) -> list[str]:
-    """Shard paths or URLs in `source` (see the module doc for what each form means).
+def list_shards(source: str, limits: DataLimits | None = None, reads: OpenReads | None = None) -> list[str]:
+    """Shard paths or URLs in `source` (see the module doc for what each form means);
+    `reads` lets the caller cut an http listing short from another thread.
 
     Raises SourceError when the source does not exist, cannot be reached, or holds no shard.
     """
+    limits = limits or DataLimits()
     if is_http(source):
-        shards = _list_http(source, timeout)
+        shards = _list_http(source, limits, reads)
     else:
         path = _local_path(source)
         if path.is_dir():
             shards = [str(p) for p in sorted(path.glob("*.tar")) if p.is_file() and not p.name.startswith(".")]
         elif path.is_file() and path.suffix.lower() == ".txt":
-            shards = _parse_list(path.read_text("utf-8", errors="replace"), str(path), http=False)
+            with open(path, "rb") as f:
+                text = _listing_text(f.read(MAX_LISTING_BYTES + 1), str(path))
+            shards = _parse_list(text, str(path), http=False)
         elif path.is_file():
             shards = [str(path)]
         else:
@@ -145,11 +122,14 @@ def list_shards(source: str, timeout: float = 30.0) -> list[str]:
     return shards
 
 
-def open_shard(shard: str, timeout: float = 30.0) -> BinaryIO:
-    """Open one shard for sequential reading (a local file or a streaming HTTP response)."""
+def open_shard(shard: str, limits: DataLimits | None = None, reads: OpenReads | None = None) -> BoundedReader:
+    """Open one shard for sequential reading (a local file or a streaming HTTP body) under
+    `limits`' deadlines; aborting `reads` cuts it short from another thread."""
+    limits = limits or DataLimits()
     if is_http(shard):
-        return _http_open(shard, timeout)
+        return http_get(shard, limits.stall_timeout_s, limits.shard_deadline_s, reads)
     try:
-        return open(_local_path(shard), "rb")
+        f = open(_local_path(shard), "rb")
     except OSError as e:
         raise SourceError(f"cannot open shard {shard}: {e}") from e
+    return BoundedReader(f, Watchdog(shard, limits.shard_deadline_s, limits.stall_timeout_s, reads))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 from dataclasses import asdict
 from typing import Any, Iterator
 
 import torch
 
-from gossip_tts.data import BatcherConfig, CollateConfig, DurationBatcher, LatentStream, StreamConfig
+from gossip_tts.data import BatcherConfig, CollateConfig, DataLimits, DurationBatcher, LatentStream, StreamConfig
 from gossip_tts.data.batch import Batch
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
@@ -41,12 +42,13 @@ def build_model(cfg: ModelConfig, seed: int, device: torch.device) -> EchoDiT:
     return model.to(device)
 
 
-def speech_pace(sources: list[str], info: CodecInfo, n: int = 64) -> float:
+def speech_pace(sources: list[str], info: CodecInfo, n: int = 64, limits: DataLimits | None = None,
+                stop: threading.Event | None = None) -> float:
     """Latent frames per text byte over the first `n` whole clips (batches are cropped), so
     synthesis can guess how long a text takes to say in this data's voice and pace."""
     frames = text_bytes = 0
     with LatentStream(StreamConfig(sources=sources, info=info, shuffle_shards=False, shuffle_buffer=1, loop=False,
-                                   prefetch=8)) as stream:
+                                   prefetch=8, limits=limits or DataLimits()), interrupt=stop) as stream:
         for i, sample in enumerate(stream):
             if i >= n:
                 break
@@ -71,9 +73,14 @@ class TTSTrainer:
     With FSDP2, `get_flat_params`, `set_flat_params`, `state_tensors` and
     `load_state_tensors` are collectives: every rank must call them in the same order
     (peer/group.py makes sure of it).
+
+    `data` bounds what the shards may cost (`DataLimits`). Setting `stop` makes a wait for
+    data (a stalled source) raise StopRequested, a KeyboardInterrupt, so the training loop
+    ends as on Ctrl+C; a group's rank 0 leaves it None (its ranks must step together).
     """
 
-    def __init__(self, cfg: TrainConfig, *, init_seed: int = 0, group: Group | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, *, init_seed: int = 0, group: Group | None = None,
+                 data: DataLimits | None = None, stop: threading.Event | None = None) -> None:
         if not cfg.sources:
             raise ValueError("TrainConfig.sources is empty: give at least one folder of tars or URL")
         if group is not None and group.strategy == "fsdp2" and cfg.offload:
@@ -83,19 +90,21 @@ class TTSTrainer:
             torch.set_num_threads(cfg.threads)
         self.device = group.device if group is not None else resolve_device(cfg.device)
         seed = rank_seed(cfg.seed, group.rank if group else 0)
-        self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=seed))
+        data = data or DataLimits()
+        self.stream = LatentStream(StreamConfig(sources=cfg.sources, info=None, seed=seed, limits=data), interrupt=stop)
         base = model_config(cfg.preset, 1)
         collate_cfg = CollateConfig(
             max_frames=cfg.max_frames, max_ref_frames=cfg.max_ref_frames, max_text_bytes=cfg.max_text_bytes,
             text_frontend=base.text_frontend,
         )
         self.batcher = DurationBatcher(
-            self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=seed)
+            self.stream, BatcherConfig(batch_size=cfg.batch_size, bucket_size=cfg.bucket_size, collate=collate_cfg, seed=seed,
+                                       bucket_bytes=data.bucket_bytes)
         )
         self._batches: Iterator[Batch] = iter(self.batcher)
         self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
         self.info: CodecInfo = self.stream.info
-        self.frames_per_text_byte = speech_pace(cfg.sources, self.info)
+        self.frames_per_text_byte = speech_pace(cfg.sources, self.info, limits=data, stop=stop)
         # Position limits are what training sees (a fine-tune keeps its base's longer ones: they were trained).
         init = load_checkpoint(cfg.init_from) if cfg.init_from else None
         saved = init[1].get("model_config", {}) if init else {}
@@ -194,6 +203,7 @@ class TTSTrainer:
             samples=batch.size,
             audio_seconds=batch.audio_seconds,
             extra={"lr": lr, "grad_norm": grad_norm, "skipped_clips": float(sum(self.batcher.skipped.values())),
+                   "skipped_samples": float(self.stream.skipped), "shard_errors": float(self.stream.stats["shard_errors"]),
                    **self.meter.extras(flops)},
         )
 

@@ -128,3 +128,31 @@ def test_duration_batcher_remainders_and_drop_last():
     assert sizes == [4] * 5
     with pytest.raises(ValueError):
         BatcherConfig(8, 4, cc)
+
+
+class _Counting:
+    """A sample stream that records how many samples were taken from it."""
+
+    def __init__(self, samples: list[LatentSample]) -> None:
+        self.samples, self.taken = samples, 0
+
+    def __iter__(self):
+        for s in self.samples:
+            self.taken += 1
+            yield s
+
+
+def test_a_bucket_is_batched_once_its_samples_fill_the_byte_budget():
+    samples = [sample(i, 10, ref_frames=2000) for i in range(64)]  # each holds ~24 kB, mostly reference
+    per_sample = samples[0].nbytes
+    cc = CollateConfig(100, 10, 10)
+    stream = _Counting(samples)
+    batches = iter(DurationBatcher(stream, BatcherConfig(4, 64, cc, bucket_bytes=6 * per_sample)))
+    first = next(batches)
+    assert stream.taken == 6 and first.size in (2, 4)  # cut at 6 samples, not 64; nothing carried over
+    assert sum(b.size for b in batches) + first.size == 64
+    control = _Counting(samples)  # by count only, the whole bucket is held first
+    next(iter(DurationBatcher(control, BatcherConfig(4, 64, cc))))
+    assert control.taken == 64
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        BatcherConfig(4, 64, cc, bucket_bytes=0)

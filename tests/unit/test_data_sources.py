@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gossip_tts.data import CodecInfo, LatentSample, LatentStream, ShardWriter, SourceError, StreamConfig, list_shards
+from gossip_tts.data import CodecInfo, DataLimits, LatentSample, LatentStream, ShardWriter, SourceError, StreamConfig, list_shards
 
 INFO = CodecInfo("mel", 4, 86.1328125)
 
@@ -122,7 +122,7 @@ def test_http_timeout_is_bounded():
         s.listen(4)
         t0 = time.monotonic()
         with pytest.raises(SourceError, match="timed out|cannot reach"):
-            list_shards(f"http://127.0.0.1:{s.getsockname()[1]}/x.txt", timeout=0.3)
+            list_shards(f"http://127.0.0.1:{s.getsockname()[1]}/x.txt", DataLimits(stall_timeout_s=0.3))
         assert time.monotonic() - t0 < 5
 
 

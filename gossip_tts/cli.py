@@ -67,6 +67,19 @@ def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, ov
 
 
 @main.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def manifest(directory) -> None:
+    """(Re)write DIRECTORY/swarm-manifest.json for the latent tars in it and print its swarm id,
+    which peers take as --data swarm:HASH to fetch the tars from each other."""
+    from gossip_tts.swarm_manifest import write_manifest
+
+    written = _fail_cleanly(write_manifest, directory)
+    click.echo(f"{len(written.shards)} shard(s), {written.total_bytes} bytes, "
+               f"{sum(s.audio_seconds for s in written.shards) / 60:.1f} min of audio")
+    click.echo(written.swarm_id)
+
+
+@main.command()
 @click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--text", required=True)
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Voice to imitate (wav).")

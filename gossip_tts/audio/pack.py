@@ -29,6 +29,8 @@ import numpy as np
 
 from gossip_tts.data.sample import CodecInfo, LatentSample
 from gossip_tts.data.tars import ShardWriter
+from gossip_tts.swarm_manifest import write_manifest
+from peer.shards.manifest import MANIFEST_NAME, Manifest
 
 from . import CODECS, load_codec
 from .base import Codec
@@ -90,6 +92,8 @@ class PackReport:
     shards: list[Path] = field(default_factory=list)
     audio_seconds: float = 0.0
     """Total duration of the packed clips' audio."""
+    manifest: Manifest | None = None
+    """The swarm manifest written next to the tars (every tar of `out_dir`): peers share them by its hash."""
 
     @property
     def n_skipped(self) -> int:
@@ -211,6 +215,7 @@ def pack(cfg: PackConfig, progress: Callable[[int, int], None] | None = None) ->
             )
         emit(*pending, *first)
     report.shards = writer.close()
+    report.manifest = write_manifest(Path(cfg.out_dir))
     return report
 
 
@@ -227,6 +232,8 @@ def run(cfg: PackConfig, emit: Callable[[str], None] = print) -> PackReport:
         emit(f"  skipped {key}: {reason}")
     if report.n_skipped > 20:
         emit(f"  ... and {report.n_skipped - 20} more")
+    if report.manifest is not None:
+        emit(f"wrote {MANIFEST_NAME}: share this corpus with --data {report.manifest.swarm_id}")
     return report
 
 

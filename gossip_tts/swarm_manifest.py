@@ -1,0 +1,81 @@
+"""Writing a swarm manifest for a folder of latent tars (`gossip-tts pack` and `gossip-tts manifest`).
+
+Each `*.tar` directly in the folder (not hidden) is hashed whole and read once for what it
+holds: the latent space from its `__shard__.json` header, and samples and audio seconds
+from its samples' JSON (`audio_seconds` where `pack` recorded it, else `target_duration`).
+These are the user's own tars, read with the same caps as anyone's: a JSON member over
+MAX_JSON_BYTES is not read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+from pathlib import Path
+
+from gossip_tts.data.tars import SHARD_INFO_NAME
+from peer.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
+
+MAX_JSON_BYTES = 1 << 20
+_HASH_CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_shard(path: Path) -> ShardEntry:
+    """A manifest entry for one latent tar (ManifestError if it is not one)."""
+    header: dict | None = None
+    samples, seconds = 0, 0.0
+    try:
+        with tarfile.open(path, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile() or not member.name.endswith(".json") or member.size > MAX_JSON_BYTES:
+                    continue
+                f = tar.extractfile(member)
+                doc = json.loads(f.read()) if f is not None else None
+                if not isinstance(doc, dict):
+                    continue
+                if member.name == SHARD_INFO_NAME:
+                    header = doc
+                    continue
+                samples += 1
+                value = doc.get("audio_seconds", doc.get("target_duration", 0.0))
+                seconds += float(value) if isinstance(value, (int, float)) else 0.0
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: not a readable latent tar ({type(exc).__name__}: {exc})") from None
+    if header is None:
+        raise ManifestError(f"{path}: no {SHARD_INFO_NAME} header (not written by gossip-tts pack?)")
+    try:
+        return ShardEntry(name=path.name, size=path.stat().st_size, sha256=file_sha256(path), codec=str(header["codec"]),
+                          latent_dim=int(header["latent_dim"]), frame_rate=float(header["frame_rate"]),
+                          samples=samples, audio_seconds=round(seconds, 3))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ManifestError(f"{path}: unreadable {SHARD_INFO_NAME} header ({exc})") from None
+
+
+def build_manifest(directory: Path) -> Manifest:
+    """The manifest of every latent tar directly in `directory`."""
+    directory = Path(directory)
+    paths = sorted(p for p in directory.glob("*.tar") if p.is_file() and not p.name.startswith("."))
+    if not paths:
+        raise ManifestError(f"{directory} holds no .tar shard")
+    return Manifest(tuple(describe_shard(p) for p in paths))
+
+
+def write_manifest(directory: Path) -> Manifest:
+    """(Re)write `directory/swarm-manifest.json` (atomically) for the tars in it; returns it."""
+    manifest = build_manifest(directory)
+    target = Path(directory) / MANIFEST_NAME
+    tmp = target.with_name(f".{MANIFEST_NAME}.tmp-{os.getpid()}")
+    tmp.write_bytes(manifest.canonical_bytes())
+    os.replace(tmp, target)
+    return manifest

@@ -19,6 +19,21 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
 - nan: publishes NaN. The sender-side encoder refuses non-finite vectors, so the node
   never publishes; the attacker also appends a self-signed update frame full of NaN to
   every exchange body, which receivers' non-finite check must refuse (both are counted).
+
+Attacks on the protocol rather than the parameters (the driver side is in
+`simnet.attack_driver`; these attackers publish their honest parameters unless said):
+- future: the vector of attack `payload` (sign_flip by default) in frames that claim a time
+  `ahead_s` ahead of the attacker's clock, so a receiver that took the sender's word would
+  count them as never stale;
+- join_liar: answers every hello with step `claim_step` and every state request with its
+  parameters plus noise of `scale` × their rms (1e30 for a `scale` of ~1e30), signed and well
+  formed: bait for joiners that adopt the furthest-along state;
+- sybil: sends `sybil_rate` control-only exchanges per second, each from a fresh key and
+  naming a fresh made-up listen address, to bait peers into adopting those addresses.
+
+`undefended = true` is the control arm of those three: the honest peers of that run drop
+the one defence the attack targets (see `simnet.attack_driver`). It is a simnet switch for
+experiments; no peer setting turns these defences off.
 """
 
 from __future__ import annotations
@@ -29,31 +44,51 @@ from typing import Any, Callable
 
 import torch
 
-from peer.core.node import GossipNode
 from peer.trainer import ParamSpec, StepStats, Trainer
-from protocol import FrameHeader, FrameKind, IdentityCodec, TensorSpec, encode_frame, pack_bundle, unpack_bundle
 
-KINDS = ("none", "sign_flip", "scale", "random", "alie", "nan", "steer")
+KINDS = ("none", "sign_flip", "scale", "random", "alie", "nan", "steer", "future", "join_liar", "sybil")
+CONTROLLED = ("future", "join_liar", "sybil")
+"""Attacks with an `undefended` control arm."""
+PAYLOADS = ("sign_flip", "scale", "random", "alie", "steer")
+"""What a `future` attacker may publish."""
 
 
 @dataclass
 class AttackConfig:
     kind: str = "none"
-    """none | sign_flip | scale | random | alie | nan."""
+    """One of KINDS (see the module docstring)."""
     fraction: float = 0.0
     """Share of peers that attack (rounded to the nearest count), chosen by the seed."""
     peers: list[int] = field(default_factory=list)
     """Explicit attacker indices (instead of `fraction`)."""
     scale: float = 1.0
-    """s of sign_flip / scale / random."""
+    """s of sign_flip / scale / random / future; the noise of join_liar's offered state."""
     z: float = 1.0
     """z of ALIE."""
     growth: float = 1.25
     """steer: factor by which the published distance grows at every publish."""
+    payload: str = "sign_flip"
+    """future: the attack whose vector it publishes (one of PAYLOADS)."""
+    ahead_s: float = 290.0
+    """future: how far ahead of the attacker's clock its frames claim to be. Receivers refuse
+    frames more than their max_clock_skew_s (300 s) ahead, so the most a liar can claim and
+    still be heard is a little under that."""
+    claim_step: int = 10**9
+    """join_liar: the step it claims in hellos and in the state it offers."""
+    sybil_rate: float = 20.0
+    """sybil: control-only exchanges per second from each attacker, each from a fresh key."""
+    undefended: bool = False
+    """Control arm of future, join_liar and sybil: honest peers drop the defence it targets."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"attack.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.undefended and self.kind not in CONTROLLED:
+            raise ValueError(f"attack.undefended is a control arm of {CONTROLLED}, not of {self.kind!r}")
+        if self.payload not in PAYLOADS:
+            raise ValueError(f"attack.payload must be one of {PAYLOADS}, got {self.payload!r}")
+        if not 0 <= self.ahead_s or self.claim_step < 1 or not self.sybil_rate > 0:
+            raise ValueError("attack.ahead_s must be >= 0, claim_step >= 1 and sybil_rate > 0")
         if not 0 <= self.fraction < 1:
             raise ValueError(f"attack.fraction must be in [0, 1), got {self.fraction}")
         if any(p < 0 for p in self.peers):
@@ -104,6 +139,8 @@ class AttackTrainer:
 
     def _attack(self, x: torch.Tensor) -> torch.Tensor:
         kind, s = self.cfg.kind, self.cfg.scale
+        if kind == "future":
+            kind = self.cfg.payload
         if kind == "sign_flip":
             return self.x0 - s * (x - self.x0)
         if kind == "scale":
@@ -149,24 +186,3 @@ class AttackTrainer:
 
     def __getattr__(self, name: str) -> Any:  # evaluation hooks of the wrapped trainer
         return getattr(self.inner, name)
-
-
-def forge_non_finite_update(node: GossipNode, now: float) -> bytes:
-    """An update frame full of NaN, correctly signed by the node's own key.
-
-    It bypasses the sender-side check of `make_update_frame` (an attacker is not bound to
-    use the honest encoder); receivers must refuse it on their own.
-    """
-    delta = torch.full((node.numel,), float("nan"))
-    packed, _ = IdentityCodec().compress(delta)
-    header = FrameHeader(
-        swarm=node.cfg.swarm, fingerprint=node.fingerprint, sender=node.identity.public_key,
-        kind=FrameKind.UPDATE, seq=node.public.seq + 1, step=node.step, timestamp=now,
-        codec="identity", tensors=(TensorSpec("delta", (node.numel,), "float32"),), extra={"epoch": node.epoch},
-    )
-    return encode_frame(node.identity, header, {f"delta/{k}": v for k, v in packed.items()}, node.limits)
-
-
-def append_frame(body: bytes, frame: bytes, node: GossipNode) -> bytes:
-    """The same bundle with one more frame at the end."""
-    return pack_bundle(unpack_bundle(body, node.limits) + [frame])

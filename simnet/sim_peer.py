@@ -29,7 +29,8 @@ from peer.core.node import GossipNode
 from peer.core.session import Session
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
-from simnet.attacks import AttackTrainer, append_frame, forge_non_finite_update
+from simnet.attack_driver import PeerAttack
+from simnet.attacks import AttackTrainer
 from simnet.sim_worker import SimWorker
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ Reply = Callable[[bytes | None, str], None]
 class SimPeer:
     def __init__(self, sim: "GossipSim", index: int, identity: Identity, attacker: bool) -> None:
         self.sim, self.index, self.identity, self.attacker = sim, index, identity, attacker
+        self.attack = PeerAttack(sim.attack, attacker=attacker, seed=sim.seed, index=index)
         self.address = f"peer{index}.sim:7000"
         self.rng = random.Random(f"simnet-peer:{sim.seed}:{index}")
         self.nonces = random.Random(f"simnet-nonce:{sim.seed}:{index}")  # apart from the session's draws
@@ -74,8 +76,8 @@ class SimPeer:
         self._nonce = {}
         self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
         cfg = self.sim.gossip_cfg
-        self.node = GossipNode(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
-                               now=self.sim.clock(), listen=self.address, metrics=self.metrics)
+        self.node = self.attack.make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
+                                          now=self.sim.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
         self.worker = SimWorker(self.sim.sched, lambda: self.life)
         self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
@@ -89,6 +91,8 @@ class SimPeer:
         self.on_start(self.sim.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()
+        if self.attack.floods:
+            self.attack.flood(self, self.life)
 
     def stop(self, how: str) -> None:
         """Crash (silent) or leave (address refuses connections); pending events die with the process."""
@@ -206,8 +210,12 @@ class SimPeer:
 
     def _exchange_job(self, a: Exchange) -> tuple[float, Callable[[], None] | None]:
         node = self._node()
+        snapshots = self.metrics.total("snapshots_sent_total")
         body = self._outgoing(node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.sim.clock()))
         t0, life = self.sim.now(), self.life
+        if a.address not in self.sim.index_of:  # made up: no peer ever listened there
+            self.metrics.inc("exchanges_to_made_up_total")
+            self.metrics.inc("snapshots_to_made_up_total", self.metrics.total("snapshots_sent_total") - snapshots)
 
         def reply(data: bytes | None, why: str) -> None:
             if life != self.life or a.token not in self._sess().in_flight:
@@ -220,7 +228,7 @@ class SimPeer:
         def send() -> None:
             j = self.sim.index_of.get(a.address)
             if j is None:
-                self.sim.sched.after(0.0, lambda: reply(None, "unknown host"))
+                self._timeout(lambda: reply(None, "connect timeout"), self._sess().cfg.connect_timeout_s)
                 return
             self.sim.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
                                 lambda: self.sim.peers[j].serve_exchange(self.index, body, reply))
@@ -251,6 +259,8 @@ class SimPeer:
         assert self.trainer is not None
         self.trainer.set_flat_params(x)
         self._node().adopt(x)
+        if self.sim.peers[self.sim.index_of[a.address]].attacker:  # what joining must never do
+            self.metrics.inc("adopted_from_attacker_total")
         return self.sim.cost.op_s, None
 
     def _request(self, address: str, token: int, kind: str, on_reply: Callable[[int, bytes | None, str], None]) -> None:
@@ -263,7 +273,7 @@ class SimPeer:
 
         j = self.sim.index_of.get(address)
         if j is None:
-            self.sim.sched.after(0.0, lambda: reply(None, "unknown host"))
+            self._timeout(lambda: reply(None, "connect timeout"), self._sess().cfg.connect_timeout_s)
             return
         server = self.sim.peers[j]
         if kind == "hello":
@@ -300,18 +310,21 @@ class SimPeer:
                 err = f"refused: {exc.reason.value}"
                 return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), error=err))
             self._fetched[token] = x
-            return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), step=step))
+            probe = self.attack.probe(self.trainer)  # as the real driver: the trainer's verdict on a probe batch
+            better = probe(x) if probe is not None else None
+            return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), step=step, better=better))
 
         self.worker.submit(job)
 
-    def _timeout(self, fire: Callable[[], None]) -> None:
-        life = self.life
-        self.sim.sched.after(self._sess().cfg.request_timeout_s, lambda: fire() if life == self.life else None)
+    def _timeout(self, fire: Callable[[], None], after_s: float | None = None) -> None:
+        """`fire` after the request timeout (or `after_s`: the connect timeout where nothing listens)."""
+        life, after_s = self.life, self._sess().cfg.request_timeout_s if after_s is None else after_s
+        self.sim.sched.after(after_s, lambda: fire() if life == self.life else None)
 
     def _outgoing(self, body: bytes) -> bytes:
-        if self.attacker and self.sim.attack.kind == "nan" and self.node is not None:
+        body, forged = self.attack.outgoing(body, self._node(), self.sim.clock())
+        if forged:
             self.metrics.inc("forged_frames_total")
-            return append_frame(body, forge_non_finite_update(self.node, self.sim.clock()), self.node)
         return body
 
     # ------------------------------------------------------------------ serving
@@ -349,7 +362,7 @@ class SimPeer:
             cost += self.sim.cost.build(len(data))
 
             def then() -> None:
-                self.dispatch(self._sess().inbound_exchange(result.listen, result.sender.hex(), self.sim.now()))
+                self.dispatch(self.attack.inbound(self._sess(), result.listen, result.sender.hex(), self.sim.now()))
                 self._answer(src, data, "", reply)
 
             return cost, then
@@ -362,8 +375,8 @@ class SimPeer:
             return
         s, node = self._sess(), self._node()
         data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
-                          step=s.step, now=self.sim.clock(), listen=self.address, peers=s.hello_sample(),
-                          limits=node.limits, nonce=nonce)
+                          step=self.attack.hello_step(s.step), now=self.sim.clock(), listen=self.address,
+                          peers=s.hello_sample(), limits=node.limits, nonce=nonce)
         self._answer(src, data, "", reply)
 
     def serve_state(self, src: int, reply: Reply) -> None:

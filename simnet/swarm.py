@@ -27,7 +27,9 @@ COUNTERS = (
     "published_total", "publish_failures_total", "exchanges_ok_total", "exchange_failures_total",
     "hello_failures_total", "bootstrap_retries_total", "evictions_total", "snapshots_sent_total",
     "updates_applied_total", "update_gaps_total", "copies_reset_total", "mixes_total", "joins_total",
-    "joins_alone_total", "diverged_total", "forged_frames_total",
+    "joins_alone_total", "diverged_total", "forged_frames_total", "joins_refused_total", "candidates_refused_total",
+    "sybil_requests_total", "admitted_unverified_total", "exchanges_to_made_up_total", "snapshots_to_made_up_total",
+    "adopted_from_attacker_total",
 )
 
 
@@ -178,4 +180,7 @@ class GossipSim:
         out["verified_neighbours_min"] = live[0] if live else 0
         out["verified_neighbours_median"] = live[len(live) // 2] if live else 0
         out["attackers"] = sum(p.attacker for p in self.peers)
+        partners = [[a in self.index_of for a in p.session.partners] for p in self._honest_online() if p.session]
+        out["partners_made_up"] = sum(len(ps) - sum(ps) for ps in partners)  # held by addresses nothing listens at
+        out["partners_real_min"] = min((sum(ps) for ps in partners), default=0)
         return out

@@ -4,6 +4,11 @@ mixing (clip=False, the control) diverges. NaN attackers are stopped by the prot
 10 peers on a full mesh, 2 of them attacking: every honest peer has 2 liars among its 9
 neighbours, so the clip radius uses the 0.3-quantile of recent neighbour distances (an
 honest one; it must stay below the honest share 7/9) times 1.
+
+Attacks on the protocol (future timestamps, join liars, sybil addresses) each run against
+the production peer and against a control whose honest peers lack the one defence the
+attack targets (`attack.undefended`): the defended run must stay within 5% of clean and
+the control must do measurably worse.
 """
 
 import pytest
@@ -26,8 +31,10 @@ def summary() -> dict:
         {"name": "clean", "set": {"attack": {"kind": "none"}}},
         {"name": "clipped"},
         {"name": "plain", "set": {"gossip": {"clip": False}}},
+        {"name": "future", "set": {"attack": {"kind": "future"}}},
+        {"name": "future_trusting", "set": {"attack": {"kind": "future", "undefended": True}}},
     ]
-    return simulate(WORLD, runs, [["clipped", "clean"], ["plain", "clean"]])
+    return simulate(WORLD, runs, [[r["name"], "clean"] for r in runs[1:]])
 
 
 def test_clipping_keeps_honest_loss_within_5_percent(summary):
@@ -67,3 +74,54 @@ def test_a_neighbour_that_steps_farther_each_time_cannot_steer_the_radius():
     # Measured (seed 0, 60 s scenario): 1.014 defended, 3.8e28 without clipping.
     assert s["ratios"]["steer/clean"]["final_loss"] <= 1.05
     assert s["ratios"]["steer_plain/clean"]["final_loss"] > 10
+
+
+def test_a_timestamp_from_the_future_buys_no_freshness(summary):
+    """The sign-flip attackers' frames claim a time 290 s ahead (just inside the receivers' 300 s
+    skew window). Receivers count a copy as published at min(claimed, received), so it is never
+    fresher than on arrival; the control believes the claim and mixes those copies as never stale."""
+    r = summary["ratios"]
+    defended, trusting = r["future/clean"]["final_loss"], r["future_trusting/clean"]["final_loss"]
+    # Measured (seed 0): 1.0130 defended (1.0120 without the time lie), 1.0167 trusting.
+    assert defended <= 1.05
+    assert trusting - defended >= 0.002, (defended, trusting)
+    assert summary["runs"]["future"]["totals"]["frames_refused"].get("stale_timestamp", 0) == 0  # heard, not refused
+
+
+SMALL = {**WORLD, "duration_s": 30.0, "attack": {"peers": [0, 1]}}
+REJOINS = {"mode": "schedule", "events": [
+    {"t": 8.0, "peer": 5, "action": "crash"}, {"t": 12.0, "peer": 5, "action": "join"},
+    {"t": 10.0, "peer": 7, "action": "leave"}, {"t": 16.0, "peer": 7, "action": "join"}]}
+
+
+@pytest.fixture(scope="module")
+def protocol_attacks() -> dict:
+    """Join liars (with two honest peers restarting and joining) and sybils, each with its control."""
+    liar = {"attack": {"kind": "join_liar", "scale": 3e30}, "churn": REJOINS, "session": {"request_timeout_s": 5.0}}
+    sybil = {"attack": {"kind": "sybil", "sybil_rate": 20.0}, "bootstrap": "one"}
+
+    def control(arm: dict) -> dict:
+        return {**arm, "attack": {**arm["attack"], "undefended": True}}
+
+    runs = [{"name": "clean", "set": {"attack": {"kind": "none"}}},
+            {"name": "join_liar", "set": liar}, {"name": "join_liar_trusting", "set": control(liar)},
+            {"name": "sybil", "set": sybil}, {"name": "sybil_trusting", "set": control(sybil)}]
+    return simulate(SMALL, runs, [[r["name"], "clean"] for r in runs[1:]])
+
+
+def test_sybil_addresses_get_no_snapshots_and_displace_no_partner(protocol_attacks):
+    """Two attackers send 20 control-only exchanges a second, each from a fresh key naming a made-up
+    listen address, to peers that learn each other by peer exchange (one bootstrap address each).
+    Those addresses stay candidates until a hello signed over our nonce comes back from them, which
+    never happens; the control takes them as verified at once and picks partners among them."""
+    runs, ratios = protocol_attacks["runs"], protocol_attacks["ratios"]
+    t = runs["sybil"]["totals"]
+    assert t["sybil_requests"] > 500
+    assert t["exchanges_to_made_up"] == 0 and t["snapshots_to_made_up"] == 0
+    assert t["partners_made_up"] == 0 and t["partners_real_min"] >= 7
+    # Measured (seed 0): 1.0014 defended, 1.117 for the control (54 partner slots held by made-up
+    # addresses at the end, 96 snapshots sent to them).
+    assert ratios["sybil/clean"]["final_loss"] <= 1.05
+    c = runs["sybil_trusting"]["totals"]
+    assert c["snapshots_to_made_up"] > 0 and c["partners_made_up"] > 0
+    assert ratios["sybil_trusting/clean"]["final_loss"] > ratios["sybil/clean"]["final_loss"] + 0.03

@@ -9,7 +9,6 @@ MAX_JSON_BYTES is not read.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -17,18 +16,9 @@ from pathlib import Path
 
 from gossip_tts.data.tars import SHARD_INFO_NAME
 from peer.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
+from peer.shards.store import sha256_of
 
 MAX_JSON_BYTES = 1 << 20
-_HASH_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def describe_shard(path: Path) -> ShardEntry:
@@ -55,7 +45,7 @@ def describe_shard(path: Path) -> ShardEntry:
     if header is None:
         raise ManifestError(f"{path}: no {SHARD_INFO_NAME} header (not written by gossip-tts pack?)")
     try:
-        return ShardEntry(name=path.name, size=path.stat().st_size, sha256=file_sha256(path), codec=str(header["codec"]),
+        return ShardEntry(name=path.name, size=path.stat().st_size, sha256=sha256_of(path), codec=str(header["codec"]),
                           latent_dim=int(header["latent_dim"]), frame_rate=float(header["frame_rate"]),
                           samples=samples, audio_seconds=round(seconds, 3))
     except (KeyError, TypeError, ValueError) as exc:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from peer.http_guard import RequestGuard
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from peer.shard_routes import add_shard_routes
 from peer.status import StatusService
 from protocol import FrameRefused
 
@@ -66,6 +67,7 @@ def build_app(driver: "AsyncDriver") -> web.Application:
     app.router.add_get("/v1/state", _state)
     app.router.add_get("/v1/hello", _hello)
     app.router.add_get("/metrics", _metrics)
+    add_shard_routes(app, driver)
     status = StatusService(driver)
     app.router.add_get("/v1/status", status.serve_status)
     app.router.add_get("/", status.serve_page)

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from gossip_tts.cli import main
 from gossip_tts.data import CodecInfo, LatentSample, ShardWriter
-from gossip_tts.swarm_manifest import build_manifest, file_sha256, write_manifest
+from gossip_tts.swarm_manifest import build_manifest, write_manifest
 from peer.shards import manifest as mf
+from peer.shards.store import sha256_of
 from peer.shards.manifest import Manifest, ManifestError, ShardEntry, parse_swarm_id, read_manifest
 from protocol import Identity
 
@@ -145,7 +146,7 @@ def test_build_manifest_describes_each_tar(tmp_path: Path) -> None:
     first = m.shards[0]
     assert (first.codec, first.latent_dim, first.frame_rate, first.samples) == ("mel", 4, 10.0, 2)
     assert first.audio_seconds == pytest.approx((5 + 6) / 10.0)
-    assert first.size == paths[0].stat().st_size and first.sha256 == file_sha256(paths[0])
+    assert first.size == paths[0].stat().st_size and first.sha256 == sha256_of(paths[0])
     assert write_manifest(tmp_path).hash == m.hash
     assert read_manifest((tmp_path / mf.MANIFEST_NAME).read_bytes(), m.hash) == m
     (tmp_path / "junk.tar").write_bytes(b"not a tar at all" * 100)

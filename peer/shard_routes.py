@@ -1,0 +1,164 @@
+"""Serving corpus shards by content hash: `GET /v1/shards` and `GET /v1/shards/HASH`.
+
+`GET /v1/shards` says which manifest this peer holds and which of its shards (by SHA-256).
+`GET /v1/shards/HASH` streams one shard (or the manifest, by its own hash) from disk in
+CHUNK-sized reads, so memory stays bounded whatever the shard's size; a single `Range:
+bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
+another peer. Limits beside the RequestGuard's per-address ones: at most
+`max_uploads_per_address` uploads to one address (429) and `max_uploads` in all (503), and
+an upload that outlasts `upload_deadline_s` is cut off, so a slow reader holds a slot no
+longer. Refusals are counted in `http_refused_total{reason=...}`.
+
+`add_shard_routes(app, driver)` adds the routes; they serve the driver's `shards` (a
+`ShardServer`) when it has one, and answer 404 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from aiohttp import web
+
+from peer.metrics import Metrics
+from peer.shards.config import SwarmDataConfig
+from peer.shards.store import ShardStore
+
+CHUNK = 256 * 1024
+"""Bytes read from disk and written per step of an upload."""
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+_RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+class RangeNotSatisfiable(ValueError):
+    pass
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The byte span [start, end) one `Range` header asks for, or None for the whole file.
+
+    One range only (several, or another unit, are answered with the whole file, as RFC 9110
+    allows); a range past the end raises RangeNotSatisfiable (416)."""
+    if not header:
+        return None
+    m = _RANGE_RE.fullmatch(header.strip())
+    if m is None or (not m.group(1) and not m.group(2)):
+        return None
+    first, last = m.group(1), m.group(2)
+    if not first:  # a suffix: the last N bytes
+        n = int(last)
+        if n == 0:
+            raise RangeNotSatisfiable(f"empty suffix range of a {size}-byte file")
+        return max(0, size - n), size
+    start = int(first)
+    end = min(size, int(last) + 1) if last else size
+    if start >= size or end <= start:
+        raise RangeNotSatisfiable(f"range {header!r} is outside the {size}-byte file")
+    return start, end
+
+
+class ShardServer:
+    """Uploads of one store's shards, with their limits and counters."""
+
+    def __init__(self, store: ShardStore, cfg: SwarmDataConfig, metrics: Metrics) -> None:
+        self.store, self.cfg, self.metrics = store, cfg, metrics
+        self._open: dict[str, int] = defaultdict(int)
+        self.uploads = 0
+
+    def _refuse(self, status: int, reason: str, text: str) -> web.Response:
+        self.metrics.inc("http_refused_total", reason=reason)
+        return web.json_response({"refused": reason, "detail": text[:200]}, status=status)
+
+    async def list_shards(self, request: web.Request) -> web.Response:
+        held = sorted(self.store.held())
+        return web.json_response({"manifests": [{"hash": self.store.manifest.hash, "shards": held}]})
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        digest = request.match_info["digest"]
+        if not _DIGEST_RE.fullmatch(digest):
+            return self._refuse(400, "bad_shard_hash", "a shard is named by its SHA-256: 64 lowercase hex digits")
+        path = self.store.path_of(digest)
+        if path is None:
+            return web.json_response({"missing": digest}, status=404)
+        remote = request.remote or "?"
+        if self._open[remote] >= self.cfg.max_uploads_per_address:
+            return self._refuse(429, "shard_uploads", f"at most {self.cfg.max_uploads_per_address} shard uploads per address")
+        if self.uploads >= self.cfg.max_uploads:
+            return self._refuse(503, "shard_uploads_busy", f"{self.cfg.max_uploads} shard uploads under way; try another peer")
+        self._open[remote] += 1
+        self.uploads += 1
+        try:
+            with self.store.using(digest):
+                return await self._send(request, path, digest)
+        finally:
+            self.uploads -= 1
+            self._open[remote] -= 1
+            if not self._open[remote]:
+                del self._open[remote]
+
+    async def _send(self, request: web.Request, path: Path, digest: str) -> web.StreamResponse:
+        try:
+            f = open(path, "rb")
+        except OSError:  # evicted between the lookup and now
+            return web.json_response({"missing": digest}, status=404)
+        with f:
+            size = _size(f)
+            try:
+                span = parse_range(request.headers.get("Range"), size)
+            except RangeNotSatisfiable as exc:
+                return web.json_response({"refused": "range", "detail": str(exc)}, status=416,
+                                         headers={"Content-Range": f"bytes */{size}"})
+            start, end = span or (0, size)
+            headers = {"Content-Type": "application/octet-stream", "Content-Length": str(end - start),
+                       "Accept-Ranges": "bytes"}
+            if span is not None:
+                headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            response = web.StreamResponse(status=206 if span is not None else 200, headers=headers)
+            await response.prepare(request)
+            try:
+                await asyncio.wait_for(self._copy(f, start, end, response), self.cfg.upload_deadline_s)
+            except (asyncio.TimeoutError, ConnectionError) as exc:
+                if isinstance(exc, asyncio.TimeoutError):
+                    self.metrics.inc("http_refused_total", reason="slow_shard_reader")
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            await response.write_eof()
+        if digest != self.store.manifest.hash and end == size:
+            self.metrics.inc("shards_served_total", help="shard uploads that reached the shard's last byte")
+        return response
+
+    async def _copy(self, f: BinaryIO, start: int, end: int, response: web.StreamResponse) -> None:
+        loop = asyncio.get_running_loop()
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = await loop.run_in_executor(None, f.read, min(CHUNK, left))
+            if not chunk:  # the file shrank under us: the asker sees a short body and resumes elsewhere
+                raise ConnectionResetError("shard file shorter than its size")
+            await response.write(chunk)
+            left -= len(chunk)
+            self.metrics.inc("data_bytes_sent_total", len(chunk), help="corpus bytes uploaded to other peers (shards, manifests)")
+
+
+def _size(f: BinaryIO) -> int:
+    f.seek(0, 2)
+    return f.tell()
+
+
+async def _no_shards(request: web.Request) -> web.Response:
+    return web.json_response({"missing": "this peer shares no corpus"}, status=404)
+
+
+def add_shard_routes(app: web.Application, driver: Any) -> None:
+    """Add GET /v1/shards and GET /v1/shards/{digest}, serving `driver.shards` if it is set."""
+    server: ShardServer | None = getattr(driver, "shards", None)
+    if server is None:
+        app.router.add_get("/v1/shards", _no_shards)
+        app.router.add_get("/v1/shards/{digest}", _no_shards)
+        return
+    app.router.add_get("/v1/shards", server.list_shards)
+    app.router.add_get("/v1/shards/{digest}", server.serve)

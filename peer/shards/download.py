@@ -1,0 +1,139 @@
+"""Blocking HTTP reads of content by hash from one peer: a shard (resumable), a manifest, an advert.
+
+Run on the fetcher's threads, never on the event loop or the training thread. Every read is
+capped: a shard at the manifest's size (a source that offers or sends more is refused as
+`too_long`), a manifest at MAX_MANIFEST_BYTES, an advert at MAX_ADVERT_BYTES. A socket that
+is silent for `stall_s` fails the read; the caller's `deadline` (monotonic seconds) and
+`stop` are checked between reads. Nothing here judges the bytes: the fetcher hashes them.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from peer.core.addresses import parse_address
+
+CHUNK = 256 * 1024
+MAX_ADVERT_BYTES = 8 << 20
+"""A /v1/shards answer: 65,536 hashes in JSON fit in 5 MB."""
+_CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+
+
+class SourceFailed(Exception):
+    """This source did not deliver (unreachable, silent, an error answer, cut short): try another."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class SourceLied(SourceFailed):
+    """This source offered or sent what the manifest rules out (more bytes than the shard has, a
+    range we did not ask for): refused and penalised like bytes that fail the hash."""
+
+
+def _connect(address: str, stall_s: float) -> http.client.HTTPConnection:
+    try:
+        host, port = parse_address(address)
+    except ValueError as exc:
+        raise SourceFailed("bad_address", str(exc)) from None
+    return http.client.HTTPConnection(host, port, timeout=stall_s)
+
+
+def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> http.client.HTTPResponse:
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "identity", **headers})
+        return conn.getresponse()
+    except (OSError, http.client.HTTPException) as exc:
+        raise SourceFailed("unreachable", f"{type(exc).__name__}: {exc}") from None
+
+
+def get_capped(address: str, path: str, cap: int, stall_s: float) -> bytes:
+    """The body of a 200 answer to GET `path`, refused unread past `cap` bytes."""
+    conn = _connect(address, stall_s)
+    try:
+        resp = _get(conn, path, {})
+        if resp.status != 200:
+            raise SourceFailed(f"http_{resp.status}", f"GET {path} from {address}")
+        declared = resp.getheader("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise SourceLied("too_long", f"{address} offers {declared} bytes for {path}, over {cap}")
+        data = resp.read(cap + 1)
+        if len(data) > cap:
+            raise SourceLied("too_long", f"{address} sent over {cap} bytes for {path}")
+        return data
+    except (OSError, http.client.HTTPException) as exc:
+        raise SourceFailed("cut_off", f"{type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def read_advert(address: str, manifest_hash: str, stall_s: float) -> set[str]:
+    """The shard hashes `address` says it holds of our manifest (GET /v1/shards); empty if it holds another."""
+    try:
+        doc = json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s))
+    except ValueError:
+        raise SourceFailed("bad_advert", f"{address}: /v1/shards is not JSON") from None
+    manifests = doc.get("manifests") if isinstance(doc, dict) else None
+    for m in manifests if isinstance(manifests, list) else []:
+        if isinstance(m, dict) and m.get("hash") == manifest_hash and isinstance(m.get("shards"), list):
+            return {s for s in m["shards"] if isinstance(s, str)}
+    return set()
+
+
+def fetch_range(address: str, digest: str, part: Path, size: int, stall_s: float, deadline: float,
+                stop: threading.Event, on_bytes: Callable[[int], None]) -> None:
+    """Append to `part` the bytes of shard `digest` it lacks, from `address`, resuming at its length.
+
+    Returns once `part` holds `size` bytes; raises SourceFailed (try another source: the part
+    keeps what came) or SourceLied. `on_bytes(n)` is told of every chunk written."""
+    have = part.stat().st_size if part.exists() else 0
+    if have == size:
+        return
+    if have > size:
+        part.unlink()
+        have = 0
+    conn = _connect(address, stall_s)
+    try:
+        resp = _get(conn, f"/v1/shards/{digest}", {"Range": f"bytes={have}-"} if have else {})
+        if resp.status == 206:
+            m = _CONTENT_RANGE_RE.fullmatch(resp.getheader("Content-Range") or "")
+            if m is None or int(m.group(1)) != have or int(m.group(3)) != size:
+                raise SourceLied("bad_range", f"{address} answered Range bytes={have}- with "
+                                              f"{resp.getheader('Content-Range')!r} for a {size}-byte shard")
+        elif resp.status == 200:
+            have = 0  # the whole shard again: start over
+        else:
+            raise SourceFailed(f"http_{resp.status}", f"{address} answered {resp.status} for shard {digest[:16]}")
+        declared = resp.getheader("Content-Length")
+        if declared is not None and declared.isdigit() and have + int(declared) > size:
+            raise SourceLied("too_long", f"{address} offers {have + int(declared)} bytes of a {size}-byte shard")
+        with open(part, "r+b" if have else "wb") as f:
+            f.seek(have)
+            f.truncate()
+            while have < size:
+                if stop.is_set():
+                    raise SourceFailed("stopped", "the fetcher is stopping")
+                if time.monotonic() > deadline:
+                    raise SourceFailed("deadline", f"shard {digest[:16]} not fetched in time")
+                chunk = resp.read1(min(CHUNK, size - have))
+                if not chunk:
+                    raise SourceFailed("cut_off", f"{address} ended shard {digest[:16]} at byte {have} of {size}")
+                f.write(chunk)
+                have += len(chunk)
+                on_bytes(len(chunk))
+        if resp.read1(1):
+            raise SourceLied("too_long", f"{address} sent more than the {size} bytes of shard {digest[:16]}")
+    except (socket.timeout, TimeoutError) as exc:
+        raise SourceFailed("stalled", f"{address} silent for {stall_s:g} s: {exc}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise SourceFailed("cut_off", f"{address}: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()

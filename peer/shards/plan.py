@@ -1,0 +1,96 @@
+"""Pure decisions of the shard fetcher: which shards next, from whom, and which to evict.
+
+No I/O and no clock: every function takes what it needs (`now` included), so each rule is
+tested by scripting its inputs (tests/unit/test_shards_plan.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+def fetch_order(shard_hashes: list[str], peer_id: str) -> list[str]:
+    """The order this peer fetches a corpus in: the shards sorted by hash, rotated to start at a
+    place drawn from the peer id, so that each peer covers a different part first and the swarm
+    as a whole holds every shard early. Deterministic: the same peer always starts at the same place."""
+    ordered = sorted(shard_hashes)
+    if not ordered:
+        return []
+    start = int.from_bytes(hashlib.sha256(b"shard-order:" + peer_id.encode()).digest()[:8], "big") % len(ordered)
+    return ordered[start:] + ordered[:start]
+
+
+def source_order(sources: list[str], shard: str, peer_id: str) -> list[str]:
+    """The holders of one shard in the order to try them: a per-(peer, shard) shuffle, so that the
+    askers of one shard spread over its holders instead of all asking the first."""
+    return sorted(sources, key=lambda a: hashlib.sha256(f"{peer_id}|{shard}|{a}".encode()).digest())
+
+
+@dataclass(frozen=True)
+class FetchJob:
+    shard: str
+    sources: tuple[str, ...]
+
+
+def choose_fetches(order: list[str], held: set[str], busy: set[str], holders: dict[str, set[str]],
+                   banned: set[str], slots: int, peer_id: str, room_for: int) -> list[FetchJob]:
+    """Up to `slots` shards to fetch now: the first in `order` that are not held, not being fetched
+    (`busy`), advertised by at least one source that is not banned; at most `room_for` of them
+    (how many more the cache can take now)."""
+    jobs: list[FetchJob] = []
+    for shard in order:
+        if len(jobs) >= min(slots, room_for):
+            break
+        if shard in held or shard in busy:
+            continue
+        sources = [a for a in holders.get(shard, ()) if a not in banned]
+        if sources:
+            jobs.append(FetchJob(shard, tuple(source_order(sources, shard, peer_id))))
+    return jobs
+
+
+@dataclass(frozen=True)
+class CachedShard:
+    """What eviction needs to know about one cached (not pinned) shard."""
+
+    shard: str
+    size: int
+    last_used: float
+    """When it was last fetched, served or listed for training, on the store's clock."""
+    held_since: float
+    in_use: bool = False
+    """Being served or read right now: never evicted."""
+
+
+def choose_evictions(cached: list[CachedShard], need: int, free: int, now: float, min_hold_s: float) -> list[str] | None:
+    """The least recently used shards to delete so that `need` bytes fit beside `free` free ones,
+    or None when they cannot (too few evictable: in use, or held for less than `min_hold_s`, which
+    gives the trainer time to read a shard before it goes)."""
+    if need <= free:
+        return []
+    out: list[str] = []
+    candidates = sorted((c for c in cached if not c.in_use and now - c.held_since >= min_hold_s),
+                        key=lambda c: (c.last_used, c.shard))
+    for c in candidates:
+        out.append(c.shard)
+        free += c.size
+        if need <= free:
+            return out
+    return None
+
+
+class Penalties:
+    """Sources that served bytes not matching the manifest: banned for `ban_s` (the fetcher counts them)."""
+
+    def __init__(self, ban_s: float) -> None:
+        self.ban_s = ban_s
+        self._until: dict[str, float] = {}
+
+    def penalise(self, source: str, now: float) -> None:
+        self._until[source] = now + self.ban_s
+
+    def banned(self, now: float) -> set[str]:
+        for source in [s for s, t in self._until.items() if t <= now]:
+            del self._until[source]
+        return set(self._until)

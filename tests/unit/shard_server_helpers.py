@@ -1,0 +1,73 @@
+"""A real aiohttp server of shard routes on 127.0.0.1, run on its own event-loop thread."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from peer.metrics import Metrics
+from peer.shard_routes import ShardServer, add_shard_routes
+from peer.shards.config import SwarmDataConfig
+from peer.shards.manifest import Manifest, ShardEntry
+from peer.shards.store import ShardStore
+
+
+def manifest_of(blobs: dict[str, bytes]) -> Manifest:
+    return Manifest(tuple(ShardEntry(n, len(b), hashlib.sha256(b).hexdigest(), "mel", 4, 10.0, 1, 1.0) for n, b in blobs.items()))
+
+
+def own_store(tmp: Path, blobs: dict[str, bytes]) -> ShardStore:
+    """A store whose own shards are `blobs` (written to tmp/own)."""
+    own = tmp / "own"
+    own.mkdir(parents=True, exist_ok=True)
+    for name, data in blobs.items():
+        (own / name).write_bytes(data)
+    store = ShardStore(manifest_of(blobs), tmp / "serve-cache", cache_bytes=1 << 30, min_hold_s=0.0, own_dir=own)
+    store.open()
+    return store
+
+
+class Served:
+    """`app` served on a free port until `close()`; `address` is HOST:PORT."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.runner = web.AppRunner(app)
+        self.address = self.call(self._start())
+
+    def call(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
+
+    async def _start(self) -> str:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"127.0.0.1:{self.runner.addresses[0][1]}"
+
+    def close(self) -> None:
+        self.call(self.runner.cleanup())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: Metrics | None = None) -> tuple[Served, ShardServer]:
+    server = ShardServer(store, cfg or SwarmDataConfig(), metrics or Metrics(process=False))
+    app = web.Application()
+    add_shard_routes(app, SimpleNamespace(shards=server))
+    return Served(app), server
+
+
+def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Served:
+    """Any handler at /v1/shards/{digest} (a lying source, a source that dies mid-shard)."""
+    app = web.Application()
+    app.router.add_get("/v1/shards/{digest}", handler)
+    return Served(app)

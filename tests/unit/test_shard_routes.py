@@ -1,0 +1,167 @@
+"""GET /v1/shards and /v1/shards/HASH on a real server, read by the fetcher's own download code."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from peer.metrics import Metrics
+from peer.shard_routes import RangeNotSatisfiable, parse_range
+from peer.shards.config import SwarmDataConfig
+from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped, read_advert
+from tests.unit.shard_server_helpers import own_store, serve_handler, serve_store
+
+BLOB = bytes(range(256)) * 4096  # 1 MiB
+DIGEST = hashlib.sha256(BLOB).hexdigest()
+
+
+def test_parse_range() -> None:
+    assert parse_range(None, 100) is None and parse_range("items=1-2", 100) is None
+    assert parse_range("bytes=10-", 100) == (10, 100)
+    assert parse_range("bytes=10-19", 100) == (10, 20)
+    assert parse_range("bytes=90-500", 100) == (90, 100)
+    assert parse_range("bytes=-30", 100) == (70, 100)
+    assert parse_range("bytes=0-1,5-6", 100) is None  # several ranges: the whole file
+    for bad in ("bytes=100-", "bytes=20-10", "bytes=-0"):
+        with pytest.raises(RangeNotSatisfiable):
+            parse_range(bad, 100)
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    store = own_store(tmp_path, {"a.tar": BLOB})
+    metrics = Metrics(process=False)
+    srv, server = serve_store(store, SwarmDataConfig(max_uploads_per_address=1, upload_deadline_s=2.0), metrics)
+    yield srv, store, metrics
+    srv.close()
+
+
+def _eventually(check, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return check()
+
+
+def _fetch(address: str, part: Path, stop: threading.Event | None = None) -> list[int]:
+    got: list[int] = []
+    fetch_range(address, DIGEST, part, len(BLOB), 5.0, time.monotonic() + 30, stop or threading.Event(), got.append)
+    return got
+
+
+def test_lists_and_streams_whole_and_resumed(served, tmp_path: Path) -> None:
+    srv, store, metrics = served
+    assert read_advert(srv.address, store.manifest.hash, 5.0) == {DIGEST}
+    assert read_advert(srv.address, "0" * 64, 5.0) == set()
+    assert get_capped(srv.address, f"/v1/shards/{store.manifest.hash}", 1 << 20, 5.0) == store.manifest.canonical_bytes()
+    part = tmp_path / "p"
+    assert sum(_fetch(srv.address, part)) == len(BLOB) and part.read_bytes() == BLOB
+    part.write_bytes(BLOB[:300_000])  # a transfer cut off elsewhere: only the rest comes
+    assert sum(_fetch(srv.address, part)) == len(BLOB) - 300_000 and part.read_bytes() == BLOB
+    assert _eventually(lambda: metrics.get("shards_served_total") == 2)  # counted just after the last byte left
+    manifest_bytes = len(store.manifest.canonical_bytes())
+    assert metrics.get("data_bytes_sent_total") == manifest_bytes + 2 * len(BLOB) - 300_000
+
+
+def test_unknown_and_malformed_hashes(served) -> None:
+    srv, _store, metrics = served
+    with pytest.raises(SourceFailed, match="http_404"):
+        get_capped(srv.address, "/v1/shards/" + "ab" * 32, 100, 5.0)
+    with pytest.raises(SourceFailed, match="http_400"):
+        get_capped(srv.address, "/v1/shards/..%2Fetc", 100, 5.0)
+    assert metrics.get("http_refused_total", reason="bad_shard_hash") == 1
+
+
+def _stalled_reader(address: str, digest: str) -> socket.socket:
+    """Ask for a shard and never read: the upload stays open once the socket buffers are full."""
+    host, port = address.split(":")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((host, int(port)))
+    s.sendall(f"GET /v1/shards/{digest} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s
+
+
+def test_per_address_limit_and_slow_reader_deadline(tmp_path: Path) -> None:
+    big = BLOB * 48  # far more than loopback socket buffers hold
+    digest = hashlib.sha256(big).hexdigest()
+    metrics = Metrics(process=False)
+    srv, _server = serve_store(own_store(tmp_path, {"big.tar": big}),
+                               SwarmDataConfig(max_uploads_per_address=1, upload_deadline_s=2.0), metrics)
+    try:
+        slow = _stalled_reader(srv.address, digest)
+        assert _eventually(lambda: _server.uploads == 1)
+        with pytest.raises(SourceFailed, match="http_429"):
+            get_capped(srv.address, f"/v1/shards/{digest}", len(big), 5.0)
+        assert metrics.get("http_refused_total", reason="shard_uploads") == 1
+        assert _eventually(lambda: metrics.get("http_refused_total", reason="slow_shard_reader") == 1)  # upload_deadline_s
+        assert _server.uploads == 0
+        slow.close()
+        assert len(get_capped(srv.address, f"/v1/shards/{digest}", len(big), 5.0)) == len(big)  # the slot is free again
+    finally:
+        srv.close()
+
+
+def test_lying_sources_are_refused_as_lies(tmp_path: Path) -> None:
+    async def too_long(request: web.Request) -> web.Response:
+        return web.Response(body=BLOB + b"extra")
+
+    async def wrong_range(request: web.Request) -> web.Response:
+        return web.Response(status=206, body=BLOB[:10], headers={"Content-Range": f"bytes 0-9/{len(BLOB)}"})
+
+    for handler, reason in ((too_long, "too_long"), (wrong_range, "bad_range")):
+        srv = serve_handler(handler)
+        part = tmp_path / reason
+        if reason == "bad_range":
+            part.write_bytes(BLOB[:100])  # we ask for bytes=100-, it answers from 0
+        try:
+            with pytest.raises(SourceLied, match=reason):
+                _fetch(srv.address, part)
+        finally:
+            srv.close()
+
+
+def test_a_source_that_dies_leaves_the_part_for_the_next(tmp_path: Path) -> None:
+    async def dies(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": str(len(BLOB))})
+        await response.prepare(request)
+        await response.write(BLOB[:400_000])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    srv = serve_handler(dies)
+    part = tmp_path / "p"
+    try:
+        with pytest.raises(SourceFailed) as info:
+            _fetch(srv.address, part)
+        assert not isinstance(info.value, SourceLied)
+        assert 0 < part.stat().st_size <= 400_000 and BLOB.startswith(part.read_bytes())
+    finally:
+        srv.close()
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(SourceFailed, match="stopped|unreachable"):
+        _fetch("127.0.0.1:9", part, stop)
+
+
+def test_no_store_answers_404(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from peer.shard_routes import add_shard_routes
+    from tests.unit.shard_server_helpers import Served
+
+    app = web.Application()
+    add_shard_routes(app, SimpleNamespace())
+    srv = Served(app)
+    try:
+        with pytest.raises(SourceFailed, match="http_404"):
+            get_capped(srv.address, "/v1/shards", 1000, 5.0)
+    finally:
+        srv.close()

@@ -20,10 +20,12 @@ from peer.metrics import Metrics
 from peer.trainer import StepStats, Trainer
 
 
-DEVICE_GAUGES = {
+TRAINER_GAUGES = {
     "tflops": "model TFLOP/s of the last step (the model's own FLOP count / wall time)",
     "mfu": "model FLOPs utilisation of the last step (TFLOP/s / the device's dense bf16 peak)",
     "peak_mem_gib": "most device memory allocated since start, GiB",
+    "skipped_samples": "training samples skipped since start (corrupt, over a size limit, ...)",
+    "shard_errors": "data shards that failed or were abandoned since start (unreadable, stalled, past a deadline)",
 }
 """Figures a trainer may report in StepStats.extra that /metrics shows as gauges."""
 
@@ -82,7 +84,7 @@ class BoundaryHook:
         self.metrics.set("steps", stats.step, help="local training steps")
         self.metrics.set("loss", stats.loss, help="training loss of the last step")
         self.metrics.inc("samples_total", stats.samples, help="training examples consumed")
-        for name, text in DEVICE_GAUGES.items():
+        for name, text in TRAINER_GAUGES.items():
             if name in stats.extra:
                 self.metrics.set(name, stats.extra[name], help=text)
         k = trainer.step_count

@@ -20,7 +20,14 @@ from gossip_tts.train.parallel import STRATEGIES
 
 _PATH = click.Path(path_type=Path)
 _OPTIONS = [
-    setting("--data", setting="train.sources", multiple=True, help="Folder of latent tars or http(s) URL (repeatable). Default: a built-in corpus."),
+    setting("--data", setting="train.sources", multiple=True, help="Folder of latent tars or http(s) URL (repeatable), or swarm:HASH: "
+            "a corpus fetched from other peers by its manifest's hash. Default: a built-in corpus."),
+    setting("--manifest", setting="swarm_data.manifest", help="With --data swarm:HASH: the manifest (path or URL); the tars "
+            "beside a local one are this peer's own. Default: fetched from the --peer addresses."),
+    setting("--data-cache", setting="swarm_data.cache_dir", help="With --data swarm:HASH: where fetched shards are kept "
+            "(default: <checkpoint-dir>/shards)."),
+    setting("--data-cache-size", setting="swarm_data.cache_gb", type=float, help="With --data swarm:HASH: GB of fetched "
+            "shards kept; the least recently used go first."),
     setting("--preset", setting="train.preset", type=click.Choice(PRESET_CHOICES), help="Model size."),
     setting("--device", setting="train.device", type=click.Choice(DEVICE_CHOICES), help="auto: CUDA, then Apple MPS, then CPU."),
     setting("--max-steps", setting="loop.max_steps", type=int, help="Stop after this many steps (default: run until Ctrl+C)."),

@@ -11,6 +11,7 @@ from pathlib import Path
 from gossip_tts import group_app
 from gossip_tts.model import count_parameters
 from gossip_tts.peer_config import PeerAppConfig
+from gossip_tts.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
 from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
 from peer.group import GroupTrainer
@@ -65,10 +66,16 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
     if not cfg.train.sources:
         cfg.train.sources = default_sources(cfg.cache_dir, emit)
     identity = load_identity(cfg, emit)
+    swarm = None
     if cfg.seed_from_key:
         cfg.train.seed = int.from_bytes(hashlib.blake2b(identity.public_key + cfg.train.seed.to_bytes(8, "little", signed=True), digest_size=4).digest(), "little")
     trainer = None
     try:
+        if swarm_id_of(cfg.train.sources) is not None:  # --data swarm:HASH: fetch a first shard before the model reads one
+            if group is not None:
+                raise ValueError("--data swarm:HASH is not supported with --nproc > 1 yet: fetch the shards with a "
+                                 "one-process peer, then give their folder as --data")
+            swarm = start_swarm_data(cfg, identity, stop, emit)
         if group is not None:
             group_app.share_setup(group, cfg.train)
             emit(f"group of {group.world_size} processes ({group.strategy}, {group.backend}): rank 0 gossips for all")
@@ -81,12 +88,15 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
         if cfg.solo:
             result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
         else:
-            result = GossipPeer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session).run(stop)
+            peer_class, extra = (GossipPeer, {}) if swarm is None else (SwarmDataPeer, {"swarm": swarm})
+            result = peer_class(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session, **extra).run(stop)
         if isinstance(trainer, GroupTrainer) and cfg.parallel.verify_sync:
             emit(f"group: every rank held rank 0's parameters after each of {trainer.mixes_verified} mixes")
     finally:
         if trainer is not None:
             trainer.close()
+        if swarm is not None:
+            swarm.close()
         if group is not None:
             group_app.close_group()
     emit(

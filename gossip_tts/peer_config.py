@@ -17,6 +17,7 @@ from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.loop_config import LoopConfig
 from peer.net_config import NetConfig
+from peer.shards.config import SwarmDataConfig
 
 
 @dataclass
@@ -28,6 +29,7 @@ class PeerAppConfig:
     session: SessionConfig = field(default_factory=SessionConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     data: DataLimits = field(default_factory=DataLimits)
+    swarm_data: SwarmDataConfig = field(default_factory=SwarmDataConfig)
     solo: bool = False
     """Train alone: no server, no discovery, no gossip."""
     key_file: Path | None = None

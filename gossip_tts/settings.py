@@ -37,6 +37,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("session", "peer.core.config:SessionConfig"),
     ("parallel", "gossip_tts.train.parallel:ParallelConfig"),
     ("data", "gossip_tts.data.limits:DataLimits"),
+    ("swarm_data", "peer.shards.config:SwarmDataConfig"),
 )
 ENV_PREFIX = "GOSSIP_TTS_"
 Key = tuple[str, str]

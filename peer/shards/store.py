@@ -50,8 +50,8 @@ class ShardStore:
     def __init__(self, manifest: Manifest, cache_dir: Path, cache_bytes: int, min_hold_s: float,
                  own_dir: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.manifest, self.cache_bytes, self.min_hold_s = manifest, cache_bytes, min_hold_s
-        self.own_dir, self.clock = own_dir, clock
-        self.dir = Path(cache_dir) / manifest.hash[:16]
+        self.own_dir, self.clock = (Path(own_dir).resolve() if own_dir is not None else None), clock
+        self.dir = Path(cache_dir).resolve() / manifest.hash[:16]  # the listing names absolute paths
         self.listing = self.dir / LISTING_NAME
         self._entries = manifest.by_hash()
         self._lock = threading.Lock()

@@ -22,12 +22,13 @@ def manifest_of(blobs: dict[str, bytes]) -> Manifest:
     return Manifest(tuple(ShardEntry(n, len(b), hashlib.sha256(b).hexdigest(), "mel", 4, 10.0, 1, 1.0) for n, b in blobs.items()))
 
 
-def own_store(tmp: Path, blobs: dict[str, bytes]) -> ShardStore:
-    """A store whose own shards are `blobs` (written to tmp/own)."""
+def own_store(tmp: Path, blobs: dict[str, bytes], present: set[str] | None = None) -> ShardStore:
+    """A store of the manifest of `blobs` whose own shards are those named in `present` (default: all)."""
     own = tmp / "own"
     own.mkdir(parents=True, exist_ok=True)
     for name, data in blobs.items():
-        (own / name).write_bytes(data)
+        if present is None or name in present:
+            (own / name).write_bytes(data)
     store = ShardStore(manifest_of(blobs), tmp / "serve-cache", cache_bytes=1 << 30, min_hold_s=0.0, own_dir=own)
     store.open()
     return store
@@ -66,8 +67,17 @@ def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: 
     return Served(app), server
 
 
-def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Served:
-    """Any handler at /v1/shards/{digest} (a lying source, a source that dies mid-shard)."""
+def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                  advert: tuple[str, list[str]] | None = None) -> Served:
+    """Any handler at /v1/shards/{digest} (a lying source, a source that dies mid-shard), and
+    with `advert` (manifest hash, shard hashes) a /v1/shards saying it holds those."""
     app = web.Application()
     app.router.add_get("/v1/shards/{digest}", handler)
+    if advert is not None:
+        body = {"manifests": [{"hash": advert[0], "shards": advert[1]}]}
+
+        async def listing(request: web.Request) -> web.Response:
+            return web.json_response(body)
+
+        app.router.add_get("/v1/shards", listing)
     return Served(app)

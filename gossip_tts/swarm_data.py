@@ -1,0 +1,159 @@
+"""`gossip-tts peer --data swarm:HASH`: train on a corpus fetched from the swarm, and serve it on.
+
+Start-up, before the model is built (it reads a first batch): the manifest is read from
+`--manifest` (a path, whose folder's tars become this peer's own shards, or a URL) or fetched
+from the `--peer` addresses by its hash, and checked against HASH; the store opens; the
+fetcher starts on the `--peer` addresses, and the peer waits until one shard is held. From
+then on the trainer reads the store's listing (`shards.txt`), which gains every shard the
+fetcher verifies, and `SwarmDataPeer` serves the store on `/v1/shards` and points the
+fetcher at the session's live, verified neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from gossip_tts.data.http_get import http_get, is_http
+from gossip_tts.peer_config import PeerAppConfig
+from peer.metrics import Metrics
+from peer.runtime import GossipPeer
+from peer.shard_routes import ShardServer
+from peer.shards.config import SwarmDataConfig
+from peer.shards.download import SourceFailed, get_capped
+from peer.shards.fetcher import ShardFetcher
+from peer.shards.manifest import MAX_MANIFEST_BYTES, SWARM_PREFIX, Manifest, ManifestError, parse_swarm_id, read_manifest
+from peer.shards.store import ShardStore
+from protocol import Identity
+
+log = logging.getLogger(__name__)
+MANIFEST_STALL_S = 10.0
+WAIT_LOG_S = 30.0
+
+
+def swarm_id_of(sources: list[str]) -> str | None:
+    """The manifest hash when --data is `swarm:HASH` (alone), else None."""
+    swarm = [s for s in sources if s.startswith(SWARM_PREFIX)]
+    if not swarm:
+        return None
+    if len(sources) != 1:
+        raise ValueError("--data swarm:HASH names the whole corpus: give it alone, not with other --data sources")
+    return parse_swarm_id(swarm[0])
+
+
+def load_manifest(digest: str, where: str | None, peers: list[str], stop: threading.Event,
+                  emit: Callable[[str], None]) -> tuple[Manifest, Path | None]:
+    """The manifest named by `digest` and the folder of our own shards (beside a local manifest)."""
+    if where is not None and not is_http(where):
+        path = Path(where).expanduser()
+        with open(path, "rb") as f:
+            return read_manifest(f.read(MAX_MANIFEST_BYTES + 1), digest), path.parent
+    if where is not None:
+        with http_get(where, MANIFEST_STALL_S, 120.0) as body:
+            return read_manifest(body.read(MAX_MANIFEST_BYTES + 1), digest), None
+    if not peers:
+        raise ValueError("--data swarm:HASH needs the manifest: give --manifest PATH-or-URL, or --peer HOST:PORT "
+                         "of a peer that has it")
+    emit(f"asking {', '.join(peers)} for manifest {digest[:16]}…")
+    while not stop.is_set():
+        for address in peers:
+            try:
+                return read_manifest(get_capped(address, f"/v1/shards/{digest}", MAX_MANIFEST_BYTES, MANIFEST_STALL_S),
+                                     digest), None
+            except (SourceFailed, ManifestError) as exc:
+                log.info("no manifest from %s: %s", address, exc)
+        stop.wait(2.0)
+    raise KeyboardInterrupt("stopped while waiting for the manifest")
+
+
+class SwarmData:
+    """The store, its fetcher and the metrics they count into, for the life of one peer."""
+
+    def __init__(self, manifest: Manifest, own_dir: Path | None, cfg: SwarmDataConfig, cache_dir: Path,
+                 identity: Identity, bootstrap: list[str]) -> None:
+        self.manifest, self.cfg, self.bootstrap = manifest, cfg, list(bootstrap)
+        self.metrics = Metrics()
+        self.store = ShardStore(manifest, cache_dir, cfg.cache_bytes, cfg.min_hold_s, own_dir=own_dir)
+        self.store.open()
+        self.fetcher = ShardFetcher(self.store, cfg, identity.peer_id, lambda: self.bootstrap, self.metrics)
+
+    def wait_for_first_shard(self, stop: threading.Event, emit: Callable[[str], None]) -> None:
+        """Block until one shard is held (the trainer reads a first batch when it is built)."""
+        waited = 0.0
+        while not self.store.held():
+            if stop.is_set():
+                raise KeyboardInterrupt("stopped while waiting for the first shard")
+            if waited % WAIT_LOG_S == 0:
+                emit(f"waiting for a first shard of {self.manifest.swarm_id} from {', '.join(self.bootstrap) or 'nobody yet'}")
+            self.fetcher.changed.wait(1.0)
+            self.fetcher.changed.clear()
+            waited += 1.0
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+
+def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Event,
+                     emit: Callable[[str], None]) -> SwarmData | None:
+    """For `--data swarm:HASH`: get the manifest, open the store, start fetching, wait for a first
+    shard, and point the trainer at the store's listing. None for any other --data."""
+    digest = swarm_id_of(cfg.train.sources)
+    if digest is None:
+        return None
+    sd = cfg.swarm_data
+    cache_dir = sd.cache_dir or (Path(cfg.loop.checkpoint_dir) / "shards" if cfg.loop.checkpoint_dir else None)
+    if cache_dir is None:
+        raise ValueError("--data swarm:HASH keeps shards on disk: give --data-cache DIR (checkpoints are off)")
+    manifest, own_dir = load_manifest(digest, sd.manifest, cfg.net.peers, stop, emit)
+    data = SwarmData(manifest, own_dir, sd, cache_dir, identity, cfg.net.peers)
+    emit(f"corpus {manifest.swarm_id}: {len(manifest.shards)} shards, {manifest.total_bytes / 1e6:.1f} MB; "
+         f"{len(data.store.own())} own, {len(data.store.held()) - len(data.store.own())} cached in {data.store.dir}")
+    data.fetcher.start()
+    try:
+        data.wait_for_first_shard(stop, emit)
+    except BaseException:
+        data.close()
+        raise
+    cfg.train.sources = [str(data.store.listing)]
+    return data
+
+
+def live_verified(driver: Any) -> list[str]:
+    """The addresses of the session's live neighbours that have answered us, read on the event loop
+    (the session's thread) through the neighbour table's public queries."""
+    loop = getattr(driver, "loop", None)
+    if loop is None or loop.is_closed():
+        return []
+
+    async def snapshot() -> list[str]:
+        table = driver.session.table
+        return [p.address for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None]
+
+    try:
+        return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(5.0)
+    except Exception:  # the loop is stopping
+        return []
+
+
+class SwarmDataPeer(GossipPeer):
+    """A GossipPeer that also serves its shards and fetches from its verified neighbours."""
+
+    def __init__(self, *args: Any, swarm: SwarmData, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.swarm = swarm
+        self.metrics = swarm.metrics  # one /metrics for gossip and data
+
+    def make_hook(self) -> Any:
+        """Called once the driver exists and before its server starts: hand it the shard server,
+        and let the fetcher ask the session's neighbours from now on."""
+        hook = super().make_hook()
+        driver = self.driver
+        assert driver is not None
+        driver.shards = ShardServer(self.swarm.store, self.swarm.cfg, self.metrics)  # read by peer.shard_routes
+        bootstrap = self.swarm.bootstrap
+        self.swarm.fetcher.self_address = lambda: driver.address
+        self.swarm.fetcher.addresses = lambda: live_verified(driver) + bootstrap
+        return hook

@@ -1,0 +1,167 @@
+"""The shard fetcher: keeps the store filled with the shards of the manifest this peer lacks.
+
+One planning thread asks neighbours what they hold (`GET /v1/shards`, every
+`advert_every_s`), decides with `peer.shards.plan` which shards to fetch and from whom, and
+hands each fetch to one of `max_fetches` download threads. A download tries the shard's
+holders in turn, resuming with a Range request where the last one stopped; once the part
+file holds the manifest's size it is hashed, and only bytes that match go into the store.
+Bytes that do not are deleted and every source that contributed is banned (`ban_s`) and
+counted. Nothing here blocks training: the trainer reads what the store lists.
+
+`addresses` is a callable giving the addresses to ask (the bootstrap peers while the
+peer starts, then its live verified neighbours); it may be replaced while running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from peer.metrics import Metrics
+from peer.shards.config import SwarmDataConfig
+from peer.shards.download import SourceFailed, SourceLied, fetch_range, read_advert
+from peer.shards.plan import FetchJob, Penalties, choose_fetches, fetch_order
+from peer.shards.store import ShardStore, sha256_of
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+ADVERT_STALL_S = 5.0
+
+
+class ShardFetcher:
+    def __init__(self, store: ShardStore, cfg: SwarmDataConfig, peer_id: str, addresses: Callable[[], list[str]],
+                 metrics: Metrics, self_address: Callable[[], str] = lambda: "") -> None:
+        self.store, self.cfg, self.peer_id, self.metrics = store, cfg, peer_id, metrics
+        self.addresses = addresses
+        self.self_address = self_address
+        self.order = fetch_order([s.sha256 for s in store.manifest.shards], peer_id)
+        self.penalties = Penalties(cfg.ban_s)
+        self.holders: dict[str, set[str]] = {}  # address -> shards it advertised
+        self._asked: dict[str, float] = {}  # address -> when we last read its advert
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(cfg.max_fetches, thread_name_prefix="shard-fetch")
+        self._thread = threading.Thread(target=self._run, name="shard-plan", daemon=True)
+        self.changed = threading.Event()
+        """Set whenever a shard is added (the start-up wait watches it)."""
+        self._gauge()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ planning
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step(time.monotonic())
+            except Exception:  # a bug here must not kill fetching for the life of the peer
+                log.exception("shard planning failed; trying again")
+            self._stop.wait(TICK_S)
+
+    def step(self, now: float) -> list[FetchJob]:
+        """One round: refresh adverts that are due, then start the fetches the plan picks."""
+        self._refresh_adverts(now)
+        by_shard: dict[str, set[str]] = {}
+        for address, shards in self.holders.items():
+            for shard in shards:
+                by_shard.setdefault(shard, set()).add(address)
+        with self._lock:
+            busy = set(self._busy)
+        jobs = choose_fetches(self.order, self.store.held(), busy, by_shard, self.penalties.banned(now),
+                              self.cfg.max_fetches - len(busy), self.peer_id, room_for=self.cfg.max_fetches)
+        started = []
+        for job in jobs:
+            if not self.store.reserve(job.shard):
+                break  # the cache is full of shards too young or in use to evict
+            with self._lock:
+                self._busy.add(job.shard)
+            self._pool.submit(self._fetch, job)
+            started.append(job)
+        return started
+
+    def _refresh_adverts(self, now: float) -> None:
+        live = [a for a in dict.fromkeys(self.addresses()) if a and a != self.self_address()]
+        for gone in set(self.holders) - set(live):
+            del self.holders[gone]
+            self._asked.pop(gone, None)
+        for address in live:
+            if now - self._asked.get(address, float("-inf")) < self.cfg.advert_every_s or self._stop.is_set():
+                continue
+            self._asked[address] = now
+            try:
+                self.holders[address] = read_advert(address, self.store.manifest.hash, ADVERT_STALL_S) & set(self.order)
+            except SourceFailed as exc:
+                self.holders.pop(address, None)
+                log.debug("no shard advert from %s: %s", address, exc)
+
+    # ------------------------------------------------------------------ one shard
+    def _fetch(self, job: FetchJob) -> None:
+        entry = self.store.entry(job.shard)
+        assert entry is not None
+        part = self.store.part_path(job.shard)
+        deadline = time.monotonic() + self.cfg.shard_deadline_s
+        contributors: set[str] = set()
+        from_scratch = not part.exists()
+        added = False
+        try:
+            for address in job.sources:
+                def counted(n: int, address: str = address) -> None:
+                    contributors.add(address)
+                    self.metrics.inc("data_bytes_received_total", n, help="corpus bytes downloaded from other peers")
+
+                try:
+                    fetch_range(address, job.shard, part, entry.size, self.cfg.stall_timeout_s, deadline, self._stop, counted)
+                except SourceLied as exc:
+                    self._refuse(job, exc.reason, str(exc), {address} | contributors, part)
+                    return
+                except SourceFailed as exc:
+                    self.metrics.inc("shard_source_failures_total", help="shard downloads a source left unfinished (the "
+                                     "next source resumes them)", reason=exc.reason)
+                    log.info("shard %s: %s; resuming from the next holder", entry.name, exc)
+                    if exc.reason in ("deadline", "stopped"):
+                        return
+                    continue
+                if sha256_of(part) != job.shard:
+                    # Blame only a source that sent every byte: a mix of several (or of an earlier
+                    # attempt) cannot tell the liar from the honest; it is fetched whole next time.
+                    blamed = contributors if from_scratch and len(contributors) == 1 else set()
+                    self._refuse(job, "hash_mismatch", f"bytes of {entry.name} from {sorted(contributors)} do not match "
+                                 "the manifest's SHA-256", blamed, part)
+                    return
+                self.store.add(job.shard)
+                added = True
+                self.metrics.inc("shards_fetched_total", help="shards downloaded, verified against the manifest and cached")
+                log.info("fetched shard %s (%d bytes) from %s", entry.name, entry.size, ", ".join(sorted(contributors)))
+                self.changed.set()
+                return
+        finally:
+            if not added:
+                self.store.release(job.shard)
+            with self._lock:
+                self._busy.discard(job.shard)
+            self._gauge()
+
+    def _refuse(self, job: FetchJob, reason: str, detail: str, sources: set[str], part: Path) -> None:
+        now = time.monotonic()
+        for source in sources:
+            self.penalties.penalise(source, now)
+        part.unlink(missing_ok=True)
+        self.metrics.inc("shards_refused_total", help="shard downloads refused: bytes not matching the manifest", reason=reason)
+        log.warning("refused shard %s: %s; banned for %g s: %s", job.shard[:16], detail, self.cfg.ban_s,
+                    ", ".join(sorted(sources)) or "nobody (several sources)")
+
+    def _gauge(self) -> None:
+        held = self.store.held()
+        self.metrics.set("data_shards_held", len(held), help="corpus shards this peer holds (own and cached)")
+        self.metrics.set("data_shards_total", len(self.order), help="corpus shards in the manifest")

@@ -70,7 +70,10 @@ class ShardFetcher:
             self._stop.wait(TICK_S)
 
     def step(self, now: float) -> list[FetchJob]:
-        """One round: refresh adverts that are due, then start the fetches the plan picks."""
+        """One round: refresh adverts that are due, then start the fetches the plan picks. A peer
+        that holds the whole corpus asks nobody (adverts of a large corpus run to megabytes)."""
+        if self.store.held() >= set(self.order):
+            return []
         self._refresh_adverts(now)
         by_shard: dict[str, set[str]] = {}
         for address, shards in self.holders.items():

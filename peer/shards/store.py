@@ -11,7 +11,9 @@ Layout, under `cache_dir/<first 16 hex digits of the manifest hash>/`:
                           re-read by the data reader at every pass
 
 A shard enters the cache only by `add`, after its SHA-256 matched the manifest; whatever was
-there before a restart is hashed again when the store opens. Own shards are never evicted
+there before a restart is hashed again when the store opens. An evicted shard that the
+reader has open is read to its end (POSIX); one it listed for a pass but had not opened yet
+is skipped and counted in the reader's `shard_errors`. Own shards are never evicted
 and do not count against the cache size. Thread-safe: fetch threads add and evict while the
 event loop serves.
 """

@@ -12,7 +12,7 @@ from peer.metrics import Metrics
 from peer.shards.config import SwarmDataConfig
 from peer.shards.fetcher import ShardFetcher
 from peer.shards.store import ShardStore
-from tests.unit.shard_server_helpers import manifest_of, own_store, serve_handler, serve_store
+from tests.unit.shard_server_helpers import Served, manifest_of, own_store, serve_handler, serve_store
 
 BLOBS = {"a.tar": bytes(range(256)) * 3000, "b.tar": bytes(range(255, -1, -1)) * 2000}
 MANIFEST = manifest_of(BLOBS)
@@ -127,3 +127,28 @@ def test_a_full_cache_waits_and_evicts_least_recently_used(tmp_path: Path) -> No
         _run_until(fetcher, lambda: fetcher.store.held() == {fetcher.order[1]})  # min_hold_s=0: the first made room
     finally:
         good.close()
+
+
+def test_a_peer_holding_the_corpus_asks_nobody(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def count(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        return web.json_response({"manifests": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/shards", count)
+    listener = Served(app)
+    cfg = SwarmDataConfig(advert_every_s=0.01)
+    empty = ShardStore(MANIFEST, tmp_path / "empty", 1 << 30, 0.0)
+    empty.open()
+    full = own_store(tmp_path / "own", BLOBS)
+    try:
+        for store, want in ((empty, ["/v1/shards"]), (full, [])):  # the first is the control: it does ask
+            asked.clear()
+            fetcher = ShardFetcher(store, cfg, "me", lambda: [listener.address], Metrics(process=False))
+            fetcher.step(time.monotonic())
+            fetcher.close()
+            assert asked == want
+    finally:
+        listener.close()

@@ -3,8 +3,8 @@
 Each `*.tar` directly in the folder (not hidden) is hashed whole and read once for what it
 holds: the latent space from its `__shard__.json` header, and samples and audio seconds
 from its samples' JSON (`audio_seconds` where `pack` recorded it, else `target_duration`).
-These are the user's own tars, read with the same caps as anyone's: a JSON member over
-MAX_JSON_BYTES is not read.
+These are the user's own tars, read with Python's tarfile (the training reader, which reads
+strangers' tars, does not use it); a JSON member over MAX_JSON_BYTES is not read.
 """
 
 from __future__ import annotations

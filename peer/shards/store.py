@@ -5,7 +5,9 @@ Layout, under `cache_dir/<first 16 hex digits of the manifest hash>/`:
     swarm-manifest.json   the manifest's canonical bytes (served like a shard, by its hash)
     <name>.tar            a fetched shard, complete and verified
     .<sha256>.part        a download in progress (hidden: no reader lists it); kept across
-                          sources, so a transfer resumes where the last source stopped
+                          sources, so a transfer resumes where the last source stopped; one
+                          left by an abandoned fetch counts against the cache size and is
+                          the first thing dropped when room is needed
     shards.txt            every shard held, one absolute path a line: the trainer's data
                           source, rewritten (atomically) whenever a shard comes or goes, and
                           re-read by the data reader at every pass
@@ -138,9 +140,15 @@ class ShardStore:
         with self._lock:
             if shard in self._reserved:
                 return True
-            free = self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
+            leftovers = self._leftover_parts(shard)
+            free = (self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
+                    - sum(leftovers.values()))
             cached = [dataclasses.replace(c, in_use=c.shard in self._uses) for c in self._cached.values()]
             victims = choose_evictions(cached, size, free, self.clock(), self.min_hold_s)
+            if victims is None and leftovers:  # parts of abandoned fetches are only progress: drop them first
+                for path in leftovers:
+                    path.unlink(missing_ok=True)
+                victims = choose_evictions(cached, size, free + sum(leftovers.values()), self.clock(), self.min_hold_s)
             if victims is None:
                 return False
             for shard_gone in victims:
@@ -170,6 +178,18 @@ class ShardStore:
         return target
 
     # ------------------------------------------------------------------ internals
+    def _leftover_parts(self, shard: str) -> dict[Path, int]:
+        """Part files of fetches no longer under way (lock held): they take room in the cache too."""
+        out: dict[Path, int] = {}
+        for path in self.dir.glob(".*.part"):
+            digest = path.name[1:-len(".part")]
+            if digest != shard and digest not in self._reserved:
+                try:
+                    out[path] = path.stat().st_size
+                except FileNotFoundError:
+                    pass
+        return out
+
     def _evict(self, shard: str) -> None:
         """Delete one cached shard (lock held). A reader that has it open keeps reading it (POSIX);
         where the OS refuses to delete an open file, it stays for a later round."""

@@ -142,3 +142,17 @@ def test_release_gives_room_back(tmp_path: Path) -> None:
     store.release(d1, keep_part=False)
     with pytest.raises(KeyError):
         store.reserve("0" * 64)
+
+
+def test_parts_of_abandoned_fetches_count_and_go_first(tmp_path: Path) -> None:
+    manifest, blobs = _corpus(tmp_path, 3)
+    store = ShardStore(manifest, tmp_path / "c", cache_bytes=200, min_hold_s=1e9, clock=Clock())
+    store.open()
+    d0, d1, d2 = (hashlib.sha256(blobs[f"s{i}.tar"]).hexdigest() for i in range(3))
+    _put(store, "s0.tar", blobs["s0.tar"])
+    assert store.reserve(d1)
+    store.part_path(d1).write_bytes(blobs["s1.tar"][:60])
+    store.release(d1)  # abandoned: its 60 bytes stay for a resume
+    store.part_path(d2).write_bytes(blobs["s2.tar"][:10])
+    assert store.reserve(d2)  # its own part is not counted against it; d1's is, and is dropped to make room
+    assert not store.part_path(d1).exists() and store.part_path(d2).exists()

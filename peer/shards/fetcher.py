@@ -1,7 +1,7 @@
 """The shard fetcher: keeps the store filled with the shards of the manifest this peer lacks.
 
 One planning thread asks neighbours what they hold (`GET /v1/shards`, every
-`advert_every_s`), decides with `peer.shards.plan` which shards to fetch and from whom, and
+`advert_every_s`, up to ADVERT_WORKERS at once), decides with `peer.shards.plan` which shards to fetch and from whom, and
 hands each fetch to one of `max_fetches` download threads. A download tries the shard's
 holders in turn, resuming with a Range request where the last one stopped; once the part
 file holds the manifest's size it is hashed, and only bytes that match go into the store.
@@ -30,6 +30,8 @@ from peer.shards.store import ShardStore, sha256_of
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 ADVERT_STALL_S = 5.0
+ADVERT_WORKERS = 8
+"""Neighbours asked for their adverts at once, so that silent ones do not hold up the rest."""
 
 
 class ShardFetcher:
@@ -46,6 +48,7 @@ class ShardFetcher:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(cfg.max_fetches, thread_name_prefix="shard-fetch")
+        self._advert_pool = ThreadPoolExecutor(ADVERT_WORKERS, thread_name_prefix="shard-advert")
         self._thread = threading.Thread(target=self._run, name="shard-plan", daemon=True)
         self.changed = threading.Event()
         """Set whenever a shard is added (the start-up wait watches it)."""
@@ -59,6 +62,7 @@ class ShardFetcher:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._advert_pool.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ planning
     def _run(self) -> None:
@@ -98,15 +102,23 @@ class ShardFetcher:
         for gone in set(self.holders) - set(live):
             del self.holders[gone]
             self._asked.pop(gone, None)
-        for address in live:
-            if now - self._asked.get(address, float("-inf")) < self.cfg.advert_every_s or self._stop.is_set():
-                continue
+        due = [a for a in live if now - self._asked.get(a, float("-inf")) >= self.cfg.advert_every_s]
+        for address in due:
             self._asked[address] = now
-            try:
-                self.holders[address] = read_advert(address, self.store.manifest.hash, ADVERT_STALL_S) & set(self.order)
-            except SourceFailed as exc:
+        for address, shards in self._advert_pool.map(self._advert, due):  # a silent one holds up one worker
+            if shards is None:
                 self.holders.pop(address, None)
-                log.debug("no shard advert from %s: %s", address, exc)
+            else:
+                self.holders[address] = shards
+
+    def _advert(self, address: str) -> tuple[str, set[str] | None]:
+        if self._stop.is_set():
+            return address, None
+        try:
+            return address, read_advert(address, self.store.manifest.hash, ADVERT_STALL_S) & set(self.order)
+        except SourceFailed as exc:
+            log.debug("no shard advert from %s: %s", address, exc)
+            return address, None
 
     # ------------------------------------------------------------------ one shard
     def _fetch(self, job: FetchJob) -> None:

@@ -152,3 +152,24 @@ def test_a_peer_holding_the_corpus_asks_nobody(tmp_path: Path) -> None:
             assert asked == want
     finally:
         listener.close()
+
+
+def test_silent_neighbours_are_asked_at_once_not_one_after_another(tmp_path: Path, monkeypatch) -> None:
+    import socket
+
+    monkeypatch.setattr("peer.shards.fetcher.ADVERT_STALL_S", 1.0)
+    silent = [socket.create_server(("127.0.0.1", 0)) for _ in range(4)]  # accept, never answer
+    good, _ = serve_store(own_store(tmp_path / "good", BLOBS))
+    addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in silent] + [good.address]
+    fetcher, _metrics = _fetcher(tmp_path, addresses)
+    try:
+        started = time.monotonic()
+        fetcher._refresh_adverts(started)
+        elapsed = time.monotonic() - started
+        assert set(fetcher.holders) == {good.address}
+        assert elapsed < 3.0, elapsed  # one after another: 4 x 1 s
+    finally:
+        fetcher.close()
+        good.close()
+        for s in silent:
+            s.close()

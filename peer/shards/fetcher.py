@@ -79,12 +79,14 @@ class ShardFetcher:
         if self.store.held() >= set(self.order):
             return []
         self._refresh_adverts(now)
+        with self._lock:
+            busy = set(self._busy)
+        if len(busy) >= self.cfg.max_fetches:
+            return []
         by_shard: dict[str, set[str]] = {}
         for address, shards in self.holders.items():
             for shard in shards:
                 by_shard.setdefault(shard, set()).add(address)
-        with self._lock:
-            busy = set(self._busy)
         jobs = choose_fetches(self.order, self.store.held(), busy, by_shard, self.penalties.banned(now),
                               self.cfg.max_fetches - len(busy), self.peer_id, room_for=self.cfg.max_fetches)
         started = []

@@ -36,6 +36,16 @@ def test_choose_fetches_skips_held_busy_unadvertised_and_banned() -> None:
         order, set(), set(), holders, set(), 1, "me", 5)
 
 
+def test_partial_holders_come_before_the_holder_of_everything() -> None:
+    order = SHARDS[:4]
+    holders = {s: {"seed:1"} for s in order}  # the seed advertises the whole corpus
+    holders[SHARDS[2]] |= {"p:2", "q:3"}  # two peers that hold one shard each
+    jobs = choose_fetches(order, set(), set(), holders, set(), slots=2, peer_id="me", room_for=2)
+    assert [j.shard for j in jobs] == [SHARDS[2], SHARDS[0]]  # what a partial holder has first, then `order`
+    assert set(jobs[0].sources[:2]) == {"p:2", "q:3"} and jobs[0].sources[2] == "seed:1"  # the seed last
+    assert jobs[1].sources == ("seed:1",)
+
+
 def test_source_order_spreads_askers_over_holders() -> None:
     holders = [f"h{i}:1" for i in range(4)]
     firsts = {source_order(holders, SHARDS[0], f"peer-{i}")[0] for i in range(40)}

@@ -139,8 +139,8 @@ class ShardFetcher:
 
                 try:
                     fetch_range(address, job.shard, part, entry.size, self.cfg.stall_timeout_s, deadline, self._stop, counted)
-                except SourceLied as exc:
-                    self._refuse(job, exc.reason, str(exc), {address} | contributors, part)
+                except SourceLied as exc:  # caught in the act: only this source is to blame
+                    self._refuse(job, exc.reason, str(exc), {address}, part)
                     return
                 except SourceFailed as exc:
                     self.metrics.inc("shard_source_failures_total", help="shard downloads a source left unfinished (the "
@@ -162,6 +162,8 @@ class ShardFetcher:
                 log.info("fetched shard %s (%d bytes) from %s", entry.name, entry.size, ", ".join(sorted(contributors)))
                 self.changed.set()
                 return
+        except Exception:  # a full disk, a bug: this shard waits for a later round, fetching goes on
+            log.exception("fetching shard %s failed", entry.name)
         finally:
             if not added:
                 self.store.release(job.shard)

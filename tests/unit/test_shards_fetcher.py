@@ -173,3 +173,37 @@ def test_silent_neighbours_are_asked_at_once_not_one_after_another(tmp_path: Pat
         good.close()
         for s in silent:
             s.close()
+
+
+def test_a_source_caught_lying_is_banned_alone(tmp_path: Path) -> None:
+    from peer.shards.plan import source_order
+
+    digest, data = DIGESTS["a.tar"], BLOBS["a.tar"]
+
+    async def dies(request: web.Request) -> web.StreamResponse:  # honest, but goes away at 300 kB
+        response = web.StreamResponse(headers={"Content-Length": str(len(data))})
+        await response.prepare(request)
+        await response.write(data[:300_000])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async def too_long(request: web.Request) -> web.Response:  # answers the resume with more than the shard holds
+        return web.Response(status=206, body=bytes(len(data)),
+                            headers={"Content-Range": f"bytes 300000-{len(data) - 1}/{len(data)}"})
+
+    honest = serve_handler(dies, advert=(MANIFEST.hash, [digest]))
+    liar = serve_handler(too_long, advert=(MANIFEST.hash, [digest]))
+    addresses = [honest.address, liar.address]
+    peer_id = next(p for p in (f"me{i}" for i in range(64)) if source_order(addresses, digest, p) == addresses)
+    store = ShardStore(MANIFEST, tmp_path / "cache", 1 << 30, min_hold_s=0.0)
+    store.open()
+    metrics = Metrics(process=False)
+    fetcher = ShardFetcher(store, SwarmDataConfig(advert_every_s=0.01, max_fetches=1), peer_id, lambda: addresses, metrics)
+    try:
+        _run_until(fetcher, lambda: metrics.get("shards_refused_total", reason="too_long") == 1)
+        assert fetcher.penalties.banned(time.monotonic()) == {liar.address}
+        assert not store.part_path(digest).exists()  # what the liar may have written is gone
+    finally:
+        honest.close()
+        liar.close()

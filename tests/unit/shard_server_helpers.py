@@ -67,6 +67,21 @@ def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: 
     return Served(app), server
 
 
+def dying_handler(by_digest: dict[str, bytes], cut: int) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A source that announces a whole shard, sends its first `cut` bytes and goes away."""
+
+    async def dies(request: web.Request) -> web.StreamResponse:
+        data = by_digest[request.match_info["digest"]]
+        response = web.StreamResponse(headers={"Content-Length": str(len(data))})
+        await response.prepare(request)
+        await response.write(data[:cut])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    return dies
+
+
 def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
                   advert: tuple[str, list[str]] | None = None) -> Served:
     """Any handler at /v1/shards/{digest} (a lying source, a source that dies mid-shard), and

@@ -15,7 +15,7 @@ from peer.metrics import Metrics
 from peer.shard_routes import RangeNotSatisfiable, parse_range
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped, read_advert
-from tests.unit.shard_server_helpers import own_store, serve_handler, serve_store
+from tests.unit.shard_server_helpers import dying_handler, own_store, serve_handler, serve_store
 
 BLOB = bytes(range(256)) * 4096  # 1 MiB
 DIGEST = hashlib.sha256(BLOB).hexdigest()
@@ -128,15 +128,7 @@ def test_lying_sources_are_refused_as_lies(tmp_path: Path) -> None:
 
 
 def test_a_source_that_dies_leaves_the_part_for_the_next(tmp_path: Path) -> None:
-    async def dies(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Length": str(len(BLOB))})
-        await response.prepare(request)
-        await response.write(BLOB[:400_000])
-        assert request.transport is not None
-        request.transport.close()
-        return response
-
-    srv = serve_handler(dies)
+    srv = serve_handler(dying_handler({DIGEST: BLOB}, 400_000))
     part = tmp_path / "p"
     try:
         with pytest.raises(SourceFailed) as info:

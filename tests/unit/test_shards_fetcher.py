@@ -12,7 +12,7 @@ from peer.metrics import Metrics
 from peer.shards.config import SwarmDataConfig
 from peer.shards.fetcher import ShardFetcher
 from peer.shards.store import ShardStore
-from tests.unit.shard_server_helpers import Served, manifest_of, own_store, serve_handler, serve_store
+from tests.unit.shard_server_helpers import Served, dying_handler, manifest_of, own_store, serve_handler, serve_store
 
 BLOBS = {"a.tar": bytes(range(256)) * 3000, "b.tar": bytes(range(255, -1, -1)) * 2000}
 MANIFEST = manifest_of(BLOBS)
@@ -89,16 +89,7 @@ def test_a_transfer_cut_off_resumes_from_another_holder(tmp_path: Path) -> None:
     digest = DIGESTS["a.tar"]
     cut = 300_000
 
-    async def dies(request: web.Request) -> web.StreamResponse:
-        data = BY_DIGEST[request.match_info["digest"]]
-        response = web.StreamResponse(headers={"Content-Length": str(len(data))})
-        await response.prepare(request)
-        await response.write(data[:cut])
-        assert request.transport is not None
-        request.transport.close()
-        return response
-
-    dying = serve_handler(dies, advert=(MANIFEST.hash, [digest]))
+    dying = serve_handler(dying_handler(BY_DIGEST, cut), advert=(MANIFEST.hash, [digest]))
     good, server = serve_store(own_store(tmp_path / "good", BLOBS, present={"a.tar"}))
     addresses = [dying.address]
     fetcher, metrics = _fetcher(tmp_path, addresses)
@@ -180,19 +171,11 @@ def test_a_source_caught_lying_is_banned_alone(tmp_path: Path) -> None:
 
     digest, data = DIGESTS["a.tar"], BLOBS["a.tar"]
 
-    async def dies(request: web.Request) -> web.StreamResponse:  # honest, but goes away at 300 kB
-        response = web.StreamResponse(headers={"Content-Length": str(len(data))})
-        await response.prepare(request)
-        await response.write(data[:300_000])
-        assert request.transport is not None
-        request.transport.close()
-        return response
-
     async def too_long(request: web.Request) -> web.Response:  # answers the resume with more than the shard holds
         return web.Response(status=206, body=bytes(len(data)),
                             headers={"Content-Range": f"bytes 300000-{len(data) - 1}/{len(data)}"})
 
-    honest = serve_handler(dies, advert=(MANIFEST.hash, [digest]))
+    honest = serve_handler(dying_handler(BY_DIGEST, 300_000), advert=(MANIFEST.hash, [digest]))  # goes away at 300 kB
     liar = serve_handler(too_long, advert=(MANIFEST.hash, [digest]))
     addresses = [honest.address, liar.address]
     peer_id = next(p for p in (f"me{i}" for i in range(64)) if source_order(addresses, digest, p) == addresses)

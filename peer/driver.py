@@ -30,6 +30,7 @@ from peer.core.config import SessionConfig
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
 from peer.http_app import build_app
+from peer.http_guard import CappedSite, QuietBadRequests, response_counter
 from peer.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
@@ -39,6 +40,10 @@ from protocol import FrameRefused
 log = logging.getLogger(__name__)
 HELLO_MAX_BYTES = 64 * 1024
 """A hello is a few hundred bytes plus at most 64 peer entries: anything larger is refused unread."""
+LINGER_S = 0.0
+"""How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
+the connection is closed after the answer. aiohttp's default (10 s) let 60 refused senders keep
+streaming, and the buffers of what was read and dropped raised memory by 15 MB more."""
 
 
 def lan_ip() -> str:
@@ -101,11 +106,16 @@ class AsyncDriver:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         host, port = parse_address(self.net_cfg.listen, listener=True)
-        self._runner = web.AppRunner(build_app(self), access_log=None)
+        self._runner = web.AppRunner(
+            build_app(self), auto_decompress=False,  # a refused compressed body is then not inflated either
+            keepalive_timeout=self.net_cfg.idle_timeout_s, lingering_time=LINGER_S,
+            access_log_class=response_counter(self.metrics), access_log=log,
+            logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = CappedSite(self._runner, host, port, max_connections=self.net_cfg.max_connections, metrics=self.metrics)
         await site.start()
-        bound_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        bound_port = site.port
         advertise = self.net_cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)
         self.address = format_address(advertise, bound_port)
         self.node.listen = self.address
@@ -285,9 +295,10 @@ class AsyncDriver:
         self.joined.set()
 
     # ------------------------------------------------------------------ serving (http_app)
-    async def serve_exchange(self, body: bytes) -> bytes:
-        """POST /v1/exchange: raises FrameRefused (400) or ValueError (500)."""
-        reply, result = await self.worker.call(lambda: self.node.handle_request(body, self.wall()))
+    async def serve_exchange(self, body: bytes | bytearray) -> bytes:
+        """POST /v1/exchange: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
+        reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests,
+                                                          lambda: self.node.handle_request(body, self.wall()))
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
         return reply
 
@@ -299,5 +310,6 @@ class AsyncDriver:
                           peers=s.hello_sample(), limits=self.node.limits, nonce=nonce)
 
     async def serve_state(self) -> bytes:
-        """GET /v1/state: one signed snapshot per publish, built on the worker and cached."""
-        return await self.worker.call(lambda: self.node.state_frame(self.wall()))
+        """GET /v1/state: one signed snapshot per publish, built on the worker and cached (WorkerBusy: 503)."""
+        return await self.worker.call_for_others(self.net_cfg.max_queued_requests,
+                                                 lambda: self.node.state_frame(self.wall()))

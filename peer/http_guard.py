@@ -1,33 +1,50 @@
-"""What the server refuses before a handler runs: bounded work per remote address.
+"""What the server refuses before a handler runs: bounded work and memory, per address and in all.
 
-A peer accepts connections from anyone who can reach it. Without these limits, 60
-connections that each send all but the last byte of a large body pin 60 bodies in memory,
-a compressed body expands before any limit is looked at, and a stranger can make us sign
-and stream full snapshots in a loop. Refusals are counted by reason
-(`http_refused_total{reason=...}`).
+A peer accepts connections from anyone who can reach it, and one attacker may speak from
+many addresses (any 127.x.y.z is the same machine; an IPv6 /64 is 2^64 addresses). Without
+these limits, 60 connections that each send all but the last byte of a large body pin 60
+bodies in memory, a compressed body expands before any limit is looked at, idle
+connections pile up, and a stranger can make us sign and stream full snapshots in a loop.
+
+Limits per address (`max_requests_per_address`, `state_every_s`) keep one address from
+taking the peer's whole share; limits in all (`max_connections`, the body budget, the node
+worker's queue in `peer.node_worker`) hold however many addresses there are. Refusals are
+counted by reason (`http_refused_total{reason=...}`), and every answer by status
+(`http_responses_total{code=...}`), malformed HTTP included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
+"""The request body, read (and counted against the budget) by the guard before the handler runs."""
 
 
 class RequestGuard:
-    """An aiohttp middleware: per-address concurrency, no compressed bodies, a body deadline,
-    a rate for full-state downloads."""
+    """An aiohttp middleware: per-address concurrency, no compressed bodies, a body deadline and
+    size, a byte budget for all bodies held at once, a rate for full-state downloads."""
 
-    def __init__(self, cfg: NetConfig, metrics: Metrics) -> None:
+    def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int) -> None:
         self.cfg, self.metrics = cfg, metrics
+        self.max_body_bytes = max_body_bytes
+        """The largest body accepted: a bundle larger than the frame limit is refused anyway."""
+        self.body_budget = int(cfg.body_budget_frames * max_body_bytes)
+        """Body bytes held at once by all requests together (received, not merely declared)."""
+        self.held = 0
         self._open: dict[str, int] = defaultdict(int)
         self._last_state: dict[str, float] = {}
 
@@ -48,25 +65,121 @@ class RequestGuard:
         remote = request.remote or "?"
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             return self._refuse(415, "compressed_body", "compressed request bodies are not accepted")
+        declared = request.content_length
+        if declared is not None and declared > self.max_body_bytes:
+            return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
         if self._open[remote] >= self.cfg.max_requests_per_address:
             return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address")
-        if request.path == "/v1/state":
-            now = time.monotonic()
-            if now - self._last_state.get(remote, -1e18) < self.cfg.state_every_s:
-                return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
-            self._last_state[remote] = now
-            if len(self._last_state) > 4096:  # bounded: forget the oldest
-                for key in sorted(self._last_state, key=self._last_state.get)[:1024]:
-                    del self._last_state[key]
+        if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._state_allowed(remote):
+            return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
         self._open[remote] += 1
+        held = [0]
         try:
             if request.body_exists:
-                try:
-                    await asyncio.wait_for(request.read(), self.cfg.body_read_timeout_s)  # cached for the handler
-                except asyncio.TimeoutError:
-                    return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s")
+                refusal = await self._read_body(request, held)
+                if refusal is not None:
+                    return refusal
             return await handler(request)
         finally:
+            self.held -= held[0]
             self._open[remote] -= 1
             if not self._open[remote]:
                 del self._open[remote]
+
+    def _state_allowed(self, remote: str) -> bool:
+        now = time.monotonic()
+        if now - self._last_state.get(remote, -1e18) < self.cfg.state_every_s:
+            return False
+        self._last_state[remote] = now
+        if len(self._last_state) > 4096:  # bounded: forget the oldest
+            for key in sorted(self._last_state, key=self._last_state.get)[:1024]:
+                del self._last_state[key]
+        return True
+
+    async def _read_body(self, request: web.Request, held: list[int]) -> web.Response | None:
+        """Read the body into `request[BODY_KEY]`, counting each received byte against the budget
+        (`held[0]` is this request's share, given back when the request ends)."""
+        body = bytearray()
+
+        async def receive() -> web.Response | None:
+            async for chunk in request.content.iter_any():
+                if len(body) + len(chunk) > self.max_body_bytes:
+                    return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
+                if self.held + len(chunk) > self.body_budget:
+                    return self._refuse(503, "body_budget", "too many request bodies in memory; try again later")
+                self.held += len(chunk)
+                held[0] += len(chunk)
+                body.extend(chunk)
+            return None
+
+        try:
+            refusal = await asyncio.wait_for(receive(), self.cfg.body_read_timeout_s)
+        except asyncio.TimeoutError:
+            return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s")
+        except (ConnectionError, OSError, RuntimeError, RequestPayloadError, HttpProcessingError) as exc:
+            # The sender went away mid-body (aiohttp raises RuntimeError("Connection closed.") when
+            # the transport is already gone), or broke the chunked framing.
+            return self._refuse(400, "body_incomplete", f"body not received whole: {type(exc).__name__}")
+        if refusal is None:
+            request[BODY_KEY] = body
+        return refusal
+
+
+# ---------------------------------------------------------------------------------- the server around it
+class CappedSite(web.TCPSite):
+    """A TCP site that accepts at most `max_connections` connections at once, from all addresses
+    together: one more is closed as it is accepted (`connections_refused_total`). Idle ones
+    are closed by the server's keep-alive timeout, so a full table empties by itself."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, *, max_connections: int, metrics: Metrics) -> None:
+        super().__init__(runner, host, port)
+        self.max_connections, self.metrics = max_connections, metrics
+        self._accepting = 0
+        """Connections accepted whose handler may not have reached `server.connections` yet."""
+
+    def _protocol(self) -> asyncio.BaseProtocol:
+        server = self._runner.server
+        assert server is not None
+        if len(server.connections) + self._accepting >= self.max_connections:
+            self.metrics.inc("connections_refused_total", help="connections closed at once: max_connections were open")
+            return _CloseAtOnce()
+        # asyncio accepts a burst of connections before any of them is registered (connection_made
+        # runs on the next loop turn), so each counts here until a turn after that.
+        self._accepting += 1
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._accepted)
+        return server()
+
+    def _accepted(self) -> None:
+        self._accepting -= 1
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        self._server = await asyncio.get_running_loop().create_server(self._protocol, self._host, self._port)
+        self._bound_port = self._server.sockets[0].getsockname()[1]
+
+
+class _CloseAtOnce(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()
+
+
+def response_counter(metrics: Metrics) -> type[AbstractAccessLogger]:
+    """An aiohttp access logger that writes no lines and counts every answer by status code,
+    including the 400s aiohttp's parser gives malformed requests before any handler runs."""
+
+    class ResponseCounter(AbstractAccessLogger):
+        def log(self, request: Any, response: web.StreamResponse, time: float) -> None:
+            metrics.inc("http_responses_total", help="HTTP answers sent, by status code", code=str(response.status))
+
+    return ResponseCounter
+
+
+class QuietBadRequests(logging.LoggerAdapter):
+    """aiohttp's server logger, with malformed requests demoted to debug: it logs each one as an
+    error with a traceback, so anyone could fill our log. Errors of our own handlers stay errors."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if isinstance(kwargs.get("exc_info"), HttpProcessingError):
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)

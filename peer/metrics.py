@@ -103,6 +103,16 @@ class Metrics:
                 removed += 1
         return removed
 
+    def forget_all_but(self, label: str, keep: set[str]) -> int:
+        """Drop every series whose `label` (e.g. `peer`) has a value not in `keep`.
+
+        For the neighbours the node dropped on its own (it holds a bounded number and lets the
+        least recently heard go): 300 one-shot keys must not leave 300 series behind."""
+        with self._lock:
+            gone = {key[1][self._labelnames[key[0]].index(label)] for key in [*self._values, *self._histograms]
+                    if label in self._labelnames[key[0]]} - set(keep)
+        return sum(self.forget(**{label: value}) for value in gone)
+
     # ------------------------------------------------------------------ reading
     def get(self, name: str, **labels: str) -> float:
         """A counter's or gauge's current value (0 when never written)."""

@@ -25,10 +25,22 @@ class NetConfig:
     seed: int = 0
     """Seeds the choice of neighbours."""
     max_requests_per_address: int = 4
-    """Requests one remote address may have open at once; more get 429. With the body cap
-    this bounds what one address can make us buffer (4 frame limits)."""
+    """Requests one remote address may have open at once; more get 429."""
+    max_connections: int = 128
+    """Connections open at once from all addresses together; one more is closed as it is
+    accepted. Per-address limits alone do not hold: one machine may speak from many addresses.
+    Each connection may hold up to ~0.4 MB of received, not yet read bytes."""
+    idle_timeout_s: float = 30.0
+    """A connection with no request in progress for this long is closed."""
+    body_budget_frames: float = 2.0
+    """Request bodies held in memory at once, from all addresses together, in frame limits (the
+    largest body accepted: twice an exact fp32 snapshot of the model). Received bytes count, not
+    declared ones; a body that would pass the budget is refused (503)."""
     body_read_timeout_s: float = 30.0
     """A request body not fully received within this is dropped (slow senders hold nothing)."""
+    max_queued_requests: int = 16
+    """Requests of others (exchanges, states) waiting for the node worker at once; more get 503,
+    so that strangers cannot queue unbounded verify and decode work ahead of our own."""
     state_every_s: float = 10.0
     """One GET /v1/state per remote address per this many seconds; more get 429."""
     trusted_keys: str | None = None
@@ -39,8 +51,11 @@ class NetConfig:
         for address in self.peers:
             parse_address(address)
         self.peers = list(self.peers)
-        if self.max_requests_per_address < 1:
-            raise ValueError(f"max_requests_per_address must be >= 1, got {self.max_requests_per_address}")
+        for name in ("max_requests_per_address", "max_connections", "max_queued_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not (self.body_budget_frames >= 1 and self.idle_timeout_s > 0):
+            raise ValueError("body_budget_frames must be >= 1 (one largest body must fit) and idle_timeout_s > 0")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

@@ -21,6 +21,10 @@ from peer.core.node import GossipNode
 T = TypeVar("T")
 
 
+class WorkerBusy(RuntimeError):
+    """Too many requests of others already wait for the node worker."""
+
+
 class NodeWorker:
     """Runs every call on the node on one dedicated thread."""
 
@@ -30,10 +34,25 @@ class NodeWorker:
         """Wall clock for frame timestamps, read on the worker when the work runs."""
         self.pending = PendingPublish()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-node")
+        self.queued_for_others = 0
+        """Jobs of `call_for_others` queued or running."""
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` on the worker thread; `fn` may touch the node."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:
+        """`call`, for work another peer asks of us: WorkerBusy when `limit` such jobs already wait.
+
+        Our own work (publish, our exchanges, the status summary) is bounded by the session and
+        always queued; the work of others is bounded here, however many addresses send it."""
+        if self.queued_for_others >= limit:
+            raise WorkerBusy(f"{self.queued_for_others} requests already wait for the node worker")
+        self.queued_for_others += 1
+        try:
+            return await self.call(fn, *args)
+        finally:
+            self.queued_for_others -= 1
 
     def publish_pending(self) -> tuple[int, str | None] | None:
         """On the worker: publish the newest handed-over copy; (step, error) or None if none."""

@@ -43,6 +43,8 @@ CONSENSUS_MIN_S = 10.0
 CONSENSUS_DUTY = 0.05
 """Most of the node worker's time the consensus distance may take: it reads every parameter
 of every neighbour copy, which at the 800m preset takes seconds that exchanges wait for."""
+PEER_LABEL = "peer"
+"""The label of per-neighbour series (the first 16 hex digits of the neighbour's key)."""
 CONSENSUS_CHUNK = 1 << 22
 """Parameters per chunk of the consensus computation: memory stays O(chunk), not O(model)."""
 
@@ -68,6 +70,14 @@ def summarize_node(node: "GossipNode", metrics: "Metrics", consensus: bool) -> N
     """On the node worker: copy what the status needs; update the node-side gauges."""
     rows = tuple(NodeNeighbour(key.hex(), n.listen, int(n.step), float(n.last_heard)) for key, n in node.neighbours.items())
     metrics.set("neighbours", len(rows), help="neighbour copies held")
+    # Per-neighbour series live as long as the node holds the neighbour (it drops the least
+    # recently heard on its own), so one-shot keys leave no series behind.
+    metrics.forget_all_but(PEER_LABEL, {key.hex()[:16] for key in node.neighbours})
+    now = time.time()
+    for key, n in node.neighbours.items():
+        if n.copy.x_hat is not None:
+            metrics.set("neighbour_age_seconds", now - n.published_at, peer=key.hex()[:16],
+                        help="age by our clock of the newest copy held of a neighbour: now - min(its timestamp, when it arrived)")
     distance = None
     if consensus:
         copies = [n.copy.x_hat for n in node.neighbours.values() if n.copy.x_hat is not None]
@@ -75,7 +85,7 @@ def summarize_node(node: "GossipNode", metrics: "Metrics", consensus: bool) -> N
             distance = consensus_distance([node.last_x, *copies])
             metrics.set("consensus_distance", distance,
                         help="RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean")
-    return NodeSummary(rows, distance, time.time())
+    return NodeSummary(rows, distance, now)
 
 
 def consensus_distance(vectors: list[Any], chunk: int = CONSENSUS_CHUNK) -> float:
@@ -104,10 +114,21 @@ class StatusService:
         self.consensus: float | None = None
         self._next_consensus = 0.0
         self._page: bytes | None = None
+        self._pending: asyncio.Future[NodeSummary] | None = None
 
     # ------------------------------------------------------------------ node summary
     async def refresh(self, consensus: bool = False) -> NodeSummary:
-        """Ask the worker for a new summary (with the consensus distance when asked)."""
+        """Ask the worker for a new summary (with the consensus distance when asked).
+
+        Requests that arrive while a plain summary is being made share it: a burst of
+        /v1/status requests queues one job on the node worker, not one each."""
+        if not consensus:
+            if self._pending is None or self._pending.done():
+                self._pending = asyncio.ensure_future(self._refresh(False))
+            return await asyncio.shield(self._pending)
+        return await self._refresh(True)
+
+    async def _refresh(self, consensus: bool) -> NodeSummary:
         d = self.driver
         t0 = time.monotonic()
         summary = await d.worker.call(summarize_node, d.node, d.metrics, consensus)

@@ -1,3 +1,268 @@
-"""Attacks on real peer processes on 127.0.0.1: the same fixtures as the integration tests."""
+"""Attacks on real peer processes on 127.0.0.1: the integration tests' fixtures, and what the
+attack tests share (plain HTTP, /metrics sums, memory read from /proc, forged frames)."""
 
-from tests.integration.conftest import corpus, swarm_name  # noqa: F401  (pytest fixtures)
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import urllib.parse
+import zlib
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import pytest
+import torch
+from aiohttp import web
+
+from protocol import FrameKind, Identity, pack_bundle
+from protocol.messages import make_control_frame, make_snapshot_frame, make_update_frame
+from tests.integration.conftest import corpus, swarm_name, tiny_args  # noqa: F401  (pytest fixtures)
+from tests.integration.peers import PeerProcess
+
+MB = 1 << 20
+torch.set_num_threads(1)  # the attacker's tensor work should not take the victims' cores (2 on CI)
+
+
+def http(url: str, body: bytes | None = None, headers: dict | None = None, timeout: float = 30,
+         source: str | None = None) -> tuple[int, bytes]:
+    """(status, body) of one request, sent from `source` (a 127.x.y.z address) when given."""
+    parts = urllib.parse.urlsplit(url)
+    conn = HTTPConnection(parts.hostname, parts.port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
+    try:
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn.request("POST" if body is not None else "GET", target, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def metric(base: str, line_start: str) -> float:
+    """Sum of every /metrics sample whose line starts with `line_start` (name and labels)."""
+    text = http(base + "/metrics")[1].decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(line_start))
+
+
+def series_count(base: str, line_start: str) -> int:
+    text = http(base + "/metrics")[1].decode()
+    return sum(line.startswith(line_start) for line in text.splitlines())
+
+
+def status(base: str) -> dict:
+    return json.loads(http(base + "/v1/status")[1])
+
+
+def start_peer(corpus: dict[str, Path], tmp_path: Path, name: str, swarm: str, *extra: str, shard: int = 0,
+               env: dict[str, str] | None = None, steps: int = 100000) -> PeerProcess:
+    """A tiny-preset peer on 127.0.0.1 without mDNS (it trains until killed unless `steps` says)."""
+    args = tiny_args(corpus[f"shard{shard}"], tmp_path / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
+                     "--no-mdns", *extra, steps=steps)
+    return PeerProcess(args, tmp_path / f"{name}.log", env=env)
+
+
+@pytest.fixture
+def peers(corpus, tmp_path, swarm_name):
+    """Start tiny peers (`peers(name, *flags, env=...)`) that are killed at teardown."""
+    started: list[PeerProcess] = []
+
+    def _start(name: str, *extra: str, env: dict[str, str] | None = None, steps: int = 100000,
+               shard: int = 0) -> PeerProcess:
+        p = start_peer(corpus, tmp_path, name, swarm_name, *extra, shard=shard, env=env, steps=steps)
+        started.append(p)
+        return p
+
+    yield _start
+    for p in started:
+        p.kill()
+
+
+# ---------------------------------------------------------------------------------- memory
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+class PeakRss:
+    """How far a process's resident memory rose above its level at `__enter__`, in bytes.
+
+    The kernel's high-water mark (VmHWM) is reset on entry (`/proc/PID/clear_refs`, value 5)
+    so it catches a peak between samples; where that is not allowed a 10 ms sampler stands in.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.base = self.peak = 0
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._hwm = True
+
+    def __enter__(self) -> "PeakRss":
+        try:
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            self._hwm = False
+        self.base = self.peak = _status_kib(self.pid, "VmRSS") * 1024
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                self.peak = max(self.peak, _status_kib(self.pid, "VmRSS") * 1024)
+            except (OSError, KeyError):
+                return
+
+    def read(self) -> int:
+        """Growth so far (peak minus the level at entry; the sampler's, once the process is gone)."""
+        if self._hwm:
+            try:
+                self.peak = max(self.peak, _status_kib(self.pid, "VmHWM") * 1024)
+            except (OSError, KeyError):  # exited: a zombie's status has no memory lines
+                pass
+        return self.peak - self.base
+
+    def __exit__(self, *exc: object) -> None:
+        self.read()
+        self._stop.set()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.base
+
+
+# ---------------------------------------------------------------------------------- sockets
+def connect_from(address: str, source_ip: str = "127.0.0.1", rcvbuf: int | None = None) -> socket.socket:
+    """A TCP connection to `address` from `source_ip` (any 127.x.y.z is this machine)."""
+    host, port = address.rsplit(":", 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(30)
+    s.bind((source_ip, 0))
+    s.connect((host, int(port)))
+    return s
+
+
+def source_ip(i: int) -> str:
+    """The i-th of many distinct loopback source addresses (127.0.1.1, 127.0.1.2, ...)."""
+    return f"127.0.{1 + i // 250}.{1 + i % 250}"
+
+
+# ---------------------------------------------------------------------------------- forged frames
+class Forger:
+    """A key the victim has never seen, signing frames for the victim's swarm and model."""
+
+    def __init__(self, swarm: str, fingerprint: str, seed: bytes | None = None) -> None:
+        self.identity = Identity.generate(seed) if seed else Identity.generate()
+        self.swarm, self.fingerprint = swarm, fingerprint
+        self.epoch = max(1, int(time.time() * 1e6))
+        self.seq = self.epoch
+
+    @property
+    def peer_id(self) -> str:
+        return self.identity.peer_id
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def control(self, listen: str = "", now: float | None = None, step: int = 0, have: tuple[int, int] = (0, -1)) -> bytes:
+        """The control frame an exchange starts with; `have` is the (epoch, seq) of the victim's
+        public copy it claims to hold: (0, -1), nothing, asks for a snapshot in the answer."""
+        extra = {"epoch": self.epoch, "listen": listen, "have_epoch": have[0], "have_seq": have[1]}
+        return make_control_frame(self.identity, kind=FrameKind.ACK, swarm=self.swarm, fingerprint=self.fingerprint,
+                                  seq=self._next(), step=step, timestamp=time.time() if now is None else now,
+                                  extra=extra)
+
+    def snapshot(self, vector: torch.Tensor, now: float | None = None, step: int = 0) -> bytes:
+        return make_snapshot_frame(self.identity, swarm=self.swarm, fingerprint=self.fingerprint, seq=1, step=step,
+                                   timestamp=time.time() if now is None else now, vector=vector,
+                                   extra={"epoch": self.epoch})
+
+    def update(self, delta: torch.Tensor, seq: int = 1, codec: str = "topk:0.003+int8") -> bytes:
+        """A compressed update frame of `delta` (sparse codecs keep it small)."""
+        return make_update_frame(self.identity, swarm=self.swarm, fingerprint=self.fingerprint, seq=seq, step=0,
+                                 timestamp=time.time(), codec=codec, delta=delta, extra={"epoch": self.epoch})[0]
+
+    def exchange(self, vector: torch.Tensor | None = None, listen: str = "", now: float | None = None,
+                 have: tuple[int, int] = (0, -1)) -> bytes:
+        """An exchange body: control-only, or with a snapshot of `vector`."""
+        frames = [self.control(listen, now, have=have)]
+        if vector is not None:
+            frames.append(self.snapshot(vector, now))
+        return pack_bundle(frames)
+
+    def hello(self, nonce: str, listen: str, step: int, peers: list[dict] | None = None) -> bytes:
+        extra = {"listen": listen, "peers": peers or [], "nonce": nonce}
+        return make_control_frame(self.identity, kind=FrameKind.HELLO, swarm=self.swarm, fingerprint=self.fingerprint,
+                                  seq=self._next(), step=step, timestamp=time.time(), extra=extra)
+
+
+# ---------------------------------------------------------------------------------- servers the attacker runs
+class AttackerServer:
+    """aiohttp apps the attacker serves on 127.0.0.1 ports, on their own event-loop thread.
+
+    `serve(handler)` returns the address; `handler(request)` is an async aiohttp handler for
+    every path. Every request is recorded in `seen` as (address, method, path).
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.seen: list[tuple[str, str, str]] = []
+        self._runners: list[web.AppRunner] = []
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def serve(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]], host: str = "127.0.0.1") -> str:
+        async def start() -> str:
+            here: list[str] = []
+
+            async def record(request: web.Request) -> web.StreamResponse:
+                self.seen.append((here[0], request.method, request.path))
+                return await handler(request)
+
+            app = web.Application()
+            app.router.add_route("*", "/{tail:.*}", record)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, host, 0)
+            await site.start()
+            self._runners.append(runner)
+            here.append(f"{host}:{site._server.sockets[0].getsockname()[1]}")  # type: ignore[union-attr]
+            return here[0]
+
+        return asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for runner in self._runners:
+                await runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def attacker():
+    server = AttackerServer()
+    yield server
+    server.close()
+
+
+def gzip_bomb(size: int) -> bytes:
+    """About `size` bytes of gzip that inflate ~1000-fold (zeros; each 1 MiB block flushed whole,
+    so one compressed block repeats). Its trailer is not checked by anyone who inflates it first."""
+    zeros = b"\0" * MB
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    return head + block * max(1, (size - len(head)) // len(block))

@@ -79,12 +79,15 @@ def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compr
     # machine): a chain of exchange bodies, each carrying one fresh compressed update.
     bodies = []
     x = x0.clone()
-    me.handle_request(them.build_request(None, time.time()), time.time())  # the pair starts with a snapshot
-    them_view = them._neighbour(me.identity.public_key)
+    reply, _ = me.handle_request(them.build_request(None, time.time()), time.time())
+    them.handle_response(reply, time.time())  # a first contact: they hold a ticket of ours
+    me.handle_request(them.build_request(me.identity.public_key, time.time()), time.time())  # the pair starts with a snapshot
+    them_view = them.neighbours[me.identity.public_key]
     for k in range(1, prepared + 1):
         x += torch.randn(numel) * 1e-3
         them.publish(x, k, time.time())
         them_view.acked_epoch, them_view.acked_seq = them.epoch, k - 1
+        them.held_tickets.keep(me.identity.public_key, me.epoch, me.tickets.issue(them.identity.public_key))  # as our answer brings
         bodies.append(them.build_request(me.identity.public_key, time.time()))
         print(f"\r{numel / 1e6:.1f}M: prepared {k}/{prepared} neighbour updates", end="", file=sys.stderr)
     stop = threading.Event()

@@ -1,4 +1,4 @@
-"""The gossip-tts wire: identities, signed frames, tensor codecs, limits, replay windows.
+"""The gossip-tts wire: identities, signed frames, tensor codecs, limits, receiver tickets.
 
 Pure code: no sockets, no tasks, no clocks, no global randomness. Time, seeds and keys
 are passed in, so the same code runs in a real peer, in simnet and in unit tests.
@@ -12,17 +12,17 @@ from .frame import (PREFIX_SIZE, Frame, codec_seed, decode_frame, encode_frame,
 from .header import FrameHeader, FrameKind, TensorSpec
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
-from .messages import (flat_model_spec, make_control_frame, make_snapshot_frame,
+from .messages import (bundle_digest, flat_model_spec, make_control_frame, make_snapshot_frame,
                        make_update_frame, model_fingerprint, model_spec_of, pack_bundle,
                        read_vector, unpack_bundle)
-from .replay import ReplayWindow
+from .replay import TicketBook, epoch_from, next_epoch
 
 __all__ = [
     "BF16Codec", "CodecBase", "CodecError", "FP16Codec", "Frame", "FrameHeader", "FrameKind",
     "FrameRefused", "Identity", "IdentityCodec", "Int8Codec", "Limits", "PREFIX_SIZE",
-    "RefusalReason", "ReplayWindow", "SparseCodec", "TensorCodec", "TensorSpec", "VerifyPolicy",
-    "codec_seed", "decode_frame", "encode_frame", "flat_model_spec", "make_control_frame",
-    "make_snapshot_frame", "make_update_frame", "model_fingerprint", "model_spec_of",
-    "pack_bundle", "parse_codec", "peek_frame_length", "read_vector", "unpack_bundle",
-    "verify_signature",
+    "RefusalReason", "SparseCodec", "TensorCodec", "TensorSpec", "TicketBook", "VerifyPolicy",
+    "bundle_digest", "codec_seed", "decode_frame", "encode_frame", "epoch_from", "flat_model_spec",
+    "make_control_frame", "make_snapshot_frame", "make_update_frame", "model_fingerprint",
+    "model_spec_of", "next_epoch", "pack_bundle", "parse_codec", "peek_frame_length", "read_vector",
+    "unpack_bundle", "verify_signature",
 ]

@@ -12,7 +12,8 @@ __all__ = ["RefusalReason", "FrameRefused", "CodecError"]
 
 
 class RefusalReason(str, Enum):
-    """The first check a frame failed, in the order `decode_frame` applies them."""
+    """The first check a frame failed: `decode_frame`'s checks in the order it applies them,
+    then the receiver binding of an exchange (`protocol.replay.TicketBook`)."""
 
     BAD_MAGIC = "bad_magic"
     BAD_VERSION = "bad_version"
@@ -24,7 +25,6 @@ class RefusalReason(str, Enum):
     WRONG_SWARM = "wrong_swarm"
     WRONG_FINGERPRINT = "wrong_fingerprint"
     KEY_NOT_ALLOWED = "key_not_allowed"
-    REPLAYED_SEQ = "replayed_seq"
     STALE_TIMESTAMP = "stale_timestamp"
     DECOMPRESSION_FAILED = "decompression_failed"
     DECOMPRESSED_TOO_LARGE = "decompressed_too_large"
@@ -33,6 +33,11 @@ class RefusalReason(str, Enum):
     DTYPE_MISMATCH = "dtype_mismatch"
     UNKNOWN_CODEC = "unknown_codec"
     NON_FINITE = "non_finite"
+    WRONG_RECEIVER = "wrong_receiver"
+    NO_TICKET = "no_ticket"
+    STALE_EPOCH = "stale_epoch"
+    STALE_TICKET = "stale_ticket"
+    UNBOUND_FRAME = "unbound_frame"
 
 
 class FrameRefused(Exception):

@@ -27,13 +27,13 @@ from .header import FrameHeader, HeaderError, header_from_json, header_to_json
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
 from .payload import pack_payload, unpack_payload
-from .replay import ReplayWindow
 
 __all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "codec_seed",
            "frame_digest", "MAGIC", "VERSION", "PREFIX_SIZE", "SIGNATURE_SIZE"]
 
 MAGIC = b"GTTS"
-VERSION = 1
+VERSION = 2
+"""2: headers name their receiver, its epoch and a ticket it issued (`protocol.replay`)."""
 _PREFIX = struct.Struct(">4sH32sIQ")
 PREFIX_SIZE = _PREFIX.size  # 50
 SIGNATURE_SIZE = 64
@@ -108,6 +108,13 @@ def encode_frame(identity: Identity, header: FrameHeader, packed: dict[str, np.n
     return b"".join((prefix, header_bytes, payload, signature))
 
 
+def _version_detail(version: int) -> str:
+    if version < VERSION:
+        return (f"wire version {version} is older than this peer's {VERSION}, whose exchanges are bound "
+                "to their receiver against replays; upgrade the sender")
+    return f"wire version {version} is newer than this peer's {VERSION}; upgrade this peer"
+
+
 def peek_frame_length(prefix: bytes | memoryview, limits: Limits) -> int:
     """Total length of the frame whose first `PREFIX_SIZE` bytes are given.
 
@@ -119,7 +126,7 @@ def peek_frame_length(prefix: bytes | memoryview, limits: Limits) -> int:
     if magic != MAGIC:
         raise FrameRefused(RefusalReason.BAD_MAGIC, f"magic {magic!r}")
     if version != VERSION:
-        raise FrameRefused(RefusalReason.BAD_VERSION, f"version {version}, expected {VERSION}")
+        raise FrameRefused(RefusalReason.BAD_VERSION, _version_detail(version))
     if header_len > limits.max_header_bytes:
         raise FrameRefused(RefusalReason.TOO_LARGE,
                            f"header {header_len} bytes, limit {limits.max_header_bytes}")
@@ -141,7 +148,7 @@ def _check_envelope(view: memoryview, policy: VerifyPolicy) -> tuple[bytes, int]
         raise FrameRefused(RefusalReason.BAD_MAGIC, f"magic {bytes(view[:4])!r}")
     (version,) = struct.unpack_from(">H", view, 4)
     if version != VERSION:
-        raise FrameRefused(RefusalReason.BAD_VERSION, f"version {version}, expected {VERSION}")
+        raise FrameRefused(RefusalReason.BAD_VERSION, _version_detail(version))
     if size < PREFIX_SIZE + SIGNATURE_SIZE:
         raise FrameRefused(RefusalReason.TRUNCATED, f"only {size} bytes")
     _, _, sender, header_len, payload_len = _PREFIX.unpack_from(view, 0)
@@ -163,8 +170,7 @@ def _check_envelope(view: memoryview, policy: VerifyPolicy) -> tuple[bytes, int]
     return sender, header_len
 
 
-def _check_header(header: FrameHeader, policy: VerifyPolicy, now: float,
-                  replay: ReplayWindow | None) -> CodecBase:
+def _check_header(header: FrameHeader, policy: VerifyPolicy, now: float) -> CodecBase:
     if header.swarm != policy.swarm:
         raise FrameRefused(RefusalReason.WRONG_SWARM, f"swarm {header.swarm!r}")
     if header.fingerprint != policy.fingerprint:
@@ -172,8 +178,6 @@ def _check_header(header: FrameHeader, policy: VerifyPolicy, now: float,
     skew = header.timestamp - now
     if not abs(skew) <= policy.max_clock_skew_s:
         raise FrameRefused(RefusalReason.STALE_TIMESTAMP, f"clock skew {skew:.3f} s")
-    if replay is not None and not replay.check(header.sender, header.seq, header.kind.value):
-        raise FrameRefused(RefusalReason.REPLAYED_SEQ, f"{header.kind.value} seq {header.seq}")
     try:
         codec = parse_codec(header.codec)
     except ValueError as exc:
@@ -194,14 +198,13 @@ def _check_header(header: FrameHeader, policy: VerifyPolicy, now: float,
     return codec
 
 
-def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now: float,
-                 replay: ReplayWindow | None = None) -> Frame:
+def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now: float) -> Frame:
     """Verify and decode a frame; FrameRefused(reason, detail) for anything not acceptable.
 
     Order: sizes, magic/version, allow-list, signature; header (schema, swarm, fingerprint,
-    timestamp skew, replay, codec, shapes/dtypes, expanded size); lz4 with an output
-    limit; payload container; codec; finiteness. `replay` records the seq only once the
-    whole frame has verified.
+    timestamp skew, codec, shapes/dtypes, expanded size); lz4 with an output limit; payload
+    container; codec; finiteness. Whether a frame is fresh *for this receiver* is the
+    receiver's ticket book's call (`protocol.replay.TicketBook`), made after this.
     """
     view = memoryview(data).cast("B")
     sender, header_len = _check_envelope(view, policy)
@@ -210,7 +213,7 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
                                   policy.limits.max_tensors)
     except HeaderError as exc:
         raise FrameRefused(RefusalReason.BAD_HEADER, str(exc)) from None
-    codec = _check_header(header, policy, now, replay)
+    codec = _check_header(header, policy, now)
     arrays = unpack_payload(view[PREFIX_SIZE + header_len:len(view) - SIGNATURE_SIZE], policy.limits)
     tensors: dict[str, torch.Tensor] = {}
     try:
@@ -223,6 +226,4 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
     for name, tensor in tensors.items():
         if not bool(torch.isfinite(tensor).all()):
             raise FrameRefused(RefusalReason.NON_FINITE, f"tensor {name!r}")
-    if replay is not None:
-        replay.record(sender, header.seq, header.kind.value)
     return Frame(header=header, tensors=tensors, raw_size=len(view))

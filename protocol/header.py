@@ -5,6 +5,10 @@ keys) gives each header exactly one byte string, so a decoder can refuse any oth
 spelling; the signature then covers the meaning, not just some bytes. The sender's key is
 not in the JSON: it sits in the frame's fixed binary prefix, where the signature check
 can read it without parsing anything.
+
+`to`, `to_epoch` and `ticket` bind a frame to one receiver process (`protocol.replay`):
+empty/0 in frames meant for anyone (hellos, states, update frames signed once for every
+neighbour), set in the control frame that opens each half of an exchange.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ __all__ = ["FrameKind", "TensorSpec", "FrameHeader", "canonical_json", "header_t
 LOGICAL_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
+_KEY_HEX = re.compile(r"[0-9a-f]{64}")
 _KEYS = frozenset({"codec", "extra", "fingerprint", "kind", "seq", "step", "swarm",
-                   "tensors", "timestamp"})
+                   "tensors", "timestamp", "to", "to_epoch", "ticket"})
 _MAX_INT = (1 << 63) - 1
 _MAX_DIMS = 8
 
@@ -71,6 +76,12 @@ class FrameHeader:
     codec: str
     tensors: tuple[TensorSpec, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    to: bytes = b""
+    """The receiver's public key, or b"" for a frame meant for anyone."""
+    to_epoch: int = 0
+    """The receiver's epoch this frame was made for (0: none)."""
+    ticket: int = 0
+    """The receiver-issued ticket this frame spends (0: none)."""
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -91,7 +102,9 @@ def _check_fields(doc: dict[str, Any], max_tensors: int) -> tuple[TensorSpec, ..
             raise HeaderError(f"{key} must match {_TOKEN.pattern}")
     if not isinstance(doc["kind"], str) or doc["kind"] not in _KINDS:
         raise HeaderError(f"unknown kind {doc['kind']!r}")
-    for key in ("seq", "step"):
+    if not isinstance(doc["to"], str) or doc["to"] and _KEY_HEX.fullmatch(doc["to"]) is None:
+        raise HeaderError("to must be \"\" or a public key in 64 lowercase hex digits")
+    for key in ("seq", "step", "to_epoch", "ticket"):
         if not _is_int(doc[key]):
             raise HeaderError(f"{key} must be an int in [0, 2**63)")
     if type(doc["timestamp"]) is not float or not math.isfinite(doc["timestamp"]):
@@ -123,7 +136,8 @@ def header_to_json(header: FrameHeader, max_tensors: int = 1 << 30) -> bytes:
         "kind": FrameKind(header.kind).value, "seq": header.seq, "step": header.step,
         "timestamp": float(header.timestamp), "codec": header.codec,
         "tensors": [[t.name, [int(d) for d in t.shape], t.dtype] for t in header.tensors],
-        "extra": header.extra,
+        "extra": header.extra, "to": bytes(header.to).hex(), "to_epoch": header.to_epoch,
+        "ticket": header.ticket,
     }
     data = canonical_json(doc)
     if header_from_json(data, header.sender, max_tensors).extra != header.extra:
@@ -162,4 +176,5 @@ def header_from_json(data: bytes, sender: bytes, max_tensors: int) -> FrameHeade
     return FrameHeader(swarm=doc["swarm"], fingerprint=doc["fingerprint"], sender=sender,
                        kind=FrameKind(doc["kind"]), seq=doc["seq"], step=doc["step"],
                        timestamp=doc["timestamp"], codec=doc["codec"], tensors=specs,
-                       extra=doc["extra"])
+                       extra=doc["extra"], to=bytes.fromhex(doc["to"]), to_epoch=doc["to_epoch"],
+                       ticket=doc["ticket"])

@@ -3,27 +3,28 @@
 An update carries `C(x - x̂)` of the flat parameter vector (CHOCO-SGD publish step); the
 builder returns the reconstruction receivers will see, which the sender adds to its
 public copy `x̂`. A snapshot carries `x̂` exactly, for new pairs and gaps the outbox cannot
-fill. Several frames travel in one HTTP body as a bundle.
+fill. Several frames travel in one HTTP body as a bundle; the control frame that opens it
+binds the rest with `bundle_digest`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from .codecs import CodecBase, TensorCodec, parse_codec
 from .errors import FrameRefused, RefusalReason
-from .frame import Frame, codec_seed, encode_frame
+from .frame import SIGNATURE_SIZE, Frame, codec_seed, encode_frame
 from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
 from .identity import Identity
 from .limits import Limits
 
 __all__ = ["make_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
            "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
-           "flat_model_spec", "UPDATE_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
+           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
 
 UPDATE_TENSOR = "delta"
 SNAPSHOT_TENSOR = "vector"
@@ -79,11 +80,14 @@ def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq
 
 def make_control_frame(identity: Identity, *, kind: FrameKind, swarm: str, fingerprint: str,
                        seq: int, step: int, timestamp: float, extra: dict | None = None,
-                       limits: Limits | None = None) -> bytes:
-    """A frame with no tensors (HELLO, ACK): signed metadata in `extra`."""
+                       limits: Limits | None = None, to: bytes = b"", to_epoch: int = 0,
+                       ticket: int = 0) -> bytes:
+    """A frame with no tensors (HELLO, ACK): signed metadata in `extra`, bound to the receiver
+    `to` (its epoch and a ticket it issued) when given (`protocol.replay`)."""
     header = FrameHeader(swarm=swarm, fingerprint=fingerprint, sender=identity.public_key,
                          kind=FrameKind(kind), seq=seq, step=step, timestamp=float(timestamp),
-                         codec="identity", tensors=(), extra=dict(extra or {}))
+                         codec="identity", tensors=(), extra=dict(extra or {}), to=to,
+                         to_epoch=to_epoch, ticket=ticket)
     return encode_frame(identity, header, {}, limits)
 
 
@@ -117,6 +121,17 @@ def model_fingerprint(spec: Mapping[str, tuple[tuple[int, ...], str]]) -> str:
            for name, (shape, dtype) in sorted(spec.items())]
     return hashlib.blake2b(canonical_json(doc), digest_size=32,
                            person=b"gossip-tts/model").hexdigest()
+
+
+def bundle_digest(frames: Sequence[bytes]) -> str:
+    """Hex BLAKE2b-128 of the frames' signatures, in order: what a control frame signs for the
+    frames after it. A signature stands for its whole frame, so update frames signed once for
+    every receiver are bound to one exchange without being signed again."""
+    h = hashlib.blake2b(digest_size=16, person=b"gossip-tts/bndl")
+    h.update(len(frames).to_bytes(8, "big"))
+    for frame in frames:
+        h.update(bytes(frame[-SIGNATURE_SIZE:]).rjust(SIGNATURE_SIZE, b"\0"))
+    return h.hexdigest()
 
 
 def pack_bundle(frames: list[bytes]) -> bytes:

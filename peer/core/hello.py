@@ -1,9 +1,10 @@
 """GET /v1/hello frames: a peer's signed identity, step, listen address and known peers.
 
 Pure functions: signing and verifying a hello is small, constant work (no tensors), so a
-driver may do it wherever it is cheapest. The sequence number comes from the caller
-(`Session.next_hello_seq`), so hellos of one run increase strictly and pass the
-receiver's replay window.
+driver may do it wherever it is cheapest. A hello is bound to the asker by the asker's
+fresh nonce, which it must echo, so a recorded hello is never taken for a new one; it
+changes no state but the asker's neighbour table (exchanges are bound by tickets instead,
+`protocol.replay`). The sequence number comes from the caller (`Session.next_hello_seq`).
 """
 
 from __future__ import annotations

@@ -7,23 +7,29 @@ calls it: it reads the `view_slot` (immutable snapshots, see `peer.core.view`) a
 parameter copies to the owner to `publish`. See docs/architecture.md.
 
 An exchange is push-pull in one request. Each side sends a control frame (its epoch, step,
-listen address, and the last seq it holds of the *other* side's public copy) followed by
-the update frames the other lacks, or an exact snapshot when the gap can no longer be
-filled from the outbox. Updates apply strictly in seq order, so a replayed or duplicated
-update is harmless; control frames carry a strictly increasing seq and go through the
-replay window. A restarted peer gets a new epoch, which resets what others hold of it.
+listen address, the last seq it holds of the *other* side's public copy, tickets; see
+`peer.core.control`) followed by the update frames the other lacks, or an exact snapshot
+when the gap can no longer be filled from the outbox. The control frame names its receiver,
+the receiver's epoch and a ticket the receiver issued (`protocol.replay.TicketBook`), and
+binds the frames after it by their signatures; only then does the bundle change anything
+here: a recording made before our restart (a new epoch) or used once (a spent ticket) is
+refused however many senders came between. A request without a live ticket is answered
+(a fresh ticket, our frames) but changes nothing: a first contact pushes on its second
+exchange. Updates apply strictly in seq order; a new epoch of a neighbour voids its copy.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import struct
+from typing import Protocol
 
 import torch
 
 from async_opt import NeighbourCopy, PublicCopy, safe_norm
+from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
+from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
 from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
@@ -34,14 +40,16 @@ from protocol import (
     Identity,
     Limits,
     RefusalReason,
-    ReplayWindow,
+    TicketBook,
     VerifyPolicy,
+    bundle_digest,
     decode_frame,
-    encode_frame,
+    epoch_from,
     flat_model_spec,
     make_snapshot_frame,
     make_update_frame,
     model_fingerprint,
+    next_epoch,
     pack_bundle,
     parse_codec,
     read_vector,
@@ -75,32 +83,6 @@ def limits_for(numel: int) -> Limits:
     return Limits(max_frame_bytes=2 * snapshot, max_decompressed_bytes=snapshot)
 
 
-@dataclass
-class Neighbour:
-    """What this peer knows of one neighbour (keyed by public key)."""
-
-    copy: NeighbourCopy = field(default_factory=NeighbourCopy)
-    epoch: int = 0
-    version: int = 0  # node-wide counter value when copy.x_hat last changed
-    acked_epoch: int = 0  # our epoch the neighbour last reported holding
-    acked_seq: int = -1  # our last update seq it holds (-1: nothing, send a snapshot)
-    listen: str = ""
-    step: int = 0
-    last_heard: float = 0.0
-    published_at: float = 0.0  # min(sender's timestamp, our receive time) of the newest frame applied
-
-
-@dataclass(frozen=True)
-class ExchangeResult:
-    """What an ingested exchange body told us about its sender."""
-
-    sender: bytes
-    listen: str
-    step: int
-    frames_in: int
-    refused: int
-
-
 class GossipNode:
     """Publish, exchange, ingest; see the module docstring for the thread contract."""
 
@@ -115,6 +97,7 @@ class GossipNode:
         listen: str = "",
         metrics: MetricsSink | None = None,
         limits: Limits | None = None,
+        entropy: bytes | None = None,
     ) -> None:
         self.cfg = cfg
         self.identity = identity
@@ -132,11 +115,15 @@ class GossipNode:
         self.public = PublicCopy(x0)
         self.last_x = x0  # exact parameters at the last publish: what /v1/state serves
         self.outbox = Outbox(cfg.outbox_bytes)
-        self.replay = ReplayWindow()
         self.neighbours: dict[bytes, Neighbour] = {}
-        # A fresh epoch per start: others then know our public copy began anew.
-        self.epoch = max(1, int(now * 1e6))
-        self._control_seq = self.epoch
+        # A fresh epoch per start: others then know our public copy began anew, and nothing
+        # recorded for an earlier run of ours is taken. A real peer passes random `entropy`;
+        # simnet and tests derive it from the key and the start time, reproducibly.
+        seed = entropy if entropy is not None else identity.public_key + struct.pack(">d", now)
+        self.tickets = TicketBook(identity.public_key, epoch_from(seed))
+        self.held_tickets = HeldTickets()
+        """Tickets others issued us: without one, a request to that peer pushes nothing."""
+        self._control_seq = 0
         self._versions = 0
         self.step = 0
         self._state_cache: bytes | None = None
@@ -148,6 +135,11 @@ class GossipNode:
     @property
     def peer_id(self) -> str:
         return self.identity.peer_id
+
+    @property
+    def epoch(self) -> int:
+        """This run of our public copy, and the epoch our tickets belong to."""
+        return self.tickets.epoch
 
     # ------------------------------------------------------------------ own updates
     def publish(self, x: torch.Tensor, step: int, now: float) -> int:
@@ -190,7 +182,7 @@ class GossipNode:
         self.public.reset(x, 0)
         self.last_x = x
         self._state_cache = None
-        self.epoch += 1  # neighbours must drop what they held of our old public copy
+        self.tickets.renew(next_epoch(self.epoch))  # neighbours must drop what they held of our old public copy
         self.outbox.clear()
         for n in self.neighbours.values():
             n.acked_seq = -1
@@ -203,20 +195,51 @@ class GossipNode:
 
     # ------------------------------------------------------------------ exchanges
     def build_request(self, peer_key: bytes | None, now: float) -> bytes:
-        """Body of POST /v1/exchange to the neighbour with this key (None: not yet known)."""
-        body = pack_bundle([self._control_frame(peer_key, now)] + self._frames_for(peer_key, now))
+        """Body of POST /v1/exchange to the neighbour with this key (None: not yet known).
+
+        Without a live ticket of theirs it carries only the control frame: they would take
+        nothing else, and their answer brings a ticket for next time."""
+        to_epoch, ticket = self.held_tickets.take(peer_key)
+        frames = self._frames_for(peer_key, now) if ticket else []
+        control = self._control_frame(peer_key, now, to_epoch=to_epoch, ticket=ticket,
+                                      reply=self.tickets.issue(peer_key),
+                                      offer=self.tickets.issue(peer_key), frames=frames)
+        body = pack_bundle([control] + frames)
         self.metrics.inc("bytes_sent_total", len(body), help="bytes of exchange bodies sent")
         return body
 
     def handle_request(self, body: bytes, now: float) -> tuple[bytes, ExchangeResult]:
-        """Serve POST /v1/exchange: ingest the requester's frames, answer with ours."""
-        result = self._ingest(body, now)
-        reply = pack_bundle([self._control_frame(result.sender, now)] + self._frames_for(result.sender, now))
+        """Serve POST /v1/exchange: ingest the requester's frames, answer with ours.
+
+        FrameRefused for a body that is not a verified exchange, or one addressed to another
+        peer. One without a live ticket of ours (a first contact, a recording) is answered,
+        with a fresh ticket, and applied not at all; `ExchangeResult.accepted` says which."""
+        control, info, frames = self._open(body, now)
+        refusal = self.tickets.refusal(control)
+        if refusal is RefusalReason.WRONG_RECEIVER:
+            raise FrameRefused(refusal, f"addressed to {control.to.hex()[:16]}...")
+        if refusal is None:
+            self.tickets.spend(control)
+        elif refusal is RefusalReason.NO_TICKET and not frames:
+            self.metrics.inc("exchanges_unticketed_total", help="exchanges that held no ticket of ours and pushed "
+                                                               "nothing (a first contact): answered with a ticket")
+        else:
+            self.metrics.inc("frames_refused_total", reason=refusal.value)
+        if refusal is not None:  # its offer may serve our next request (a stale one costs a push, no more)
+            self.held_tickets.keep(control.sender, info.epoch, info.offer, replace=False)
+        result = self._ingest(control, info, frames, now, accepted=refusal is None)
+        frames = self._frames_for(result.sender, now)
+        control = self._control_frame(result.sender, now, to_epoch=info.epoch, ticket=info.reply, reply=0,
+                                      offer=self.tickets.issue(result.sender), frames=frames)
+        reply = pack_bundle([control] + frames)
         self.metrics.inc("bytes_sent_total", len(reply))
         return reply, result
 
     def handle_response(self, body: bytes, now: float) -> ExchangeResult:
-        return self._ingest(body, now)
+        """Ingest the answer to our request; FrameRefused unless it spends the `reply` ticket we sent."""
+        control, info, frames = self._open(body, now)
+        self.tickets.spend(control)
+        return self._ingest(control, info, frames, now, accepted=True)
 
     # ------------------------------------------------------------------ joining
     def state_frame(self, now: float) -> bytes:
@@ -253,21 +276,19 @@ class GossipNode:
             self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
         self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm))
 
-    def _control_frame(self, peer_key: bytes | None, now: float) -> bytes:
+    def _control_frame(self, peer_key: bytes | None, now: float, *, to_epoch: int, ticket: int, reply: int,
+                       offer: int, frames: list[bytes]) -> bytes:
+        """Our control frame to `peer_key`, spending its `ticket`, binding `frames` (sent after it)."""
         n = self.neighbours.get(peer_key) if peer_key else None
-        extra: dict[str, Any] = {
-            "epoch": self.epoch,
-            "listen": self.listen,
-            "have_epoch": n.epoch if n else 0,
-            "have_seq": n.copy.seq if n and n.copy.x_hat is not None else -1,
-        }
-        self._control_seq += 1
-        header = FrameHeader(
-            swarm=self.cfg.swarm, fingerprint=self.fingerprint, sender=self.identity.public_key,
-            kind=FrameKind.ACK, seq=self._control_seq, step=self.step, timestamp=now,
-            codec="identity", tensors=(), extra=extra,
+        control = Control(
+            epoch=self.epoch, listen=self.listen, have_epoch=n.epoch if n else 0,
+            have_seq=n.copy.seq if n and n.copy.x_hat is not None else -1,
+            offer=offer, reply=reply, bundle=bundle_digest(frames),
         )
-        return encode_frame(self.identity, header, {}, self.limits)
+        self._control_seq += 1
+        return make_control(self.identity, control, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
+                            seq=self._control_seq, step=self.step, now=now, to=peer_key or b"", to_epoch=to_epoch,
+                            ticket=ticket, limits=self.limits)
 
     def _frames_for(self, peer_key: bytes | None, now: float) -> list[bytes]:
         n = self.neighbours.get(peer_key) if peer_key else None
@@ -287,51 +308,58 @@ class GossipNode:
             )
         ]
 
-    def _ingest(self, body: bytes, now: float) -> ExchangeResult:
-        """Verify and apply a bundle: a control frame, then updates or a snapshot."""
+    def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
+        """Unpack a bundle and verify its control frame: (its header, its fields, the other frames)."""
         self.metrics.inc("bytes_received_total", len(body), help="bytes of exchange bodies received")
         raw_frames = unpack_bundle(body, self.limits)  # raises FrameRefused on a malformed body
         if not raw_frames:
             raise FrameRefused(RefusalReason.TRUNCATED, "empty bundle")
-        control = decode_frame(raw_frames[0], self.policy, now=now, replay=self.replay)
-        if control.header.kind != FrameKind.ACK:
-            raise FrameRefused(RefusalReason.BAD_HEADER, "an exchange must start with a control frame")
-        sender = control.header.sender
-        if sender == self.identity.public_key:
+        header = decode_frame(raw_frames[0], self.policy, now=now).header
+        if header.sender == self.identity.public_key:
             raise FrameRefused(RefusalReason.BAD_HEADER, "frame from ourselves")
-        extra = control.header.extra
-        epoch = int(extra.get("epoch", 0))
-        n = self.neighbours.get(sender)
-        if n is not None and epoch < n.epoch:
-            raise FrameRefused(RefusalReason.BAD_HEADER, "control frame from an older run of this peer")
-        n = self._neighbour(sender)
-        if epoch > n.epoch:  # restarted peer: whatever we held of it is void
-            n.copy, n.epoch = NeighbourCopy(), epoch
-        n.listen = str(extra.get("listen", ""))[:256]
-        n.step = control.header.step
-        n.last_heard = now
-        n.acked_epoch = int(extra.get("have_epoch", 0))
-        n.acked_seq = int(extra.get("have_seq", -1))
+        return header, read_control(header), raw_frames[1:]
+
+    def _ingest(self, control: FrameHeader, info: Control, raw_frames: list[bytes], now: float, *,
+                accepted: bool) -> ExchangeResult:
+        """Apply a bundle whose control frame spent a ticket of ours (`accepted`); otherwise only
+        verify its frames, so that each one's own fault is still counted."""
+        sender = control.sender
+        n = self._neighbour(sender) if accepted else None
+        if n is not None:
+            if info.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
+                n.copy, n.epoch = NeighbourCopy(), info.epoch
+            n.listen, n.step, n.last_heard = info.listen, control.step, now
+            n.acked_epoch, n.acked_seq = info.have_epoch, info.have_seq
+            self.held_tickets.keep(sender, info.epoch, info.offer)
+        bound = info.bundle == bundle_digest(raw_frames)
         refused = 0
         changed = False
-        for raw in raw_frames[1:]:
+        for raw in raw_frames:
             try:
                 frame = decode_frame(raw, self.policy, now=now)
             except FrameRefused as exc:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
-            if frame.header.sender != sender or int(frame.header.extra.get("epoch", -1)) != epoch:
+            if n is None:  # the control frame was refused, and counted once for the whole bundle
+                refused += 1
+                continue
+            if not bound:
+                refused += 1
+                self.metrics.inc("frames_refused_total", reason=RefusalReason.UNBOUND_FRAME.value)
+                continue
+            if frame.header.sender != sender or frame.header.extra.get("epoch") != info.epoch:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason="bad_header")
                 continue
             changed |= self._apply(n, frame, now)
-        if changed:
+        if n is not None and changed:
             self._versions += 1
             n.version = self._versions
-        self._publish_view()
-        self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
-        return ExchangeResult(sender, n.listen, n.step, len(raw_frames), refused)
+        if n is not None:
+            self._publish_view()
+            self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
+        return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)
 
     def _apply(self, n: Neighbour, frame: Frame, now: float) -> bool:
         """Apply one verified frame to a neighbour copy; True when the copy changed."""

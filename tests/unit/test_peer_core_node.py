@@ -11,6 +11,7 @@ from peer.core.node import GossipNode
 from peer.metrics import Metrics
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from protocol import FrameRefused, Identity
+from tests.unit.exchange_helpers import exchange
 
 
 class FakeClock:
@@ -107,8 +108,10 @@ def test_snapshot_for_new_pair_then_only_updates():
     rigs[1].boundary(trainers[1])
     trainers[0].step(), trainers[1].step()
     assert rigs[0].boundary(trainers[0])  # step 2: publishes seq 1
-    reply, result = b.handle_request(a.build_request(None, clock()), clock())
-    assert result.sender == a.identity.public_key
+    exchange(a, b, clock())  # first contact: a ticket, nothing pushed
+    assert a.metrics.get("snapshots_sent_total") == 0
+    reply, result = b.handle_request(a.build_request(b.identity.public_key, clock()), clock())
+    assert result.sender == a.identity.public_key and result.accepted
     assert a.metrics.get("snapshots_sent_total") == 1
     a.handle_response(reply, clock())
     held = b.neighbours[a.identity.public_key].copy
@@ -141,26 +144,28 @@ def test_foreign_swarm_and_tampered_bodies_are_refused():
     with pytest.raises(FrameRefused):
         b.handle_request(bytes(body), clock())
     assert not b.neighbours  # nothing was learned from refused bodies
-    body = bytearray(a.build_request(None, clock()))
+    exchange(a, b, clock())  # a first contact: a ticket for the push below
+    body = bytearray(a.build_request(b.identity.public_key, clock()))
     body[-5] ^= 0xFF  # inside the snapshot's signature: that frame alone is refused and counted
     b.handle_request(bytes(body), clock())
     assert b.metrics.get("frames_refused_total", reason="bad_signature") == 1
     assert b.neighbours[a.identity.public_key].copy.x_hat is None
 
 
-def test_a_restarted_peer_is_taken_afresh_and_its_old_run_is_refused():
+def test_a_restarted_peer_is_taken_afresh_and_a_recording_of_its_old_run_is_refused():
     clock, trainers, rigs = make_swarm(2)
     a, b = (r.node for r in rigs)
-    old_request = a.build_request(None, clock())
+    exchange(a, b, clock())
+    old_request = a.build_request(b.identity.public_key, clock())
     b.handle_request(old_request, clock())
     held = b.neighbours[a.identity.public_key]
     assert held.copy.x_hat is not None
     clock.t += 10  # same key, later start: a new epoch
     restarted = GossipNode(a.cfg, a.identity, trainers[0].param_spec(), trainers[0].get_flat_params() + 1.0, now=clock())
-    assert restarted.epoch > a.epoch
-    b.handle_request(restarted.build_request(None, clock()), clock())
+    assert restarted.epoch != a.epoch
+    exchange(restarted, b, clock())
+    assert exchange(restarted, b, clock()).accepted
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)
-    with pytest.raises(FrameRefused) as err:  # the replay window or the epoch check stops it
-        b.handle_request(a.build_request(b.identity.public_key, clock()), clock())
-    assert err.value.reason.value in ("replayed_seq", "bad_header")
+    _, result = b.handle_request(old_request, clock())  # its ticket was spent long ago
+    assert not result.accepted and b.metrics.get("frames_refused_total", reason="stale_ticket") == 1
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)

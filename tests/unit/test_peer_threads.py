@@ -15,7 +15,8 @@ from peer.core.node import GossipNode
 from peer.metrics import Metrics
 from peer.node_worker import NodeWorker
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
-from protocol import FrameRefused, Identity, ReplayWindow, make_update_frame, pack_bundle
+from protocol import Identity, TicketBook, make_update_frame, pack_bundle
+from tests.unit.exchange_helpers import push
 
 NOW = 1_000_000.0
 
@@ -34,7 +35,7 @@ def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
     neighbour's bundle reset its copy to None, and the mix died with a TypeError."""
     tr = trainer()
     me, them = node(0, tr.get_flat_params()), node(1, tr.get_flat_params() + 1.0)
-    me.handle_request(them.build_request(None, NOW), NOW)  # we hold their copy: news to mix
+    push(them, me, NOW)  # we hold their copy: news to mix
     copying, restarted = threading.Event(), threading.Event()
     real_get = tr.get_flat_params
 
@@ -57,45 +58,45 @@ def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
     t.start()
     assert copying.wait(5)
     reborn = node(1, real_get() + 2.0, now=NOW + 10)  # same key, new epoch: the node drops the old copy
-    me.handle_request(reborn.build_request(None, NOW + 10), NOW + 10)
+    push(reborn, me, NOW + 10)
     restarted.set()
     t.join(5)
     assert not errors, errors
     assert hook.last_mixed == 1  # it mixed the copy it had taken, from an immutable view
 
 
-def test_one_worker_means_one_control_frame_passes_the_replay_window_once(monkeypatch):
-    """Once: several executor threads checked the window before either recorded, so two
+def test_one_worker_means_one_control_frame_spends_its_ticket_once(monkeypatch):
+    """Once: several executor threads checked the replay window before either recorded, so two
     copies of one frame both passed. The node worker runs one call at a time."""
     x = trainer().get_flat_params()
     me, them = node(0, x), node(1, x)
-    body = them.build_request(None, NOW)
+    reply, _ = me.handle_request(them.build_request(None, NOW), NOW)
+    them.handle_response(reply, NOW)  # a first contact: they hold a ticket of ours
+    body = them.build_request(me.identity.public_key, NOW)
     second_checking = threading.Event()
     calls = []
-    real_check = ReplayWindow.check
+    real_refusal = TicketBook.refusal
 
-    def check(self, sender, seq, channel=""):
+    def refusal(self, header):
         calls.append(threading.current_thread().name)
         if len(calls) == 1:
             second_checking.wait(0.5)  # a concurrent second call would get here now
         else:
             second_checking.set()
-        return real_check(self, sender, seq, channel)
+        return real_refusal(self, header)
 
-    monkeypatch.setattr(ReplayWindow, "check", check)
+    monkeypatch.setattr(TicketBook, "refusal", refusal)
     worker = NodeWorker(me, lambda: NOW)
 
     async def twice():
-        return await asyncio.gather(*(worker.call(me.handle_request, body, NOW) for _ in range(2)),
-                                    return_exceptions=True)
+        return await asyncio.gather(*(worker.call(me.handle_request, body, NOW) for _ in range(2)))
 
     try:
         results = asyncio.run(twice())
     finally:
         worker.close()
-    refused = [r for r in results if isinstance(r, FrameRefused)]
-    assert len(refused) == 1 and refused[0].reason.value == "replayed_seq", results
-    assert len(set(calls)) == 1  # both ran on the one worker thread
+    assert sorted(result.accepted for _, result in results) == [False, True], results
+    assert len(set(calls)) == 1  # every check ran on the one worker thread
 
 
 def test_a_publish_handed_over_while_the_worker_takes_one_is_not_lost():
@@ -159,11 +160,14 @@ def test_finite_updates_that_overflow_together_drop_the_copy_instead_of_mixing_i
     """Each frame is finite (so each passes the protocol's check); their sum is not."""
     x = torch.zeros(8)
     me, them = node(0, x), node(1, x)
-    me.handle_request(them.build_request(None, NOW), NOW)  # control + snapshot at seq 0
+    push(them, me, NOW)  # control + snapshot at seq 0
     forged = [make_update_frame(them.identity, swarm="t", fingerprint=them.fingerprint, seq=seq, step=seq,
                                 timestamp=NOW + 1, codec="identity", delta=torch.full((8,), 3e38),
                                 extra={"epoch": them.epoch})[0] for seq in (1, 2)]
-    me.handle_request(pack_bundle([them._control_frame(me.identity.public_key, NOW + 1)] + forged), NOW + 1)
+    epoch, ticket = them.held_tickets.take(me.identity.public_key)
+    control = them._control_frame(me.identity.public_key, NOW + 1, to_epoch=epoch, ticket=ticket, reply=0, offer=0,
+                                  frames=forged)  # a sender signs what it sends: the forged updates are bound
+    assert me.handle_request(pack_bundle([control] + forged), NOW + 1)[1].accepted
     assert me.neighbours[them.identity.public_key].copy.x_hat is None
     assert me.view_slot.current.copies == ()
 
@@ -186,7 +190,7 @@ def test_mixing_in_place_gives_the_copy_out_and_back_result():
     me = node(0, x)
     for i in (1, 2, 3):
         other = node(i, x + torch.randn(64) * i)
-        me.handle_request(other.build_request(None, NOW), NOW)
+        push(other, me, NOW)
     view = me.view_slot.current
     mixed, _ = Mixer(me.cfg).mix(x, view, 10, NOW)
     delta, _ = Mixer(me.cfg).mix(None, view, 10, NOW)

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from protocol import (FrameHeader, FrameKind, FrameRefused, Identity, Limits, TensorSpec,
                       VerifyPolicy, decode_frame, encode_frame, make_control_frame,
                       make_snapshot_frame, make_update_frame, model_fingerprint, parse_codec)
-from protocol.frame import MAGIC, PREFIX_SIZE, frame_digest
+from protocol.frame import MAGIC, PREFIX_SIZE, VERSION, frame_digest
 from protocol.header import canonical_json
 from protocol.payload import lz4_decompress_bounded, unpack_payload
 
@@ -72,7 +72,7 @@ def split(frame: bytes) -> tuple[bytes, bytes, bytes, bytes]:
 
 def assemble(sender: bytes, header: bytes, payload: bytes, signer: Identity | None = None,
              signature: bytes = b"") -> bytes:
-    body = struct.pack(">4sH32sIQ", MAGIC, 1, sender, len(header), len(payload)) + header + payload
+    body = struct.pack(">4sH32sIQ", MAGIC, VERSION, sender, len(header), len(payload)) + header + payload
     return body + (signer.sign(frame_digest(body)) if signer else signature)
 
 
@@ -122,7 +122,8 @@ JSON_VALUE = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=12)
-HEADER_KEYS = ["codec", "extra", "fingerprint", "kind", "seq", "step", "swarm", "tensors", "timestamp", "zz"]
+HEADER_KEYS = ["codec", "extra", "fingerprint", "kind", "seq", "step", "swarm", "tensors", "timestamp", "to",
+               "to_epoch", "ticket", "zz"]
 TENSOR_LISTS = [[], [["delta", [16], "float32"]], [["delta", [200], "float32"]], [["delta", [0], "float32"]],
                 [["delta", [10 ** 9], "float32"]], [["a", [2, 3], "float32"], ["b", [3], "float16"]],
                 [["vector", [16], "float32"]], [["delta", [4, 4], "bfloat16"]], [["delta", [100], "float32"]]]
@@ -133,7 +134,8 @@ FIELD_EDIT = st.one_of(
     st.tuples(st.just("swarm"), st.sampled_from([SWARM, "fuzz2", "", "a b"])),
     st.tuples(st.just("fingerprint"), st.sampled_from([FP, FP[:-1] + "0", "x"])),
     st.tuples(st.just("timestamp"), st.floats(NOW - 400, NOW + 400)),
-    st.tuples(st.sampled_from(["seq", "step"]), st.sampled_from([0, 1, 7, 2 ** 63 - 1, 2 ** 63, -1])),
+    st.tuples(st.sampled_from(["seq", "step", "to_epoch", "ticket"]), st.sampled_from([0, 1, 7, 2 ** 63 - 1, 2 ** 63, -1])),
+    st.tuples(st.just("to"), st.sampled_from(["", "ab" * 32, "AB" * 32, "ab" * 31, 7])),
     st.tuples(st.just("kind"), st.sampled_from(["update", "snapshot", "hello", "ack", "Update"])),
     st.tuples(st.just("codec"), st.sampled_from(SPECS)),
     st.tuples(st.just("tensors"), st.sampled_from(TENSOR_LISTS)),

@@ -1,54 +1,75 @@
-"""ReplayWindow: exact acceptance at the window's edges and LRU eviction of senders."""
+"""TicketBook: single use, the ring's exact edge, holders, epochs; fixed memory under any load."""
 
 from __future__ import annotations
 
 import pytest
 
-from protocol import ReplayWindow
+from protocol import FrameHeader, FrameKind, FrameRefused, RefusalReason, TicketBook, epoch_from, next_epoch
+from protocol.replay import MAX_EPOCH
 
-S1, S2 = b"\x01" * 32, b"\x02" * 32
-
-
-def test_fresh_seen_and_edges_of_the_window() -> None:
-    w = ReplayWindow(window=8)
-    assert w.check(S1, 0) and w.check(S1, 10**12)
-    w.record(S1, 100)
-    assert not w.check(S1, 100)
-    assert w.check(S1, 101) and w.check(S1, 99) and w.check(S1, 93)  # age 7: inside
-    assert not w.check(S1, 92)  # age 8: outside
-    w.record(S1, 95)
-    assert not w.check(S1, 95) and w.check(S1, 96)
-    w.record(S1, 103)  # shift by 3: 95 now has age 8
-    assert not w.check(S1, 95) and not w.check(S1, 100) and w.check(S1, 99) and w.check(S1, 102)
-    w.record(S1, 10**6)  # a jump larger than the window clears the bitmap
-    assert not w.check(S1, 10**6) and w.check(S1, 10**6 - 1) and not w.check(S1, 10**6 - 8)
-    assert not w.check(S1, -1)
+ME, S1, S2 = b"\x00" * 32, b"\x01" * 32, b"\x02" * 32
+EPOCH = 77
 
 
-def test_channels_and_senders_are_independent() -> None:
-    w = ReplayWindow()
-    w.record(S1, 5, "update")
-    assert not w.check(S1, 5, "update")
-    assert w.check(S1, 5, "snapshot") and w.check(S2, 5, "update")
+def frame_from(sender: bytes, ticket: int, *, to: bytes = ME, to_epoch: int = EPOCH) -> FrameHeader:
+    return FrameHeader(swarm="s", fingerprint="f", sender=sender, kind=FrameKind.ACK, seq=1, step=0,
+                       timestamp=0.0, codec="identity", to=to, to_epoch=to_epoch, ticket=ticket)
 
 
-def test_lru_evicts_least_recently_recorded_sender() -> None:
-    w = ReplayWindow(window=4, max_senders=2)
-    w.record(S1, 1)
-    w.record(S2, 1)
-    w.record(S1, 2)  # S1 is now most recent
-    w.record(b"\x03" * 32, 1)
-    assert len(w) == 2
-    assert w.check(S2, 1)  # forgotten
-    assert not w.check(S1, 1) and not w.check(S1, 2)
+def test_a_ticket_is_spent_once_and_only_by_its_holder() -> None:
+    book = TicketBook(ME, EPOCH, window=8)
+    t = book.issue(S1)
+    assert t == 1 and book.issued == 1
+    assert book.refusal(frame_from(S2, t)) is RefusalReason.STALE_TICKET  # issued to S1
+    book.spend(frame_from(S1, t))
+    assert book.refusal(frame_from(S1, t)) is RefusalReason.STALE_TICKET  # spent
+    with pytest.raises(FrameRefused) as err:
+        book.spend(frame_from(S1, t))
+    assert err.value.reason is RefusalReason.STALE_TICKET
+    anyone = book.issue(None)
+    book.spend(frame_from(S2, anyone))  # a ticket issued to nobody in particular
 
 
-@pytest.mark.parametrize("args", [(0, 1), (1, 0), (-1, 5)])
-def test_bad_sizes(args) -> None:
+def test_the_ring_keeps_exactly_window_tickets() -> None:
+    book = TicketBook(ME, EPOCH, window=8)
+    tickets = [book.issue(S1) for _ in range(9)]  # the 9th overwrites the 1st's slot
+    assert book.refusal(frame_from(S1, tickets[0])) is RefusalReason.STALE_TICKET
+    assert all(book.refusal(frame_from(S1, t)) is None for t in tickets[1:])  # the 8 newest are live
+    assert book.refusal(frame_from(S1, 10)) is RefusalReason.STALE_TICKET  # never issued
+    assert book.refusal(frame_from(S1, 2 + 8 * 1000)) is RefusalReason.STALE_TICKET  # same slot, not issued
+
+
+def test_memory_is_fixed_whatever_the_number_of_senders() -> None:
+    book = TicketBook(ME, EPOCH, window=16)
+    size = (len(book._tickets), len(book._holders))
+    for i in range(5000):
+        book.issue(i.to_bytes(32, "big"))
+    assert (len(book._tickets), len(book._holders)) == size == (16, 16)
+
+
+def test_receiver_and_epoch_are_checked_before_the_ring() -> None:
+    book = TicketBook(ME, EPOCH, window=8)
+    t = book.issue(S1)
+    assert book.refusal(frame_from(S1, t, to=S2)) is RefusalReason.WRONG_RECEIVER
+    assert book.refusal(frame_from(S1, t, to=b"")) is RefusalReason.NO_TICKET
+    assert book.refusal(frame_from(S1, 0)) is RefusalReason.NO_TICKET
+    assert book.refusal(frame_from(S1, t, to_epoch=EPOCH + 1)) is RefusalReason.STALE_EPOCH
+    book.renew(next_epoch(EPOCH))
+    assert book.refusal(frame_from(S1, t)) is RefusalReason.STALE_EPOCH  # issued in the old epoch
+    assert book.refusal(frame_from(S1, t, to_epoch=EPOCH + 1)) is None
+
+
+def test_epochs() -> None:
+    assert epoch_from(b"\x00" * 8) == epoch_from(b"\x00" * 8) != epoch_from(b"\x00" * 7 + b"\x01")
+    assert all(1 <= epoch_from(bytes([i]) * 16) <= MAX_EPOCH for i in range(50))
+    assert next_epoch(5) == 6 and next_epoch(MAX_EPOCH) == 1
     with pytest.raises(ValueError):
-        ReplayWindow(*args)
-
-
-def test_record_negative_seq_is_a_bug() -> None:
+        epoch_from(b"short")
+    for bad in (0, MAX_EPOCH + 1, True, 1.0):
+        with pytest.raises(ValueError):
+            TicketBook(ME, bad)
     with pytest.raises(ValueError):
-        ReplayWindow().record(S1, -1)
+        TicketBook(ME, 5).renew(5)
+    for owner, window in ((b"x", 8), (ME, 0)):
+        with pytest.raises(ValueError):
+            TicketBook(owner, EPOCH, window=window)

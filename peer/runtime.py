@@ -6,12 +6,17 @@ running swarm (adopting a further-along neighbour's signed state when there is o
 trains. At every step boundary the training thread mixes from the newest immutable view of
 the neighbour copies and, when a publish is due, hands over a copy of its parameters; it
 never waits for compression, signing, decoding or the network.
+
+Stopped while joining (Ctrl+C, SIGTERM), it first stops the network, which lets an adoption
+or a probe under way finish and starts none, then writes the final checkpoint: the
+trainer's own state or the whole adopted one, never parameters half replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import threading
 import time
 from typing import Any, Callable, Coroutine
@@ -51,6 +56,7 @@ class GossipPeer:
         self.node: GossipNode | None = None
         self.worker: NodeWorker | None = None
         self.driver: AsyncDriver | None = None
+        self._network_up = False
 
     def make_hook(self) -> StepHook:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
@@ -70,7 +76,7 @@ class GossipPeer:
             self.emit(f"private swarm: talking only to the {len(keys) - 1} keys in {self.net_cfg.trusted_keys}")
         self.node = GossipNode(
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
-            now=time.time(), metrics=self.metrics,
+            now=time.time(), metrics=self.metrics, entropy=secrets.token_bytes(16),
         )
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
@@ -78,18 +84,54 @@ class GossipPeer:
         hook = self.make_hook()
         self._thread.start()
         try:
+            self._network_up = True
             address = self._call(self.driver.async_start(), timeout=60)
             self.emit(f"listening on http://{address} peer_id={self.identity.peer_id}")
-            while not self.driver.joined.wait(0.1):  # the session joins (or gives up) on its own deadlines
-                if stop.is_set():
-                    break
             loop_cfg = LoopConfig(**{**self.loop_cfg.__dict__, "resume": False})  # already resumed above
+            interrupted = self._wait_for_join(stop)
+            if interrupted is not None:
+                return self._stop_while_joining(loop_cfg, interrupted)
             return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics)
         finally:
             try:
-                self._call(self.driver.async_stop(), timeout=30)
+                self._stop_network()
             finally:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout=30)
                 self._loop.close()
                 self.worker.close()
+
+    def _wait_for_join(self, stop: threading.Event) -> bool | None:
+        """Wait while the session joins (or gives up) on its own deadlines: None once joined;
+        whether it was Ctrl+C (True) or `stop` (False) that ended the wait first."""
+        assert self.driver is not None
+        try:
+            while not self.driver.joined.wait(0.1):
+                if stop.is_set():
+                    return False
+        except KeyboardInterrupt:
+            return True
+        return None
+
+    def _stop_while_joining(self, loop_cfg: LoopConfig, interrupted: bool) -> LoopResult:
+        """The final checkpoint of a peer stopped before training: taken once nothing else can
+        touch the trainer, so it holds our own state or a whole adopted one."""
+        self.emit("interrupted while joining; writing a final checkpoint" if interrupted else "stopped while joining")
+        self._stop_network()
+        done = threading.Event()
+        done.set()  # run_loop then trains no step and only writes its final checkpoint
+        result = run_loop(self.trainer, loop_cfg, stop=done, emit=self.emit, metrics=self.metrics)
+        return dataclasses.replace(result, interrupted=interrupted)
+
+    def _stop_network(self) -> None:
+        """Stop serving and cancel the session's tasks, then wait for work they left on executor
+        threads (a probe swaps parameters in and out): afterwards only this thread uses the trainer.
+        An adoption runs on the event loop between two awaits, so it is whole or not begun."""
+        if not self._network_up:
+            return
+        self._network_up = False
+        assert self.driver is not None
+        try:
+            self._call(self.driver.async_stop(), timeout=30)
+        finally:
+            self._call(self._loop.shutdown_default_executor(), timeout=60)

@@ -2,8 +2,8 @@
 
 Only rank 0 runs the network, gossip and checkpoints. It sees the group through
 `GroupTrainer`, an ordinary `Trainer`: every call that the other ranks must take part in
-(a step, a mix, a checkpoint that gathers shards, a resume) is first announced with a
-command broadcast from rank 0, then run on every rank with the same collectives in the
+(a step, a mix, a checkpoint that gathers shards, a resume, scoring an offered state on a
+probe batch) is first announced with a command broadcast from rank 0, then run on every rank with the same collectives in the
 same order. The other ranks run `follow()`, which waits for the next command and mirrors
 it, so they reach every step boundary with rank 0 and are handed the mixed parameters
 there. Nothing here knows the model: the inner trainer does the DDP/FSDP2 work, and says
@@ -23,7 +23,7 @@ from peer.trainer import ParamSpec, StepStats, Trainer
 
 log = logging.getLogger(__name__)
 
-STEP, GET, SET, STATE, LOAD, STOP = range(6)
+STEP, GET, SET, STATE, LOAD, STOP, PROBE = range(7)
 
 
 class GroupComm:
@@ -128,6 +128,18 @@ class GroupTrainer:
                                        "hold other parameters than rank 0")
                 self.mixes_verified += 1
 
+    def probe_better(self, flat: torch.Tensor) -> bool | None:
+        """Whether `flat` scores better than the group's parameters on a probe batch; rank 0 decides.
+
+        Every rank scores it (a sharded or DDP forward needs them all); only rank 0's verdict,
+        on its own probe batch, counts. None when the inner trainer cannot judge."""
+        probe = getattr(self.inner, "probe_better", None)
+        if probe is None:
+            return None
+        with self._lock:
+            self.comm.command(PROBE)
+            return bool(probe(self.comm.flat(flat, self._numel)))
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         with self._lock:
             if self.collective_reads:
@@ -172,6 +184,8 @@ def follow(inner: Trainer, comm: GroupComm, *, verify: bool = False) -> int:
             tensors, meta = comm.state(None)
             tensors.pop("rng.torch", None)  # rank 0's noise stream; this rank keeps its own
             inner.load_state_tensors(tensors, meta)
+        elif code == PROBE:
+            inner.probe_better(comm.flat(None, numel))  # rank 0's verdict is the group's
         elif code == STOP:
             return inner.step_count
         else:

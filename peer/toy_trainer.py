@@ -7,6 +7,7 @@ property gossip tests need to measure, at a tiny fraction of a TTS model's cost.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +78,17 @@ class LeastSquaresTrainer:
         self._step += 1
         return StepStats(step=self._step, loss=loss, samples=len(idx))
 
-    def loss_on(self, a: torch.Tensor, b: torch.Tensor) -> float:
-        return 0.5 * float(((a @ self.w - b) ** 2).mean())
+    def loss_on(self, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor | None = None) -> float:
+        w = self.w if w is None else w.to(torch.float32)
+        return 0.5 * float(((a @ w - b) ** 2).mean())
+
+    def probe_better(self, flat: torch.Tensor) -> bool:
+        """Whether weights `flat` fit our whole shard strictly better than ours (how a joiner judges
+        an offered state; a non-finite score never does). Our weights are not touched."""
+        if flat.shape != self.w.shape:
+            raise ValueError(f"flat vector has shape {tuple(flat.shape)}, expected {tuple(self.w.shape)}")
+        theirs = self.loss_on(self.a, self.b, flat)
+        return math.isfinite(theirs) and theirs < self.loss_on(self.a, self.b)
 
     def param_spec(self) -> ParamSpec:
         return {"w": ((self.cfg.dim,), "float32")}

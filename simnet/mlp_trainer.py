@@ -178,6 +178,16 @@ class MLPTrainer:
             return self.cfg.lr
         return self.cfg.lr / (1.0 + self._step / self.cfg.lr_decay_steps)
 
+    def probe_better(self, flat: torch.Tensor) -> bool:
+        """Whether parameters `flat` score strictly better than ours on our whole shard (how a
+        joiner judges an offered state; a non-finite score never does). Ours are not touched."""
+        if flat.shape != self.flat.shape:
+            raise ValueError(f"flat vector has shape {tuple(flat.shape)}, expected {tuple(self.flat.shape)}")
+        with torch.no_grad():
+            theirs = float(loss_fn(self.cfg, forward(self.cfg, flat.to(torch.float32), self.x), self.y))
+            ours = float(loss_fn(self.cfg, forward(self.cfg, self.flat, self.x), self.y))
+        return math.isfinite(theirs) and theirs < ours
+
     def param_spec(self) -> ParamSpec:
         return {name: (shape, "float32") for name, shape in layer_shapes(self.cfg)}
 

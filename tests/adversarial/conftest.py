@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import uuid
 import zlib
 from http.client import HTTPConnection
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 import torch
 from aiohttp import web
 
-from protocol import FrameKind, Identity, pack_bundle
+from protocol import FrameKind, Identity, VerifyPolicy, decode_frame, pack_bundle, read_vector, unpack_bundle
+from protocol.limits import Limits
 from protocol.messages import make_control_frame, make_snapshot_frame, make_update_frame
 from tests.integration.conftest import corpus, swarm_name, tiny_args  # noqa: F401  (pytest fixtures)
 from tests.integration.peers import PeerProcess
@@ -63,6 +65,33 @@ def start_peer(corpus: dict[str, Path], tmp_path: Path, name: str, swarm: str, *
     args = tiny_args(corpus[f"shard{shard}"], tmp_path / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
                      "--no-mdns", *extra, steps=steps)
     return PeerProcess(args, tmp_path / f"{name}.log", env=env)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(every)
+
+
+def verify_policy(swarm: str, fingerprint: str) -> VerifyPolicy:
+    return VerifyPolicy(swarm=swarm, fingerprint=fingerprint, limits=Limits())
+
+
+def read_state(base: str, swarm: str, source: str | None = None) -> tuple[str, torch.Tensor]:
+    """(fingerprint, parameters) of a peer, from its /v1/status and one /v1/state (one per address per 10 s)."""
+    fingerprint = status(base)["fingerprint"]
+    state = http(base + "/v1/state", source=source)[1]
+    return fingerprint, read_vector(decode_frame(state, verify_policy(swarm, fingerprint), now=time.time()))
+
+
+def holding_newest(base: str, policy: VerifyPolicy, forger: Forger) -> tuple[int, int]:
+    """(epoch, seq) a forged control frame may claim to hold of the victim's public copy so that
+    the victim's answers carry no snapshot: its epoch (from one exchange) and any seq past its newest."""
+    answer = http(base + "/v1/exchange", forger.exchange())[1]
+    control = decode_frame(unpack_bundle(answer, Limits())[0], policy, now=time.time())
+    return int(control.header.extra["epoch"]), 2**62
 
 
 @pytest.fixture
@@ -266,3 +295,40 @@ def gzip_bomb(size: int) -> bytes:
     head = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
     block = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
     return head + block * max(1, (size - len(head)) // len(block))
+
+
+# ---------------------------------------------------------------------------------- a victim and its neighbour
+class Pair:
+    """A victim peer gossiping with one honest neighbour (a module's tests share it, in file order)."""
+
+    def __init__(self, victim: PeerProcess, honest: PeerProcess, swarm: str) -> None:
+        self.victim, self.honest, self.swarm = victim, honest, swarm
+        self.base, self.honest_base = f"http://{victim.address}", f"http://{honest.address}"
+        self.fingerprint, self.x = read_state(self.base, swarm, source=source_ip(999))
+
+    def policy(self) -> VerifyPolicy:
+        return verify_policy(self.swarm, self.fingerprint)
+
+    def forger(self) -> Forger:
+        return Forger(self.swarm, self.fingerprint)
+
+    def exchanges_ok(self) -> float:
+        """Exchanges each side started with the other and completed: the pair's gossip rate."""
+        return metric(self.base, "gossip_tts_exchanges_ok_total") + metric(self.honest_base, "gossip_tts_exchanges_ok_total")
+
+
+@pytest.fixture(scope="module")
+def pair(corpus, tmp_path_factory):
+    tmp, swarm = tmp_path_factory.mktemp("pair"), f"test-{uuid.uuid4().hex[:10]}"
+    started: list[PeerProcess] = []
+    try:
+        started.append(start_peer(corpus, tmp, "honest", swarm, shard=1))
+        started[0].wait_listening()
+        started.append(start_peer(corpus, tmp, "victim", swarm, "--peer", started[0].address))
+        started[1].wait_listening()
+        p = Pair(started[1], started[0], swarm)
+        wait_until(lambda: p.exchanges_ok() >= 4, 180, "the two peers exchange")
+        yield p
+    finally:
+        for proc in started:
+            proc.kill()

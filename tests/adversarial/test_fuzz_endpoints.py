@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from protocol import VerifyPolicy, decode_frame, pack_bundle, unpack_bundle
-from protocol.limits import Limits
-from tests.adversarial.conftest import Forger, http, metric, source_ip, status
+from protocol import pack_bundle
+from tests.adversarial.conftest import Forger, holding_newest, http, read_state, source_ip, verify_policy
 from tests.integration.peers import last_step
 
 pytestmark = pytest.mark.slow
@@ -205,21 +204,13 @@ def _grown(before: dict[str, float], after: dict[str, float], prefix: str) -> Co
     return Counter({k: int(after.get(k, 0) - before.get(k, 0)) for k in keys if after.get(k, 0) != before.get(k, 0)})
 
 
-def _victim_copy(base: str, policy: VerifyPolicy, forger: Forger) -> tuple[int, int]:
-    """(epoch, seq) to claim we hold the victim's newest copy, so that its answers carry no snapshot."""
-    answer = http(base + "/v1/exchange", forger.exchange())[1]
-    control = decode_frame(unpack_bundle(answer, Limits())[0], policy, now=time.time())
-    return int(control.header.extra["epoch"]), 2**62
-
-
 def test_fuzz_every_endpoint(peers, swarm_name):
     victim = peers("victim")
     base = f"http://{victim.wait_listening()}"
     victim.wait_for(r"^step \d+ ", timeout=120)
-    fingerprint = status(base)["fingerprint"]
-    policy = VerifyPolicy(swarm=swarm_name, fingerprint=fingerprint, limits=Limits())
-    numel = decode_frame(http(base + "/v1/state")[1], policy, now=time.time()).header.tensors[0].shape[0]
-    requests = Requests(swarm_name, fingerprint, numel, have=_victim_copy(base, policy, Forger(swarm_name, fingerprint)))
+    fingerprint, x = read_state(base, swarm_name)
+    have = holding_newest(base, verify_policy(swarm_name, fingerprint), Forger(swarm_name, fingerprint))
+    requests = Requests(swarm_name, fingerprint, x.numel(), have)
     step_before = last_step(victim.text())
     before = _counters(base)
 

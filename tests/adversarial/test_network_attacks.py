@@ -14,7 +14,6 @@ import shutil
 import socket
 import threading
 import time
-import uuid
 import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -26,22 +25,14 @@ from aiohttp import web
 
 from peer.checkpoint import load_checkpoint
 from peer.core.node import limits_for
-from protocol import VerifyPolicy, decode_frame, read_vector, unpack_bundle
+from protocol import unpack_bundle
 from protocol.limits import Limits
 from tests.adversarial.conftest import (
-    MB, Forger, PeakRss, connect_from, gzip_bomb, http, metric, source_ip, start_peer, status,
+    MB, Forger, PeakRss, connect_from, gzip_bomb, holding_newest, http, metric, read_state, source_ip, status, wait_until,
 )
-from tests.integration.peers import PeerProcess, last_step
+from tests.integration.peers import last_step
 
 pytestmark = pytest.mark.slow
-
-
-def _wait(predicate, timeout: float, what: str, every: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(every)
 
 
 # ------------------------------------------------------------------------------ memory
@@ -54,13 +45,9 @@ the global caps the first one cost 685 MB (60 addresses x one 10 MB body each, m
 code before them); a per-address cap alone holds only while the attacker uses one address."""
 
 
-def _victim_limits(base: str, swarm: str) -> tuple[int, int]:
-    """(numel, largest body the victim accepts) from one /v1/state, fetched from its own address."""
-    state = http(base + "/v1/state", source=source_ip(ATTACKERS + 1))[1]
-    fingerprint = status(base)["fingerprint"]
-    frame = decode_frame(state, VerifyPolicy(swarm=swarm, fingerprint=fingerprint, limits=Limits()), now=time.time())
-    numel = frame.header.tensors[0].shape[0]
-    return numel, limits_for(numel).max_frame_bytes
+def _largest_body(base: str, swarm: str) -> int:
+    """The largest body the victim accepts (its frame limit), from one /v1/state fetched from an address of its own."""
+    return limits_for(read_state(base, swarm, source=source_ip(ATTACKERS + 1))[1].numel()).max_frame_bytes
 
 
 def _attack(address: str, pid: int, how, seconds: float, attackers: int = ATTACKERS) -> tuple[int, list[socket.socket]]:
@@ -106,7 +93,7 @@ def test_memory_attacks_from_sixty_addresses_are_bounded(peers, swarm_name):
     victim = peers("victim")
     base = f"http://{victim.wait_listening()}"
     victim.wait_for(r"^step \d+ ", timeout=120)
-    numel, max_body = _victim_limits(base, swarm_name)
+    max_body = _largest_body(base, swarm_name)
     time.sleep(3)  # past the first steps' allocations
     pid, results = victim.proc.pid, {}
 
@@ -172,15 +159,13 @@ def test_a_joiner_reads_capped_never_inflates_and_never_adopts_poison(peers, att
     honest = peers("honest", "--checkpoint-every", "1", shard=1)
     honest_base = f"http://{honest.wait_listening()}"
     honest.wait_for(r"^step (1\d|[2-9]\d|\d{3,}) ", timeout=180)
-    _wait(lambda: (tmp_path / "honest" / "checkpoint.safetensors").exists(), 60, "a checkpoint of the honest peer")
-    fingerprint, state = status(honest_base)["fingerprint"], http(honest_base + "/v1/state")[1]
-    numel = decode_frame(state, VerifyPolicy(swarm=swarm_name, fingerprint=fingerprint, limits=Limits()),
-                         now=time.time()).header.tensors[0].shape[0]
+    wait_until(lambda: (tmp_path / "honest" / "checkpoint.safetensors").exists(), 60, "a checkpoint of the honest peer")
+    fingerprint, x = read_state(honest_base, swarm_name, source=source_ip(998))  # not 127.0.0.1: the control joins from there
     (tmp_path / "joiner").mkdir()
     shutil.copy(tmp_path / "honest" / "checkpoint.safetensors", tmp_path / "joiner" / "checkpoint.safetensors")
     resumed_step = load_checkpoint(tmp_path / "joiner")[1]["step"]
     liar = Forger(swarm_name, fingerprint)
-    poison = liar.snapshot(torch.full((numel,), 1e30), step=LIAR_STEP)
+    poison = liar.snapshot(torch.full_like(x, 1e30), step=LIAR_STEP)
 
     def liar_server(state_body: bytes | None, state_headers: dict, hello: bytes | None, step: int) -> str:
         async def handle(request: web.Request) -> web.Response:
@@ -216,46 +201,6 @@ def test_a_joiner_reads_capped_never_inflates_and_never_adopts_poison(peers, att
     assert losses and all(math.isfinite(x) and x < 10 for x in losses), losses
     assert meta["step"] == resumed_step + 4 and math.isfinite(largest) and largest < 1e3
 
-
-
-# ------------------------------------------------------------------------------ a victim and its honest neighbour
-class Pair:
-    """A victim peer gossiping with one honest neighbour, shared by the tests below (in this order)."""
-
-    def __init__(self, victim: PeerProcess, honest: PeerProcess, swarm: str) -> None:
-        self.victim, self.honest, self.swarm = victim, honest, swarm
-        self.base, self.honest_base = f"http://{victim.address}", f"http://{honest.address}"
-        self.fingerprint = status(self.base)["fingerprint"]
-        state = http(self.base + "/v1/state", source=source_ip(ATTACKERS + 2))[1]
-        self.x = read_vector(decode_frame(state, self.policy(), now=time.time()))
-
-    def policy(self) -> VerifyPolicy:
-        return VerifyPolicy(swarm=self.swarm, fingerprint=self.fingerprint, limits=Limits())
-
-    def forger(self) -> Forger:
-        return Forger(self.swarm, self.fingerprint)
-
-    def exchanges_ok(self) -> float:
-        """Exchanges each side started with the other and completed: the pair's gossip rate."""
-        return metric(self.base, "gossip_tts_exchanges_ok_total") + metric(self.honest_base, "gossip_tts_exchanges_ok_total")
-
-
-@pytest.fixture(scope="module")
-def pair(corpus, tmp_path_factory):
-    tmp, swarm = tmp_path_factory.mktemp("pair"), f"test-{uuid.uuid4().hex[:10]}"
-    honest = start_peer(corpus, tmp, "honest", swarm, shard=1)
-    victim = None
-    try:
-        honest.wait_listening()
-        victim = start_peer(corpus, tmp, "victim", swarm, "--peer", honest.address)
-        victim.wait_listening()
-        p = Pair(victim, honest, swarm)
-        _wait(lambda: p.exchanges_ok() >= 4, 180, "the two peers exchange")
-        yield p
-    finally:
-        for proc in (victim, honest):
-            if proc is not None:
-                proc.kill()
 
 
 # ------------------------------------------------------------------------------ phantom addresses
@@ -330,8 +275,8 @@ def test_a_relayed_hello_never_binds_the_honest_id_to_the_relay(pair, attacker):
     relay_address = attacker.serve(relay)
     mismatches = metric(pair.base, "gossip_tts_hello_listen_mismatch_total")
     assert http(pair.base + "/v1/exchange", pair.forger().exchange(listen=relay_address))[0] == 200
-    _wait(lambda: any(s[0] == relay_address and s[2] == "/v1/hello" for s in attacker.seen), 30, "the victim dials the relay")
-    _wait(lambda: metric(pair.base, "gossip_tts_hello_listen_mismatch_total") > mismatches, 30, "the mismatch is counted")
+    wait_until(lambda: any(s[0] == relay_address and s[2] == "/v1/hello" for s in attacker.seen), 30, "the victim dials the relay")
+    wait_until(lambda: metric(pair.base, "gossip_tts_hello_listen_mismatch_total") > mismatches, 30, "the mismatch is counted")
     rows = status(pair.base)["neighbours"]
     if session:
         asyncio.run_coroutine_threadsafe(session[0].close(), attacker.loop).result(10)
@@ -359,7 +304,7 @@ def test_frames_from_the_future_are_as_old_as_their_arrival(pair):
         found = re.findall(r'^gossip_tts_neighbour_age_seconds\{peer="([0-9a-f]+)"\} (\S+)$', text, re.M)
         return {peer: float(v) for peer, v in found}
 
-    _wait(lambda: {future.peer_id[:16], honest.peer_id[:16]} <= set(ages()), 30, "both copies are held")
+    wait_until(lambda: {future.peer_id[:16], honest.peer_id[:16]} <= set(ages()), 30, "both copies are held")
     time.sleep(2.5)  # a status refresh later: both ages have grown
     held = ages()
     age_future, age_honest = held[future.peer_id[:16]], held[honest.peer_id[:16]]
@@ -389,8 +334,7 @@ def test_one_shot_keys_leave_no_per_peer_series(pair):
     seen: set[str] = set()
     keys = [pair.forger() for _ in range(ONE_SHOT_KEYS)]
     # Claiming to hold the victim's newest copy already keeps its answers small (no snapshot each).
-    first = unpack_bundle(http(pair.base + "/v1/exchange", pair.forger().exchange())[1], Limits())[0]
-    have = (int(decode_frame(first, pair.policy(), now=time.time()).header.extra["epoch"]), 2**62)
+    have = holding_newest(pair.base, pair.policy(), pair.forger())
     with ThreadPoolExecutor(2) as pool:  # signing the next bodies while the victim takes these
         bodies = pool.map(lambda key: key.exchange(pair.x, have=have), keys)
         for i, body in enumerate(bodies):

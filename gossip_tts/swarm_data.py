@@ -4,9 +4,9 @@ Start-up, before the model is built (it reads a first batch): the manifest is re
 `--manifest` (a path, whose folder's tars become this peer's own shards, or a URL) or fetched
 from the `--peer` addresses by its hash, and checked against HASH; the store opens; the
 fetcher starts on the `--peer` addresses, and the peer waits until one shard is held. From
-then on the trainer reads the store's listing (`shards.txt`), which gains every shard the
-fetcher verifies, and `SwarmDataPeer` serves the store on `/v1/shards` and points the
-fetcher at the session's live, verified neighbours.
+then each pass of the trainer reads the shards the store holds as the pass starts
+(`ShardStore.pass_listing`, in place of its `shards.txt`), and `SwarmDataPeer` serves the
+store on `/v1/shards` and points the fetcher at the session's live, verified neighbours.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gossip_tts.data.http_get import http_get, is_http
+from gossip_tts.data.sources import provide_listing
 from gossip_tts.peer_config import PeerAppConfig
 from peer.metrics import Metrics
 from peer.runtime import GossipPeer
@@ -93,6 +94,7 @@ class SwarmData:
             waited += 1.0
 
     def close(self) -> None:
+        provide_listing(str(self.store.listing), None)
         self.fetcher.close()
 
 
@@ -118,6 +120,7 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
         data.close()
         raise
     cfg.train.sources = [str(data.store.listing)]
+    provide_listing(cfg.train.sources[0], data.store.pass_listing)  # each pass reads what is held as it starts
     return data
 
 

@@ -23,6 +23,7 @@ import re
 import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Callable
 
 from gossip_tts.data.bounded_read import BoundedReader, OpenReads, Watchdog
 from gossip_tts.data.errors import SourceError
@@ -96,6 +97,18 @@ def _list_http(url: str, limits: DataLimits, reads: OpenReads | None) -> list[st
     return [u for u in urls if is_http(u)]
 
 
+_PROVIDERS: dict[str, Callable[[], list[str]]] = {}
+
+
+def provide_listing(source: str, provider: Callable[[], list[str]] | None) -> None:
+    """Let `provider()` answer `list_shards(source)` (None: stop). For a store whose shards come and
+    go while they are read (`--data swarm:HASH`): it learns when each pass starts and what it reads."""
+    if provider is None:
+        _PROVIDERS.pop(source, None)
+    else:
+        _PROVIDERS[source] = provider
+
+
 def list_shards(source: str, limits: DataLimits | None = None, reads: OpenReads | None = None) -> list[str]:
     """Shard paths or URLs in `source` (see the module doc for what each form means);
     `reads` lets the caller cut an http listing short from another thread.
@@ -103,7 +116,10 @@ def list_shards(source: str, limits: DataLimits | None = None, reads: OpenReads 
     Raises SourceError when the source does not exist, cannot be reached, or holds no shard.
     """
     limits = limits or DataLimits()
-    if is_http(source):
+    provider = _PROVIDERS.get(source)
+    if provider is not None:
+        shards = provider()
+    elif is_http(source):
         shards = _list_http(source, limits, reads)
     else:
         path = _local_path(source)

@@ -27,7 +27,8 @@ class SwarmDataConfig:
     stall_timeout_s: float = 30.0
     """A source that sends no byte for this long is left for the next one (the transfer resumes there)."""
     min_hold_s: float = 300.0
-    """A fetched shard is not evicted for this long, so the trainer reads it before it goes."""
+    """Outside a training pass (no trainer reading), a fetched shard is not evicted for this long.
+    A pass never loses the shards it listed: the cache rotates when the next pass starts."""
     advert_every_s: float = 10.0
     """How often each neighbour is asked which shards it holds (GET /v1/shards)."""
     ban_s: float = 3600.0

@@ -24,7 +24,7 @@ from typing import Callable
 from peer.metrics import Metrics
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, read_advert
-from peer.shards.plan import FetchJob, Penalties, choose_fetches, fetch_order
+from peer.shards.plan import FetchJob, Penalties, choose_fetches, fetch_order, prefer_unread
 from peer.shards.store import ShardStore, sha256_of
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ class ShardFetcher:
         for address, shards in self.holders.items():
             for shard in shards:
                 by_shard.setdefault(shard, set()).add(address)
-        jobs = choose_fetches(self.order, self.store.held(), busy, by_shard, self.penalties.banned(now),
+        order = prefer_unread(self.order, self.store.evicted_at())
+        jobs = choose_fetches(order, self.store.held(), busy, by_shard, self.penalties.banned(now),
                               self.cfg.max_fetches - len(busy), self.peer_id, room_for=self.cfg.max_fetches)
         started = []
         for job in jobs:

@@ -21,6 +21,13 @@ def fetch_order(shard_hashes: list[str], peer_id: str) -> list[str]:
     return ordered[start:] + ordered[:start]
 
 
+def prefer_unread(order: list[str], evicted_at: dict[str, float]) -> list[str]:
+    """`order` with the shards this peer never held first (in `order`), then those it evicted
+    longest ago: a peer whose cache cannot hold the corpus moves through it instead of fetching
+    back what it just dropped."""
+    return sorted(order, key=lambda s: evicted_at.get(s, float("-inf")))
+
+
 def source_order(sources: list[str], shard: str, peer_id: str) -> list[str]:
     """The holders of one shard in the order to try them: a per-(peer, shard) shuffle, so that the
     askers of one shard spread over its holders instead of all asking the first."""

@@ -8,16 +8,21 @@ Layout, under `cache_dir/<first 16 hex digits of the manifest hash>/`:
                           sources, so a transfer resumes where the last source stopped; one
                           left by an abandoned fetch counts against the cache size and is
                           the first thing dropped when room is needed
-    shards.txt            every shard held, one absolute path a line: the trainer's data
-                          source, rewritten (atomically) whenever a shard comes or goes, and
-                          re-read by the data reader at every pass
+    shards.txt            every shard held, one absolute path a line, rewritten (atomically)
+                          whenever a shard comes or goes
+
+The trainer reads `pass_listing()` at the start of every pass (gossip_tts hands it to the
+data reader in place of shards.txt): the shards held then, which stay until the next pass
+starts, so a pass never finds its shards gone. When the cache was too full to take a shard
+during a pass, the next pass first evicts the least recently used shards (a quarter of the
+cache at least), and the fetcher fills that room with shards this peer has not read yet:
+a peer with a small cache moves through the corpus pass by pass. Between passes (no trainer
+reading), `reserve` evicts by itself, sparing shards younger than `min_hold_s`.
 
 A shard enters the cache only by `add`, after its SHA-256 matched the manifest; whatever was
-there before a restart is hashed again when the store opens. An evicted shard that the
-reader has open is read to its end (POSIX); one it listed for a pass but had not opened yet
-is skipped and counted in the reader's `shard_errors`. Own shards are never evicted
-and do not count against the cache size. Thread-safe: fetch threads add and evict while the
-event loop serves.
+there before a restart is hashed again when the store opens. Own shards are never evicted
+and do not count against the cache size; shards being served are not evicted either.
+Thread-safe: fetch threads add and evict while the event loop serves and the reader lists.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ class ShardStore:
         self._cached: dict[str, CachedShard] = {}
         self._reserved: dict[str, int] = {}
         self._uses: dict[str, int] = {}
+        self._pinned: set[str] = set()  # what the current pass of the trainer reads
+        self._evicted_at: dict[str, float] = {}
+        self._wanted: dict[str, int] = {}  # shards refused room since the pass began
 
     # ------------------------------------------------------------------ opening
     def open(self) -> None:
@@ -98,6 +106,11 @@ class ShardStore:
 
     def entry(self, shard: str) -> ShardEntry | None:
         return self._entries.get(shard)
+
+    def evicted_at(self) -> dict[str, float]:
+        """When each shard this store evicted went (the fetcher fetches those last)."""
+        with self._lock:
+            return dict(self._evicted_at)
 
     def cached_bytes(self) -> int:
         with self._lock:
@@ -143,13 +156,14 @@ class ShardStore:
             leftovers = self._leftover_parts(shard)
             free = (self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
                     - sum(leftovers.values()))
-            cached = [dataclasses.replace(c, in_use=c.shard in self._uses) for c in self._cached.values()]
+            cached = self._evictable_view()
             victims = choose_evictions(cached, size, free, self.clock(), self.min_hold_s)
             if victims is None and leftovers:  # parts of abandoned fetches are only progress: drop them first
                 for path in leftovers:
                     path.unlink(missing_ok=True)
                 victims = choose_evictions(cached, size, free + sum(leftovers.values()), self.clock(), self.min_hold_s)
             if victims is None:
+                self._wanted[shard] = size  # the next pass makes room
                 return False
             for shard_gone in victims:
                 self._evict(shard_gone)
@@ -157,6 +171,28 @@ class ShardStore:
         if victims:
             self._write_listing()
         return True
+
+    def pass_listing(self) -> list[str]:
+        """The shards a new pass of the trainer reads (absolute paths, in manifest order); they stay
+        until the next call. First, if shards were refused room during the last pass, evicts the
+        least recently used ones (not those being served, never the newest) to free a quarter of
+        the cache at least."""
+        with self._lock:
+            self._pinned = set()
+            if self._wanted and self._cached:
+                newest = max(self._cached.values(), key=lambda c: (c.held_since, c.shard)).shard
+                cached = [dataclasses.replace(c, in_use=c.in_use or c.shard == newest) for c in self._evictable_view()]
+                free = self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
+                evictable = sum(c.size for c in cached if not c.in_use)
+                # Never all: the newest shard stays, so the pass always has something to read.
+                need = min(max(max(self._wanted.values()), self.cache_bytes // 4), free + evictable)
+                for shard_gone in choose_evictions(cached, need, free, self.clock(), 0.0) or []:
+                    self._evict(shard_gone)
+                self._wanted.clear()
+            self._pinned = set(self._cached)
+            paths = self._paths()
+        self._write_listing()
+        return paths
 
     def release(self, shard: str, keep_part: bool = True) -> None:
         """A fetch ended without adding the shard: give its room back (and its partial file, unless kept)."""
@@ -198,14 +234,23 @@ class ShardStore:
         except PermissionError:
             return
         del self._cached[shard]
+        self._evicted_at[shard] = self.clock()
         log.info("evicted shard %s (least recently used) to make room", self._entries[shard].name)
+
+    def _evictable_view(self) -> list[CachedShard]:
+        """The cached shards, those being served or read by the current pass marked in use (lock held)."""
+        return [dataclasses.replace(c, in_use=c.shard in self._uses or c.shard in self._pinned)
+                for c in self._cached.values()]
+
+    def _paths(self) -> list[str]:
+        """Every shard held, in manifest order (lock held)."""
+        held = set(self._own) | set(self._cached)
+        return [str(self._own[e.sha256] if e.sha256 in self._own else self.dir / e.name)
+                for e in self.manifest.shards if e.sha256 in held]
 
     def _write_listing(self) -> None:
         with self._lock:
-            held = set(self._own) | set(self._cached)
-            lines = [str(self._own[e.sha256] if e.sha256 in self._own else self.dir / e.name)
-                     for e in self.manifest.shards if e.sha256 in held]
-            _write_atomic(self.listing, "".join(f"{line}\n" for line in lines).encode())
+            _write_atomic(self.listing, "".join(f"{line}\n" for line in self._paths()).encode())
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

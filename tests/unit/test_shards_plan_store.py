@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from peer.shards.manifest import MANIFEST_NAME, Manifest, ShardEntry
-from peer.shards.plan import CachedShard, Penalties, choose_evictions, choose_fetches, fetch_order, source_order
+from peer.shards.plan import CachedShard, Penalties, choose_evictions, choose_fetches, fetch_order, prefer_unread, source_order
 from peer.shards.store import ShardStore
 
 SHARDS = [f"{i:064x}" for i in range(1, 9)]
@@ -166,3 +166,51 @@ def test_parts_of_abandoned_fetches_count_and_go_first(tmp_path: Path) -> None:
     store.part_path(d2).write_bytes(blobs["s2.tar"][:10])
     assert store.reserve(d2)  # its own part is not counted against it; d1's is, and is dropped to make room
     assert not store.part_path(d1).exists() and store.part_path(d2).exists()
+
+
+def test_prefer_unread() -> None:
+    order = SHARDS[:4]
+    assert prefer_unread(order, {}) == order
+    assert prefer_unread(order, {SHARDS[0]: 5.0, SHARDS[1]: 3.0}) == [SHARDS[2], SHARDS[3], SHARDS[1], SHARDS[0]]
+
+
+def test_a_pass_keeps_what_it_listed_and_the_next_one_rotates(tmp_path: Path) -> None:
+    manifest, blobs = _corpus(tmp_path, 5)
+    clock = Clock()
+    store = ShardStore(manifest, tmp_path / "c", cache_bytes=300, min_hold_s=0.0, clock=clock)
+    store.open()
+    d = [hashlib.sha256(blobs[f"s{i}.tar"]).hexdigest() for i in range(5)]
+    for i in range(3):
+        clock.t += 1
+        _put(store, f"s{i}.tar", blobs[f"s{i}.tar"])
+    assert [Path(p).name for p in store.pass_listing()] == ["s0.tar", "s1.tar", "s2.tar"]
+    assert not store.reserve(d[3])  # the pass reads all three: none goes while it runs
+    assert store.held() == set(d[:3])
+    clock.t += 1
+    listed = store.pass_listing()  # the next pass makes room first: a quarter of the cache, the oldest
+    assert [Path(p).name for p in listed] == ["s1.tar", "s2.tar"] and store.evicted_at() == {d[0]: clock.t}
+    assert store.reserve(d[3]) and not store.reserve(d[4])
+    store.release(d[3])
+    store._wanted[d[4]] = 10_000  # however much is wanted, the newest shard stays
+    assert [Path(p).name for p in store.pass_listing()] == ["s2.tar"]
+
+
+def test_the_data_reader_takes_each_pass_from_the_store(tmp_path: Path) -> None:
+    from gossip_tts.data.errors import SourceError
+    from gossip_tts.data.sources import list_shards, provide_listing
+
+    manifest, blobs = _corpus(tmp_path, 2)
+    store = ShardStore(manifest, tmp_path / "c", cache_bytes=1000, min_hold_s=0.0, clock=Clock())
+    store.open()
+    _put(store, "s0.tar", blobs["s0.tar"])
+    source = str(store.listing)
+    provide_listing(source, store.pass_listing)
+    try:
+        assert list_shards(source) == [str(store.dir / "s0.tar")]
+        _put(store, "s1.tar", blobs["s1.tar"])
+        assert list_shards(source) == [str(store.dir / "s0.tar"), str(store.dir / "s1.tar")]
+    finally:
+        provide_listing(source, None)
+    store.listing.write_text("")  # without the provider, the file is read as any shard list
+    with pytest.raises(SourceError, match="holds no .tar shard"):
+        list_shards(source)

@@ -118,6 +118,9 @@ class ShardServer:
                 headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
             response = web.StreamResponse(status=206 if span is not None else 200, headers=headers)
             await response.prepare(request)
+            if request.method == "HEAD":  # the headers only: a body would corrupt the kept-alive connection
+                await response.write_eof()
+                return response
             try:
                 await asyncio.wait_for(self._copy(f, start, end, response), self.cfg.upload_deadline_s)
             except (asyncio.TimeoutError, ConnectionError) as exc:

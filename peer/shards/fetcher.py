@@ -76,11 +76,13 @@ class ShardFetcher:
     def step(self, now: float) -> list[FetchJob]:
         """One round: refresh adverts that are due, then start the fetches the plan picks. A peer
         that holds the whole corpus asks nobody (adverts of a large corpus run to megabytes)."""
+        self._gauge()
         if self.store.held() >= set(self.order):
             return []
         self._refresh_adverts(now)
         with self._lock:
             busy = set(self._busy)
+            banned = self.penalties.banned(now)
         if len(busy) >= self.cfg.max_fetches:
             return []
         by_shard: dict[str, set[str]] = {}
@@ -88,7 +90,7 @@ class ShardFetcher:
             for shard in shards:
                 by_shard.setdefault(shard, set()).add(address)
         order = prefer_unread(self.order, self.store.evicted_at())
-        jobs = choose_fetches(order, self.store.held(), busy, by_shard, self.penalties.banned(now),
+        jobs = choose_fetches(order, self.store.held(), busy, by_shard, banned,
                               self.cfg.max_fetches - len(busy), self.peer_id, room_for=self.cfg.max_fetches)
         started = []
         for job in jobs:
@@ -174,8 +176,9 @@ class ShardFetcher:
 
     def _refuse(self, job: FetchJob, reason: str, detail: str, sources: set[str], part: Path) -> None:
         now = time.monotonic()
-        for source in sources:
-            self.penalties.penalise(source, now)
+        with self._lock:  # the planning thread reads the bans
+            for source in sources:
+                self.penalties.penalise(source, now)
         part.unlink(missing_ok=True)
         self.metrics.inc("shards_refused_total", help="shard downloads refused: bytes not matching the manifest", reason=reason)
         log.warning("refused shard %s: %s; banned for %g s: %s", job.shard[:16], detail, self.cfg.ban_s,

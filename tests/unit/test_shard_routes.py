@@ -157,3 +157,21 @@ def test_no_store_answers_404(tmp_path: Path) -> None:
             get_capped(srv.address, "/v1/shards", 1000, 5.0)
     finally:
         srv.close()
+
+
+def test_head_answers_headers_only_and_the_connection_stays_usable(served) -> None:
+    import http.client
+
+    srv, _store, metrics = served
+    host, port = srv.address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request("HEAD", f"/v1/shards/{DIGEST}")
+        head = conn.getresponse()
+        assert (head.status, head.getheader("Content-Length"), head.read()) == (200, str(len(BLOB)), b"")
+        conn.request("GET", f"/v1/shards/{DIGEST}", headers={"Range": "bytes=10-19"})
+        part = conn.getresponse()
+        assert (part.status, part.getheader("Content-Range"), part.read()) == (206, f"bytes 10-19/{len(BLOB)}", BLOB[10:20])
+    finally:
+        conn.close()
+    assert _eventually(lambda: metrics.get("data_bytes_sent_total") == 10)

@@ -3,8 +3,8 @@
 Run on the fetcher's threads, never on the event loop or the training thread. Every read is
 capped: a shard at the manifest's size (a source that offers or sends more is refused as
 `too_long`), a manifest at MAX_MANIFEST_BYTES, an advert at MAX_ADVERT_BYTES. A socket that
-is silent for `stall_s` fails the read; the caller's `deadline` (monotonic seconds) and
-`stop` are checked between reads. Nothing here judges the bytes: the fetcher hashes them.
+is silent for `stall_s` fails the read; a deadline (and for shards `stop`) is checked
+between reads, so a server trickling bytes cannot hold a reader for good. Nothing here judges the bytes: the fetcher hashes them.
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -
         raise SourceFailed("unreachable", f"{type(exc).__name__}: {exc}") from None
 
 
-def get_capped(address: str, path: str, cap: int, stall_s: float) -> bytes:
-    """The body of a 200 answer to GET `path`, refused unread past `cap` bytes."""
+def get_capped(address: str, path: str, cap: int, stall_s: float, deadline_s: float = 60.0) -> bytes:
+    """The body of a 200 answer to GET `path`, refused unread past `cap` bytes, given up after
+    `deadline_s` (a server that trickles a byte just within `stall_s` holds us no longer)."""
+    deadline = time.monotonic() + deadline_s
     conn = _connect(address, stall_s)
     try:
         resp = _get(conn, path, {})
@@ -65,10 +67,14 @@ def get_capped(address: str, path: str, cap: int, stall_s: float) -> bytes:
         declared = resp.getheader("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
             raise SourceLied("too_long", f"{address} offers {declared} bytes for {path}, over {cap}")
-        data = resp.read(cap + 1)
-        if len(data) > cap:
-            raise SourceLied("too_long", f"{address} sent over {cap} bytes for {path}")
-        return data
+        data = bytearray()
+        while chunk := resp.read1(min(CHUNK, cap + 1 - len(data))):
+            data += chunk
+            if len(data) > cap:
+                raise SourceLied("too_long", f"{address} sent over {cap} bytes for {path}")
+            if time.monotonic() > deadline:
+                raise SourceFailed("deadline", f"{address} took over {deadline_s:g} s to send {path}")
+        return bytes(data)
     except (OSError, http.client.HTTPException) as exc:
         raise SourceFailed("cut_off", f"{type(exc).__name__}: {exc}") from None
     finally:

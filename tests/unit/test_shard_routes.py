@@ -175,3 +175,24 @@ def test_head_answers_headers_only_and_the_connection_stays_usable(served) -> No
     finally:
         conn.close()
     assert _eventually(lambda: metrics.get("data_bytes_sent_total") == 10)
+
+
+def test_a_trickling_server_is_given_up_at_the_deadline() -> None:
+    import asyncio
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "1000"})
+        await response.prepare(request)
+        for _ in range(1000):
+            await response.write(b"x")
+            await asyncio.sleep(0.2)
+        return response
+
+    srv = serve_handler(trickle)
+    try:
+        started = time.monotonic()
+        with pytest.raises(SourceFailed, match="deadline"):
+            get_capped(srv.address, f"/v1/shards/{DIGEST}", 10_000, stall_s=5.0, deadline_s=1.0)
+        assert time.monotonic() - started < 3.0  # each byte came within stall_s: only the deadline ends it
+    finally:
+        srv.close()

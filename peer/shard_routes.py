@@ -1,6 +1,7 @@
 """Serving corpus shards by content hash: `GET /v1/shards` and `GET /v1/shards/HASH`.
 
-`GET /v1/shards` says which manifest this peer holds and which of its shards (by SHA-256).
+`GET /v1/shards` says which manifest this peer holds and which of its shards (a bitmap over
+the manifest's order, `peer.shards.advert`).
 `GET /v1/shards/HASH` streams one shard (or the manifest, by its own hash) from disk in
 CHUNK-sized reads, so memory stays bounded whatever the shard's size; a single `Range:
 bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
@@ -24,6 +25,7 @@ from typing import Any, BinaryIO
 from aiohttp import web
 
 from peer.metrics import Metrics
+from peer.shards.advert import advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.store import ShardStore
 
@@ -73,8 +75,8 @@ class ShardServer:
         return web.json_response({"refused": reason, "detail": text[:200]}, status=status)
 
     async def list_shards(self, request: web.Request) -> web.Response:
-        held = sorted(self.store.held())
-        return web.json_response({"manifests": [{"hash": self.store.manifest.hash, "shards": held}]})
+        manifest = self.store.manifest
+        return web.json_response(advert_body(manifest.hash, [s.sha256 for s in manifest.shards], self.store.held()))
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         digest = request.match_info["digest"]

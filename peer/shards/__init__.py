@@ -1,4 +1,4 @@
-"""Corpus shards shared by content hash: the manifest, the on-disk store, fetch planning and fetching.
+"""Corpus shards shared by content hash: the manifest, adverts, the on-disk store, fetch planning and fetching.
 
 A swarm shares its latent tars without a central bucket: each peer serves the shards it
 holds (`peer.shard_routes`) and fetches those it lacks from neighbours, checking every byte

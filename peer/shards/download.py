@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Callable
 
 from peer.core.addresses import parse_address
+from peer.shards.advert import parse_advert
 
 CHUNK = 256 * 1024
-MAX_ADVERT_BYTES = 8 << 20
-"""A /v1/shards answer: 65,536 hashes in JSON fit in 5 MB."""
+MAX_ADVERT_BYTES = 1 << 20
+"""A /v1/shards answer: the bitmap of 65,536 shards is 16 kB."""
+ADVERT_DEADLINE_S = 30.0
 _CONTENT_RANGE_RE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
@@ -81,17 +83,14 @@ def get_capped(address: str, path: str, cap: int, stall_s: float, deadline_s: fl
         conn.close()
 
 
-def read_advert(address: str, manifest_hash: str, stall_s: float) -> set[str]:
-    """The shard hashes `address` says it holds of our manifest (GET /v1/shards); empty if it holds another."""
+def read_advert(address: str, manifest_hash: str, order: list[str], stall_s: float) -> set[str]:
+    """The shards of our manifest (`order`: its shard hashes in manifest order) that `address` says
+    it holds (GET /v1/shards, `peer.shards.advert`); empty if it holds another manifest."""
     try:
-        doc = json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s))
-    except ValueError:
-        raise SourceFailed("bad_advert", f"{address}: /v1/shards is not JSON") from None
-    manifests = doc.get("manifests") if isinstance(doc, dict) else None
-    for m in manifests if isinstance(manifests, list) else []:
-        if isinstance(m, dict) and m.get("hash") == manifest_hash and isinstance(m.get("shards"), list):
-            return {s for s in m["shards"] if isinstance(s, str)}
-    return set()
+        return parse_advert(json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s, ADVERT_DEADLINE_S)),
+                            manifest_hash, order)
+    except ValueError as exc:
+        raise SourceFailed("bad_advert", f"{address}: /v1/shards: {exc}") from None
 
 
 def fetch_range(address: str, digest: str, part: Path, size: int, stall_s: float, deadline: float,

@@ -40,7 +40,8 @@ class ShardFetcher:
         self.store, self.cfg, self.peer_id, self.metrics = store, cfg, peer_id, metrics
         self.addresses = addresses
         self.self_address = self_address
-        self.order = fetch_order([s.sha256 for s in store.manifest.shards], peer_id)
+        self.manifest_order = [s.sha256 for s in store.manifest.shards]
+        self.order = fetch_order(self.manifest_order, peer_id)
         self.penalties = Penalties(cfg.ban_s)
         self.holders: dict[str, set[str]] = {}  # address -> shards it advertised
         self._asked: dict[str, float] = {}  # address -> when we last read its advert
@@ -120,7 +121,7 @@ class ShardFetcher:
         if self._stop.is_set():
             return address, None
         try:
-            return address, read_advert(address, self.store.manifest.hash, ADVERT_STALL_S) & set(self.order)
+            return address, read_advert(address, self.store.manifest.hash, self.manifest_order, ADVERT_STALL_S)
         except SourceFailed as exc:
             log.debug("no shard advert from %s: %s", address, exc)
             return address, None

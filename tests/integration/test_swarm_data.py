@@ -26,6 +26,8 @@ import pytest
 from aiohttp import web
 
 from gossip_tts.swarm_manifest import write_manifest
+from peer.shards.advert import advert_body, parse_advert
+from peer.shards.manifest import Manifest
 from tests.integration.conftest import tiny_args
 from tests.unit.shard_server_helpers import Served
 
@@ -52,11 +54,12 @@ def _metric(address: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def _held(address: str) -> int:
+def _held(address: str, manifest: Manifest) -> int:
     try:
-        return len(json.loads(_get(address, "/v1/shards"))["manifests"][0]["shards"])
+        doc = json.loads(_get(address, "/v1/shards"))
     except OSError:
         return 0
+    return len(parse_advert(doc, manifest.hash, [s.sha256 for s in manifest.shards]))
 
 
 def _wait(check, timeout: float, what: str) -> None:
@@ -68,16 +71,16 @@ def _wait(check, timeout: float, what: str) -> None:
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def _source(files: dict[str, bytes], mode: str) -> tuple[Served, list[asyncio.Transport]]:
+def _source(manifest: Manifest, files: dict[str, bytes], mode: str) -> tuple[Served, list[asyncio.Transport]]:
     """An in-test holder of every shard: `liar` serves zeros of the right length, `slow` serves the
     first half of the asked range and then holds the connection (until the test kills it)."""
-    manifest_hash = hashlib.sha256(files["manifest"]).hexdigest()
+    manifest_hash = manifest.hash
     by_hash = {hashlib.sha256(b).hexdigest(): b for b in files.values()}
     held: list[asyncio.Transport] = []
+    order = [s.sha256 for s in manifest.shards]
 
     async def advert(request: web.Request) -> web.Response:
-        shards = [d for d in by_hash if d != manifest_hash]
-        return web.json_response({"manifests": [{"hash": manifest_hash, "shards": shards}]})
+        return web.json_response(advert_body(manifest_hash, order, set(order)))
 
     async def shard(request: web.Request) -> web.StreamResponse:
         data = by_hash.get(request.match_info["digest"])
@@ -118,8 +121,8 @@ def test_peers_fetch_verify_train_and_serve_a_swarm_corpus(corpus, spawn, tmp_pa
         shutil.copy(tar, seed / tar.name)
     manifest = write_manifest(seed)
     files = {"manifest": manifest.canonical_bytes(), **{s.name: (seed / s.name).read_bytes() for s in manifest.shards}}
-    liar, _ = _source(files, "liar")
-    slow, held = _source(files, "slow")
+    liar, _ = _source(manifest, files, "liar")
+    slow, held = _source(manifest, files, "slow")
     a_port, b_port = _free_port(), _free_port()
     a_addr, b_addr = f"127.0.0.1:{a_port}", f"127.0.0.1:{b_port}"
     data = manifest.swarm_id
@@ -134,12 +137,12 @@ def test_peers_fetch_verify_train_and_serve_a_swarm_corpus(corpus, spawn, tmp_pa
                                   str(seed / "swarm-manifest.json"), steps=100000))
         a.wait_listening(240)
         b.wait_listening(240)
-        _wait(lambda: _held(b_addr) == len(manifest.shards), 240, "B holding every shard")
+        _wait(lambda: _held(b_addr, manifest) == len(manifest.shards), 240, "B holding every shard")
         slow.call(_abort(held))  # the source vanishes mid-transfer
         slow.close()
         c.wait_listening(300)
         c_addr = c.address
-        _wait(lambda: _held(c_addr) == len(manifest.shards), 240, "C holding every shard")
+        _wait(lambda: _held(c_addr, manifest) == len(manifest.shards), 240, "C holding every shard")
         for p in (b, c):
             p.wait_for(r"^step [1-9]\d* ", 240)
         assert _metric(b_addr, "gossip_tts_shards_refused_total", reason="hash_mismatch") >= 1

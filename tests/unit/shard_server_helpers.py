@@ -13,6 +13,7 @@ from aiohttp import web
 
 from peer.metrics import Metrics
 from peer.shard_routes import ShardServer, add_shard_routes
+from peer.shards.advert import advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.manifest import Manifest, ShardEntry
 from peer.shards.store import ShardStore
@@ -83,13 +84,13 @@ def dying_handler(by_digest: dict[str, bytes], cut: int) -> Callable[[web.Reques
 
 
 def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                  advert: tuple[str, list[str]] | None = None) -> Served:
+                  advert: tuple[Manifest, list[str]] | None = None) -> Served:
     """Any handler at /v1/shards/{digest} (a lying source, a source that dies mid-shard), and
-    with `advert` (manifest hash, shard hashes) a /v1/shards saying it holds those."""
+    with `advert` (manifest, shard hashes) a /v1/shards saying it holds those."""
     app = web.Application()
     app.router.add_get("/v1/shards/{digest}", handler)
     if advert is not None:
-        body = {"manifests": [{"hash": advert[0], "shards": advert[1]}]}
+        body = advert_body(advert[0].hash, [s.sha256 for s in advert[0].shards], set(advert[1]))
 
         async def listing(request: web.Request) -> web.Response:
             return web.json_response(body)

@@ -57,8 +57,9 @@ def _fetch(address: str, part: Path, stop: threading.Event | None = None) -> lis
 
 def test_lists_and_streams_whole_and_resumed(served, tmp_path: Path) -> None:
     srv, store, metrics = served
-    assert read_advert(srv.address, store.manifest.hash, 5.0) == {DIGEST}
-    assert read_advert(srv.address, "0" * 64, 5.0) == set()
+    order = [s.sha256 for s in store.manifest.shards]
+    assert read_advert(srv.address, store.manifest.hash, order, 5.0) == {DIGEST}
+    assert read_advert(srv.address, "0" * 64, order, 5.0) == set()
     assert get_capped(srv.address, f"/v1/shards/{store.manifest.hash}", 1 << 20, 5.0) == store.manifest.canonical_bytes()
     part = tmp_path / "p"
     assert sum(_fetch(srv.address, part)) == len(BLOB) and part.read_bytes() == BLOB

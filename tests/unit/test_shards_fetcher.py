@@ -44,7 +44,7 @@ async def _liar(request: web.Request) -> web.Response:
 
 
 def test_bytes_that_do_not_match_are_refused_deleted_and_their_source_banned(tmp_path: Path) -> None:
-    liar = serve_handler(_liar, advert=(MANIFEST.hash, sorted(BY_DIGEST)))
+    liar = serve_handler(_liar, advert=(MANIFEST, sorted(BY_DIGEST)))
     good, _ = serve_store(own_store(tmp_path / "good", BLOBS))
     addresses = [liar.address]
     fetcher, metrics = _fetcher(tmp_path, addresses)
@@ -75,7 +75,7 @@ def _banned(address: str):
 
 
 def test_undefended_control_a_liar_s_bytes_would_be_cached_without_the_hash_check(tmp_path: Path, monkeypatch) -> None:
-    liar = serve_handler(_liar, advert=(MANIFEST.hash, sorted(BY_DIGEST)))
+    liar = serve_handler(_liar, advert=(MANIFEST, sorted(BY_DIGEST)))
     monkeypatch.setattr("peer.shards.fetcher.sha256_of", lambda path: path.name[1:65])  # "trust the name"
     fetcher, metrics = _fetcher(tmp_path, [liar.address])
     try:
@@ -89,7 +89,7 @@ def test_a_transfer_cut_off_resumes_from_another_holder(tmp_path: Path) -> None:
     digest = DIGESTS["a.tar"]
     cut = 300_000
 
-    dying = serve_handler(dying_handler(BY_DIGEST, cut), advert=(MANIFEST.hash, [digest]))
+    dying = serve_handler(dying_handler(BY_DIGEST, cut), advert=(MANIFEST, [digest]))
     good, server = serve_store(own_store(tmp_path / "good", BLOBS, present={"a.tar"}))
     addresses = [dying.address]
     fetcher, metrics = _fetcher(tmp_path, addresses)
@@ -175,8 +175,8 @@ def test_a_source_caught_lying_is_banned_alone(tmp_path: Path) -> None:
         return web.Response(status=206, body=bytes(len(data)),
                             headers={"Content-Range": f"bytes 300000-{len(data) - 1}/{len(data)}"})
 
-    honest = serve_handler(dying_handler(BY_DIGEST, 300_000), advert=(MANIFEST.hash, [digest]))  # goes away at 300 kB
-    liar = serve_handler(too_long, advert=(MANIFEST.hash, [digest]))
+    honest = serve_handler(dying_handler(BY_DIGEST, 300_000), advert=(MANIFEST, [digest]))  # goes away at 300 kB
+    liar = serve_handler(too_long, advert=(MANIFEST, [digest]))
     addresses = [honest.address, liar.address]
     peer_id = next(p for p in (f"me{i}" for i in range(64)) if source_order(addresses, digest, p) == addresses)
     store = ShardStore(MANIFEST, tmp_path / "cache", 1 << 30, min_hold_s=0.0)

@@ -214,3 +214,20 @@ def test_the_data_reader_takes_each_pass_from_the_store(tmp_path: Path) -> None:
     store.listing.write_text("")  # without the provider, the file is read as any shard list
     with pytest.raises(SourceError, match="holds no .tar shard"):
         list_shards(source)
+
+
+def test_adverts_are_a_bitmap_over_the_manifest_order() -> None:
+    from peer.shards.advert import advert_body, decode_have, encode_have, parse_advert
+
+    order = [f"{i:064x}" for i in range(9)]  # nine shards: two bytes, the second with one bit used
+    assert encode_have(order, {order[0], order[8]}) == "8080"
+    assert encode_have(order, set(order)) == "ff80" and encode_have(order, set()) == "0000"
+    assert decode_have(order, "8080") == {order[0], order[8]}
+    body = advert_body("m" * 64, order, {order[3]})
+    assert body == {"manifests": [{"hash": "m" * 64, "have": "1000"}]}
+    assert parse_advert(body, "m" * 64, order) == {order[3]} and parse_advert(body, "x" * 64, order) == set()
+    for bad in ("80", "808000", "zz80", None):
+        with pytest.raises(ValueError):
+            decode_have(order, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="manifests"):
+        parse_advert({"shards": []}, "m" * 64, order)

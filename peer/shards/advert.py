@@ -1,0 +1,45 @@
+"""What `GET /v1/shards` says: the manifest a peer holds, and which of its shards, as a bitmap.
+
+    {"manifests": [{"hash": "<manifest sha256>", "have": "<hex>"}]}
+
+Bit i (most significant bit first) of `have` says whether the peer holds the i-th shard in
+manifest order (sorted by name): 65,536 shards take 16 kB of hex instead of 4 MB of hashes,
+and every neighbour is asked every `advert_every_s`. Pure: both sides know the order from
+the manifest, and a bitmap of the wrong length is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def encode_have(order: list[str], held: set[str]) -> str:
+    bits = bytearray((len(order) + 7) // 8)
+    for i, shard in enumerate(order):
+        if shard in held:
+            bits[i // 8] |= 0x80 >> (i % 8)
+    return bits.hex()
+
+
+def decode_have(order: list[str], text: str) -> set[str]:
+    """The shards a bitmap names; ValueError if it is not hex of exactly the manifest's length."""
+    if not isinstance(text, str) or len(text) != 2 * ((len(order) + 7) // 8):
+        raise ValueError(f"a shard bitmap for {len(order)} shards is {2 * ((len(order) + 7) // 8)} hex digits")
+    bits = bytes.fromhex(text)
+    return {shard for i, shard in enumerate(order) if bits[i // 8] & (0x80 >> (i % 8))}
+
+
+def advert_body(manifest_hash: str, order: list[str], held: set[str]) -> dict[str, Any]:
+    return {"manifests": [{"hash": manifest_hash, "have": encode_have(order, held)}]}
+
+
+def parse_advert(doc: Any, manifest_hash: str, order: list[str]) -> set[str]:
+    """The shards of our manifest an advert says its peer holds (none if it holds another);
+    ValueError for a malformed one."""
+    manifests = doc.get("manifests") if isinstance(doc, dict) else None
+    if not isinstance(manifests, list):
+        raise ValueError("an advert needs a 'manifests' list")
+    for m in manifests:
+        if isinstance(m, dict) and m.get("hash") == manifest_hash:
+            return decode_have(order, m.get("have"))
+    return set()

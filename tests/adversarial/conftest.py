@@ -19,9 +19,11 @@ import pytest
 import torch
 from aiohttp import web
 
-from protocol import FrameKind, Identity, VerifyPolicy, decode_frame, pack_bundle, read_vector, unpack_bundle
+from peer.core.gossip_config import GossipConfig
+from peer.core.node import GossipNode
+from protocol import FrameKind, Identity, VerifyPolicy, decode_frame, flat_model_spec, read_vector
 from protocol.limits import Limits
-from protocol.messages import make_control_frame, make_snapshot_frame, make_update_frame
+from protocol.messages import make_control_frame, make_snapshot_frame
 from tests.integration.conftest import corpus, swarm_name, tiny_args  # noqa: F401  (pytest fixtures)
 from tests.integration.peers import PeerProcess
 
@@ -84,14 +86,6 @@ def read_state(base: str, swarm: str, source: str | None = None) -> tuple[str, t
     fingerprint = status(base)["fingerprint"]
     state = http(base + "/v1/state", source=source)[1]
     return fingerprint, read_vector(decode_frame(state, verify_policy(swarm, fingerprint), now=time.time()))
-
-
-def holding_newest(base: str, policy: VerifyPolicy, forger: Forger) -> tuple[int, int]:
-    """(epoch, seq) a forged control frame may claim to hold of the victim's public copy so that
-    the victim's answers carry no snapshot: its epoch (from one exchange) and any seq past its newest."""
-    answer = http(base + "/v1/exchange", forger.exchange())[1]
-    control = decode_frame(unpack_bundle(answer, Limits())[0], policy, now=time.time())
-    return int(control.header.extra["epoch"]), 2**62
 
 
 @pytest.fixture
@@ -187,50 +181,74 @@ def source_ip(i: int) -> str:
 
 # ---------------------------------------------------------------------------------- forged frames
 class Forger:
-    """A key the victim has never seen, signing frames for the victim's swarm and model."""
+    """A key the victim has never seen, claiming the victim's swarm and model and speaking the
+    exchange protocol as a peer's core does (tickets included: `peer.core.node.GossipNode`).
 
-    def __init__(self, swarm: str, fingerprint: str, seed: bytes | None = None) -> None:
+    Its public copy is `x` (the victim's own parameters make its pushes harmless). Its first
+    request is a first contact (a control frame alone, answered with a ticket); once it holds a
+    ticket of the victim's, a request pushes its copy."""
+
+    def __init__(self, swarm: str, fingerprint: str, x: torch.Tensor, listen: str = "", seed: bytes | None = None) -> None:
         self.identity = Identity.generate(seed) if seed else Identity.generate()
-        self.swarm, self.fingerprint = swarm, fingerprint
-        self.epoch = max(1, int(time.time() * 1e6))
-        self.seq = self.epoch
+        numel = x.numel()
+        self.node = GossipNode(GossipConfig(swarm=swarm), self.identity, {"w": ((numel,), "float32")}, x,
+                               now=time.time(), listen=listen)
+        self.node.fingerprint = fingerprint  # the victim's model, whatever our parameter names
+        self.node.policy = VerifyPolicy(swarm=swarm, fingerprint=fingerprint, limits=self.node.limits,
+                                        model_spec=flat_model_spec(numel))
+        self.victim: bytes | None = None
+        """The victim's key, once an answer of its own told us."""
 
     @property
     def peer_id(self) -> str:
         return self.identity.peer_id
 
+    @property
+    def ticketed(self) -> bool:
+        """Whether our next request spends a ticket of the victim's (and so may push)."""
+        return self.node.held_tickets.get(self.victim)[1] > 0
+
+    def request(self, now: float | None = None) -> bytes:
+        return self.node.build_request(self.victim, time.time() if now is None else now)
+
+    def answered(self, reply: bytes, now: float | None = None) -> None:
+        """Take the victim's answer: its key, and its ticket for our next request."""
+        self.victim = self.node.handle_response(reply, time.time() if now is None else now).sender
+
+    def exchange(self, base: str, now: float | None = None, source: str | None = None) -> int:
+        """One exchange with the victim at `base`; its HTTP status."""
+        code, reply = http(base + "/v1/exchange", self.request(now), source=source)
+        if code == 200:
+            self.answered(reply, now)
+        return code
+
+    def push(self, base: str, now: float | None = None, source: str | None = None) -> int:
+        """A first contact where we hold no ticket, then the exchange that pushes our copy; the last status."""
+        if not self.ticketed:
+            code = self.exchange(base, now, source)
+            if code != 200:
+                return code
+        return self.exchange(base, now, source)
+
+
+class Liar:
+    """Signs hellos and states for a swarm and model (what a peer serves at GET /v1/hello and /v1/state)."""
+
+    def __init__(self, swarm: str, fingerprint: str) -> None:
+        self.identity = Identity.generate()
+        self.swarm, self.fingerprint = swarm, fingerprint
+        self.seq = 0
+
     def _next(self) -> int:
         self.seq += 1
         return self.seq
 
-    def control(self, listen: str = "", now: float | None = None, step: int = 0, have: tuple[int, int] = (0, -1)) -> bytes:
-        """The control frame an exchange starts with; `have` is the (epoch, seq) of the victim's
-        public copy it claims to hold: (0, -1), nothing, asks for a snapshot in the answer."""
-        extra = {"epoch": self.epoch, "listen": listen, "have_epoch": have[0], "have_seq": have[1]}
-        return make_control_frame(self.identity, kind=FrameKind.ACK, swarm=self.swarm, fingerprint=self.fingerprint,
-                                  seq=self._next(), step=step, timestamp=time.time() if now is None else now,
-                                  extra=extra)
+    def state(self, vector: torch.Tensor, step: int) -> bytes:
+        return make_snapshot_frame(self.identity, swarm=self.swarm, fingerprint=self.fingerprint, seq=self._next(),
+                                   step=step, timestamp=time.time(), vector=vector, extra={"kind": "state"})
 
-    def snapshot(self, vector: torch.Tensor, now: float | None = None, step: int = 0) -> bytes:
-        return make_snapshot_frame(self.identity, swarm=self.swarm, fingerprint=self.fingerprint, seq=1, step=step,
-                                   timestamp=time.time() if now is None else now, vector=vector,
-                                   extra={"epoch": self.epoch})
-
-    def update(self, delta: torch.Tensor, seq: int = 1, codec: str = "topk:0.003+int8") -> bytes:
-        """A compressed update frame of `delta` (sparse codecs keep it small)."""
-        return make_update_frame(self.identity, swarm=self.swarm, fingerprint=self.fingerprint, seq=seq, step=0,
-                                 timestamp=time.time(), codec=codec, delta=delta, extra={"epoch": self.epoch})[0]
-
-    def exchange(self, vector: torch.Tensor | None = None, listen: str = "", now: float | None = None,
-                 have: tuple[int, int] = (0, -1)) -> bytes:
-        """An exchange body: control-only, or with a snapshot of `vector`."""
-        frames = [self.control(listen, now, have=have)]
-        if vector is not None:
-            frames.append(self.snapshot(vector, now))
-        return pack_bundle(frames)
-
-    def hello(self, nonce: str, listen: str, step: int, peers: list[dict] | None = None) -> bytes:
-        extra = {"listen": listen, "peers": peers or [], "nonce": nonce}
+    def hello(self, nonce: str, listen: str, step: int) -> bytes:
+        extra = {"listen": listen, "peers": [], "nonce": nonce}
         return make_control_frame(self.identity, kind=FrameKind.HELLO, swarm=self.swarm, fingerprint=self.fingerprint,
                                   seq=self._next(), step=step, timestamp=time.time(), extra=extra)
 
@@ -309,8 +327,8 @@ class Pair:
     def policy(self) -> VerifyPolicy:
         return verify_policy(self.swarm, self.fingerprint)
 
-    def forger(self) -> Forger:
-        return Forger(self.swarm, self.fingerprint)
+    def forger(self, listen: str = "") -> Forger:
+        return Forger(self.swarm, self.fingerprint, self.x, listen=listen)
 
     def exchanges_ok(self) -> float:
         """Exchanges each side started with the other and completed: the pair's gossip rate."""

@@ -28,7 +28,7 @@ from peer.core.node import limits_for
 from protocol import unpack_bundle
 from protocol.limits import Limits
 from tests.adversarial.conftest import (
-    MB, Forger, PeakRss, connect_from, gzip_bomb, holding_newest, http, metric, read_state, source_ip, status, wait_until,
+    MB, Forger, Liar, PeakRss, connect_from, gzip_bomb, http, metric, read_state, source_ip, status, wait_until,
 )
 from tests.integration.peers import last_step
 
@@ -43,11 +43,6 @@ RSS_BOUND = 64 * MB
 """Each attack below may raise the victim's resident memory by at most this (tiny preset). Without
 the global caps the first one cost 685 MB (60 addresses x one 10 MB body each, measured on the
 code before them); a per-address cap alone holds only while the attacker uses one address."""
-
-
-def _largest_body(base: str, swarm: str) -> int:
-    """The largest body the victim accepts (its frame limit), from one /v1/state fetched from an address of its own."""
-    return limits_for(read_state(base, swarm, source=source_ip(ATTACKERS + 1))[1].numel()).max_frame_bytes
 
 
 def _attack(address: str, pid: int, how, seconds: float, attackers: int = ATTACKERS) -> tuple[int, list[socket.socket]]:
@@ -93,7 +88,8 @@ def test_memory_attacks_from_sixty_addresses_are_bounded(peers, swarm_name):
     victim = peers("victim")
     base = f"http://{victim.wait_listening()}"
     victim.wait_for(r"^step \d+ ", timeout=120)
-    max_body = _largest_body(base, swarm_name)
+    fingerprint, x = read_state(base, swarm_name, source=source_ip(ATTACKERS + 1))  # an address the attack does not use
+    max_body = limits_for(x.numel()).max_frame_bytes  # the largest body the victim accepts
     time.sleep(3)  # past the first steps' allocations
     pid, results = victim.proc.pid, {}
 
@@ -138,8 +134,7 @@ def test_memory_attacks_from_sixty_addresses_are_bounded(peers, swarm_name):
     assert held_open <= MAX_CONNECTIONS and refused["connections"] >= 1, (held_open, refused)
 
     # The honest control: the caps refuse nothing once the attack is over.
-    forger = Forger(swarm_name, status(base)["fingerprint"])
-    assert http(base + "/v1/exchange", forger.exchange())[0] == 200
+    assert Forger(swarm_name, fingerprint, x).push(base) == 200
     step = last_step(victim.text())
     victim.wait_for(rf"^step (?!{step} )\d+ ", timeout=60)
 
@@ -164,8 +159,8 @@ def test_a_joiner_reads_capped_never_inflates_and_never_adopts_poison(peers, att
     (tmp_path / "joiner").mkdir()
     shutil.copy(tmp_path / "honest" / "checkpoint.safetensors", tmp_path / "joiner" / "checkpoint.safetensors")
     resumed_step = load_checkpoint(tmp_path / "joiner")[1]["step"]
-    liar = Forger(swarm_name, fingerprint)
-    poison = liar.snapshot(torch.full_like(x, 1e30), step=LIAR_STEP)
+    liar = Liar(swarm_name, fingerprint)
+    poison = liar.state(torch.full_like(x, 1e30), step=LIAR_STEP)
 
     def liar_server(state_body: bytes | None, state_headers: dict, hello: bytes | None, step: int) -> str:
         async def handle(request: web.Request) -> web.Response:
@@ -225,7 +220,7 @@ def test_phantom_listen_addresses_from_fresh_keys_get_nothing(pair, attacker):
 
     def send_round() -> None:
         def one(i: int) -> None:
-            replies.append(http(pair.base + "/v1/exchange", pair.forger().exchange(listen=traps[i]), source=source_ip(i)))
+            replies.append(http(pair.base + "/v1/exchange", pair.forger(listen=traps[i]).request(), source=source_ip(i)))
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(PHANTOMS)]
         for t in threads:
@@ -274,7 +269,7 @@ def test_a_relayed_hello_never_binds_the_honest_id_to_the_relay(pair, attacker):
 
     relay_address = attacker.serve(relay)
     mismatches = metric(pair.base, "gossip_tts_hello_listen_mismatch_total")
-    assert http(pair.base + "/v1/exchange", pair.forger().exchange(listen=relay_address))[0] == 200
+    assert http(pair.base + "/v1/exchange", pair.forger(listen=relay_address).request())[0] == 200
     wait_until(lambda: any(s[0] == relay_address and s[2] == "/v1/hello" for s in attacker.seen), 30, "the victim dials the relay")
     wait_until(lambda: metric(pair.base, "gossip_tts_hello_listen_mismatch_total") > mismatches, 30, "the mismatch is counted")
     rows = status(pair.base)["neighbours"]
@@ -294,9 +289,9 @@ def test_frames_from_the_future_are_as_old_as_their_arrival(pair):
     so it gets no more weight than that copy; the second is refused and counted."""
     future, honest, beyond = pair.forger(), pair.forger(), pair.forger()
     refused = metric(pair.base, "gossip_tts_frames_refused_total")
-    assert http(pair.base + "/v1/exchange", future.exchange(pair.x, now=time.time() + 290))[0] == 200
-    assert http(pair.base + "/v1/exchange", honest.exchange(pair.x))[0] == 200
-    assert http(pair.base + "/v1/exchange", beyond.exchange(pair.x, now=time.time() + 400))[0] == 400
+    assert future.push(pair.base, now=time.time() + 290) == 200
+    assert honest.push(pair.base) == 200
+    assert beyond.push(pair.base, now=time.time() + 400) == 400
     sent = time.time()
 
     def ages() -> dict[str, float]:
@@ -333,12 +328,9 @@ def test_one_shot_keys_leave_no_per_peer_series(pair):
 
     seen: set[str] = set()
     keys = [pair.forger() for _ in range(ONE_SHOT_KEYS)]
-    # Claiming to hold the victim's newest copy already keeps its answers small (no snapshot each).
-    have = holding_newest(pair.base, pair.policy(), pair.forger())
-    with ThreadPoolExecutor(2) as pool:  # signing the next bodies while the victim takes these
-        bodies = pool.map(lambda key: key.exchange(pair.x, have=have), keys)
-        for i, body in enumerate(bodies):
-            assert http(pair.base + "/v1/exchange", body)[0] == 200
+    with ThreadPoolExecutor(2) as pool:  # one key signs and sends while the victim takes another's
+        for i, code in enumerate(pool.map(lambda key: key.push(pair.base), keys)):
+            assert code == 200
             if i % MAX_NEIGHBOURS == MAX_NEIGHBOURS - 1:
                 seen |= labels()
     one_shot = {k.peer_id[:16] for k in keys}

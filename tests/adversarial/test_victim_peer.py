@@ -13,10 +13,9 @@ import urllib.request
 
 import torch
 
-from peer.core.gossip_config import GossipConfig
-from peer.core.node import GossipNode
-from protocol import Identity, VerifyPolicy, decode_frame
+from protocol import VerifyPolicy, decode_frame
 from protocol.limits import Limits
+from tests.adversarial.conftest import Forger
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import PeerProcess
 
@@ -51,10 +50,8 @@ def _victim(corpus, tmp_path, name: str, swarm: str, env: dict[str, str]) -> Pee
 
 def _poison_with_a_huge_snapshot(v: PeerProcess, base: str, swarm: str, fingerprint: str, numel: int) -> list[float]:
     """A never-seen key sends a finite snapshot of all 1e18; returns the victim's losses after it."""
-    forger = GossipNode(GossipConfig(swarm=swarm), Identity.generate(b"\x66" * 32), {"w": ((numel,), "float32")},
-                        torch.full((numel,), 1e18), now=time.time())
-    forger.fingerprint = fingerprint
-    assert _request(base + "/v1/exchange", forger.build_request(None, time.time()))[0] == 200
+    forger = Forger(swarm, fingerprint, torch.full((numel,), 1e18), seed=b"\x66" * 32)
+    assert forger.push(base) == 200  # a first contact for a ticket, then the push that carries the snapshot
     seen = len(re.findall(r"^step \d+ loss", v.text(), re.M))
     deadline = time.monotonic() + 120
     while len(re.findall(r"^step \d+ loss", v.text(), re.M)) < seen + 8 and time.monotonic() < deadline:

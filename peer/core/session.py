@@ -8,9 +8,8 @@ them. The shape follows h11 (`Connection.send(event) -> bytes`) and python-zeroc
 (decide in pure code, then the caller sends). Owned by one thread: the driver's.
 
 Decisions made here: when to publish and with whom to exchange (a sticky set of verified
-partners, at most `max_in_flight` at once, never two with one neighbour; an exchange that
-stalls stops holding its slot, and a partner whose exchange failed is replaced); when to say
-hello (a jittered cadence; each hello is also peer exchange) and which heard-of addresses
+partners, slots and stalls: `peer.core.exchanges`); when to say hello (a jittered cadence;
+each hello is also peer exchange) and which heard-of addresses
 to verify by dialling them; when a peer is dead and evicted; when a dead `--peer` address
 is dialled again (exponential backoff); how to join a running swarm (ask every known
 peer for its step, fetch the state of the furthest along, fall back to the next one,
@@ -28,6 +27,7 @@ from peer.core.actions import (
 )
 from peer.core.addresses import PeerInfo
 from peer.core.config import SessionConfig
+from peer.core.exchanges import Exchanges
 from peer.core.hello import Hello
 from peer.core.table import NeighbourConfig, NeighbourTable
 
@@ -69,10 +69,7 @@ class Session:
         ))
         self.listen = ""
         self.step = 0
-        self.partners: list[str] = []
-        self.in_flight: dict[int, str] = {}  # exchange token -> address
-        self._started: dict[int, float] = {}  # exchange token -> when it started
-        self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
+        self.exchanges = Exchanges(cfg, self.table.cfg.rtt_smoothing)
         self._requests: dict[int, tuple[str, str]] = {}  # hello/state token -> (kind, address)
         self._dialling: dict[str, float] = {}  # address -> when we last dialled it to verify it
         self._retry: dict[str, _Retry] = {}  # dead bootstrap address -> when to dial it again
@@ -83,6 +80,18 @@ class Session:
         self._join: _Join | None = None
 
     # ------------------------------------------------------------------ queries
+    @property
+    def in_flight(self) -> dict[int, str]:
+        """Our exchanges in flight, token -> address (read-only for drivers)."""
+        return self.exchanges.in_flight
+
+    @property
+    def partners(self) -> list[str]:
+        return self.exchanges.partners
+
+    def stalled(self, now: float) -> list[int]:
+        return self.exchanges.stalled(now)
+
     @property
     def accepting(self) -> bool:
         """Whether inbound exchanges are served (not while joining: our state is about to change)."""
@@ -153,22 +162,14 @@ class Session:
         if not publish_due:
             return []
         out: list[Action] = [Publish()]
-        if self._slot_free(now) and self.accepting:
-            address = self._choose_partner()
+        if self.exchanges.slot_free(now) and self.accepting:
+            address = self.exchanges.choose(self.table, self.rng)
             if address is not None:
                 info = self.table.get(address)
                 token = self._new_token()
-                self.in_flight[token] = address
-                self._started[token] = now
+                self.exchanges.start(token, address, now)
                 out.append(Exchange(token, address, info.peer_id if info else ""))
         return out
-
-    def stalled(self, now: float) -> list[int]:
-        """Tokens of exchanges open so long they no longer hold an in-flight slot."""
-        limit = self.cfg.stall_min_s
-        if self._rtt_s is not None:
-            limit = max(limit, self.cfg.stall_rtt_factor * self._rtt_s)
-        return [t for t, started in self._started.items() if now - started >= limit]
 
     def publish_done(self, step: int, now: float, error: str | None = None) -> list[Action]:
         """The node published (or refused to: e.g. non-finite parameters). A failure is survived."""
@@ -179,19 +180,13 @@ class Session:
     def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
                       error: str | None = None) -> list[Action]:
         """An exchange we started ended: `error` is None on a verified reply."""
-        address = self.in_flight.pop(token, None)
-        self._started.pop(token, None)
+        address = self.exchanges.finish(token, error is not None, rtt)
         if address is None:
             return []
         if error is not None:
-            if address in self.partners:  # replaced at the next choice by a peer that answers
-                self.partners.remove(address)
             return (self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
                     + self._probe(address, now))
         self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
-        if rtt is not None and rtt >= 0:
-            a = self.table.cfg.rtt_smoothing
-            self._rtt_s = rtt if self._rtt_s is None else (1 - a) * self._rtt_s + a * rtt
         return [Count("exchanges_ok_total")]
 
     def hello_done(self, token: int, now: float, hello: Hello | None = None, error: str | None = None) -> list[Action]:
@@ -326,38 +321,6 @@ class Session:
                                                             self.cfg.bootstrap_retry_min_s))
             else:
                 self._retry.pop(info.address, None)
-
-    def _slot_free(self, now: float) -> bool:
-        """Room for one more exchange: fewer than `max_in_flight` not stalled, `max_partners` in all.
-
-        Behind a partition most partners may sit across the cut; each stalls in turn, and the
-        ones left free are those on our side, with whom we go on mixing.
-        """
-        active = len(self.in_flight) - len(self.stalled(now))
-        return active < self.cfg.max_in_flight and len(self.in_flight) < self.cfg.max_partners
-
-    def _choose_partner(self) -> str | None:
-        """A verified, live partner not already in an exchange; partners are sticky.
-
-        Vacancies are filled from verified peers whose last request succeeded when there are
-        any, so a peer behind a partition is not picked again while reachable ones wait.
-        """
-        healthy: set[str] = set()
-        verified: set[str] = set()
-        for p in self.table.live():
-            h = self.table.health(p.address)
-            if h is not None and h.last_success is not None:
-                verified.add(p.address)
-                if h.failures == 0:
-                    healthy.add(p.address)
-        self.partners = [a for a in self.partners if a in verified]
-        for eligible in (healthy, verified):
-            pool = sorted(eligible - set(self.partners))
-            while len(self.partners) < self.cfg.max_partners and pool:
-                self.partners.append(pool.pop(self.rng.randrange(len(pool))))
-        busy = set(self.in_flight.values())
-        free = [a for a in self.partners if a not in busy]
-        return self.rng.choice(free) if free else None
 
     def _join_progress(self, now: float) -> list[Action]:
         join = self._join

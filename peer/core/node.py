@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Protocol
 
 import torch
 
 from async_opt import NeighbourCopy, PublicCopy, safe_norm
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
+from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
 from peer.core.view import CopyView, MixView, ViewSlot
@@ -57,23 +57,9 @@ from protocol import (
 )
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
+SNAPSHOT_REUSE_S = 60.0
+"""How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
-
-
-class MetricsSink(Protocol):
-    """Where the node counts what it did (peer.metrics.Metrics, or a test double)."""
-
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None: ...
-
-    def set(self, name: str, value: float, help: str = "", **labels: str) -> None: ...
-
-
-class _NoMetrics:
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None:
-        pass
-
-    def set(self, name: str, value: float, help: str = "", **labels: str) -> None:
-        pass
 
 
 def limits_for(numel: int) -> Limits:
@@ -102,7 +88,7 @@ class GossipNode:
         self.cfg = cfg
         self.identity = identity
         self.listen = listen
-        self.metrics: MetricsSink = metrics or _NoMetrics()
+        self.metrics: MetricsSink = metrics or NoMetrics()
         self.numel = int(x0.numel())
         self.fingerprint = model_fingerprint(spec)
         self.codec = parse_codec(cfg.compression)
@@ -127,6 +113,7 @@ class GossipNode:
         self._versions = 0
         self.step = 0
         self._state_cache: bytes | None = None
+        self._snapshot_cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
@@ -301,12 +288,21 @@ class GossipNode:
             if frames is not None and sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD:
                 return frames
         self.metrics.inc("snapshots_sent_total", help="exact public-copy snapshots sent to fill a gap")
-        return [
-            make_snapshot_frame(
-                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=latest,
+        return [self._snapshot(now)]
+
+    def _snapshot(self, now: float) -> bytes:
+        """Our public copy as one signed frame, built once per (epoch, seq) and reused: it names
+        no receiver (the control frame binds it by its signature), so a stranger's first
+        contact costs bandwidth, not a parameter-sized compression and signature. Rebuilt
+        after SNAPSHOT_REUSE_S, so a peer whose training stalled never sends a stale stamp."""
+        c = self._snapshot_cache
+        if c is None or (c[0], c[1]) != (self.epoch, self.public.seq) or not 0 <= now - c[2] <= SNAPSHOT_REUSE_S:
+            frame = make_snapshot_frame(
+                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=self.public.seq,
                 step=self.step, timestamp=now, vector=self.public.x_hat, extra={"epoch": self.epoch},
             )
-        ]
+            c = self._snapshot_cache = (self.epoch, self.public.seq, now, frame)
+        return c[3]
 
     def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
         """Unpack a bundle and verify its control frame: (its header, its fields, the other frames)."""

@@ -1,0 +1,39 @@
+"""A stranger's first contact is answered from one cached signed snapshot, not a fresh one each time."""
+
+from __future__ import annotations
+
+import torch
+
+import peer.core.node as node_module
+from peer.core.gossip_config import GossipConfig
+from peer.core.node import SNAPSHOT_REUSE_S, GossipNode
+from protocol import Identity, unpack_bundle
+from protocol.limits import Limits
+
+NOW = 1_000_000.0
+SPEC = {"w": ((64,), "float32")}
+
+
+def node(i: int) -> GossipNode:
+    return GossipNode(GossipConfig(swarm="cache"), Identity.generate(bytes([i]) * 32), SPEC, torch.randn(64), now=NOW)
+
+
+def snapshot_in_answer(victim: GossipNode, stranger: GossipNode, now: float) -> bytes:
+    reply, result = victim.handle_request(stranger.build_request(None, now), now)
+    frames = unpack_bundle(reply, Limits())
+    assert not result.accepted and len(frames) == 2  # a first contact: the control frame and our snapshot
+    return frames[1]
+
+
+def test_first_contacts_share_one_signed_snapshot_until_a_publish_or_the_reuse_limit(monkeypatch):
+    victim = node(1)
+    built = []
+    real = node_module.make_snapshot_frame
+    monkeypatch.setattr(node_module, "make_snapshot_frame", lambda *a, **k: built.append(1) or real(*a, **k))
+    first = [snapshot_in_answer(victim, node(10 + i), NOW + i) for i in range(5)]
+    assert len(built) == 1 and len(set(first)) == 1  # five strangers, one compression and signature
+    victim.publish(torch.randn(64), 4, NOW + 6)
+    after_publish = snapshot_in_answer(victim, node(20), NOW + 7)
+    assert len(built) == 2 and after_publish != first[0]
+    snapshot_in_answer(victim, node(21), NOW + 7 + SNAPSHOT_REUSE_S + 1)
+    assert len(built) == 3  # rebuilt: an old stamp would soon fall outside the receivers' skew limit

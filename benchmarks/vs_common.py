@@ -1,0 +1,367 @@
+"""What the head-to-head benchmarks (vs_ddp.py, vs_hivemind.py) share: one seeded workload,
+arms of N OS processes in one process group, the machine load during each arm, and the table.
+
+Imports only torch and the standard library: hivemind's workers run this module from a venv
+of their own that never has the project installed.
+
+The workload: an MLP (64 → 1024 → 1024 → 16, tanh, ~1.1M parameters) regressing a fixed
+random teacher net plus noise, Adam, batch 1024, one torch thread per process. Every
+process draws its own i.i.d. batches (seed, rank) and all start from the same weights; the
+loss reported is on one fixed held-out set, so arms compare on the same number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Workload:
+    in_dim: int = 64
+    hidden: int = 1024
+    out_dim: int = 16
+    batch_size: int = 1024
+    lr: float = 1e-3
+    noise: float = 0.1
+    seed: int = 0
+    eval_samples: int = 2048
+
+    def __post_init__(self) -> None:
+        if min(self.in_dim, self.hidden, self.out_dim, self.batch_size, self.eval_samples) <= 0:
+            raise ValueError("workload sizes must be > 0")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def build_model(w: Workload, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(w.in_dim, w.hidden), nn.Tanh(), nn.Linear(w.hidden, w.hidden), nn.Tanh(),
+                         nn.Linear(w.hidden, w.out_dim))
+
+
+def param_count(w: Workload) -> int:
+    return w.in_dim * w.hidden + w.hidden + w.hidden * w.hidden + w.hidden + w.hidden * w.out_dim + w.out_dim
+
+
+class Task:
+    """The teacher (fixed by the workload's seed), one process's batch stream and the held-out set."""
+
+    def __init__(self, w: Workload, rank: int) -> None:
+        self.w = w
+        self.teacher = build_model(w, seed=10_007 * w.seed + 1).requires_grad_(False)
+        self.stream = torch.Generator().manual_seed(10_007 * w.seed + 1000 + rank)
+        g = torch.Generator().manual_seed(10_007 * w.seed + 2)
+        self.eval_x = torch.randn(w.eval_samples, w.in_dim, generator=g)
+        self.eval_y = self._label(self.eval_x, g)
+
+    def _label(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        with torch.no_grad():
+            y = self.teacher(x)
+        return y + self.w.noise * torch.randn(y.shape, generator=g)
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(self.w.batch_size, self.w.in_dim, generator=self.stream)
+        return x, self._label(x, self.stream)
+
+    def eval_loss(self, model: nn.Module) -> float:
+        with torch.no_grad():
+            return float(nn.functional.mse_loss(model(self.eval_x), self.eval_y))
+
+
+# ---------------------------------------------------------------------------- one worker's record
+@dataclass
+class Record:
+    """What one process of an arm reports: its loss curve against its own samples and time."""
+
+    rank: int
+    curve: list[tuple[float, int, float]] = field(default_factory=list)
+    """(seconds since the common start, samples this process consumed, held-out loss)."""
+    samples: int = 0
+    steps: int = 0
+    cpu_s: float = 0.0
+    """User + system CPU seconds of this process (all its threads) from the go signal on."""
+    extra: dict = field(default_factory=dict)
+
+    def write(self, path: Path, clock: "Clock") -> None:
+        self.cpu_s = cpu_seconds_self() - clock.cpu0
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.rename(path)  # readers never see half a record
+
+
+def cpu_seconds_self() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class Clock:
+    """The common start (a barrier through files) and the wall-clock budget of one worker.
+
+    Every worker writes `ready.<rank>`, then waits for the parent's `go` file holding the start
+    time: start-up (imports, DHT, handshakes) is outside the budget, for every arm alike."""
+
+    def __init__(self, run_dir: Path, rank: int, budget_s: float, evals: int) -> None:
+        self.run_dir, self.rank, self.budget_s = run_dir, rank, budget_s
+        self.eval_every = budget_s / max(evals, 1)
+        self.t0 = 0.0
+        self.cpu0 = 0.0
+        self._next_eval = 0.0
+
+    def wait_for_go(self) -> None:
+        (self.run_dir / f"ready.{self.rank}").write_text("1")
+        go = self.run_dir / "go"
+        while not go.exists():
+            time.sleep(0.05)
+        self.t0 = float(go.read_text())
+        time.sleep(max(0.0, self.t0 - time.time()))
+        self.cpu0 = cpu_seconds_self()
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    def over(self) -> bool:
+        return self.elapsed() >= self.budget_s
+
+    def eval_due(self) -> bool:
+        if self.elapsed() >= self._next_eval:
+            self._next_eval += self.eval_every
+            return True
+        return False
+
+
+def straggle(step_s: float, slow_factor: float) -> None:
+    """Make this process `slow_factor` times slower than it is (a sleep after each step)."""
+    if slow_factor > 1:
+        time.sleep((slow_factor - 1) * step_s)
+
+
+def train_step(model: nn.Module, opt: Any, task: Task, rec: Record, slow_factor: float = 1.0) -> float:
+    """One Adam step on a fresh batch (any optimiser with zero_grad/step: torch's or hivemind's);
+    the straggler then sleeps. Returns the batch loss."""
+    t = time.perf_counter()
+    x, y = task.batch()
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    rec.samples += task.w.batch_size
+    rec.steps += 1
+    straggle(time.perf_counter() - t, slow_factor)
+    return float(loss)
+
+
+def plain_worker(w: Workload, run_dir: Path, rank: int, budget_s: float, evals: int, slow_factor: float = 1.0) -> None:
+    """One process training alone with Adam: the single-process arm."""
+    torch.set_num_threads(1)
+    task = Task(w, rank)
+    model = build_model(w, seed=w.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=w.lr)
+    rec = Record(rank)
+    clock = Clock(run_dir, rank, budget_s, evals)
+    clock.wait_for_go()
+    while not clock.over():
+        if clock.eval_due():
+            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+        train_step(model, opt, task, rec, slow_factor)
+    rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+    rec.write(run_dir / f"rank{rank}.json", clock)
+
+
+# ---------------------------------------------------------------------------- machine load
+def busy_cpu_seconds(proc_stat: str) -> float:
+    """CPU seconds all cores spent busy (not idle, not iowait) since boot, from /proc/stat text."""
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:]]
+            busy = sum(v[:8]) - v[3] - (v[4] if len(v) > 4 else 0)  # user nice system idle iowait irq softirq steal
+            return busy / os.sysconf("SC_CLK_TCK")
+    raise ValueError("no aggregate 'cpu ' line in /proc/stat")
+
+
+def read_busy() -> float:
+    with open("/proc/stat") as f:
+        return busy_cpu_seconds(f.read())
+
+
+def parse_pid_stat(text: str) -> tuple[int, float]:
+    """(process group, user + system CPU seconds) from one /proc/<pid>/stat line."""
+    rest = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+    return int(rest[2]), (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu(pgid: int) -> dict[int, float]:
+    """CPU seconds of every live process of one process group (hivemind's p2pd daemon included)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    group, cpu = parse_pid_stat(f.read())
+            except (OSError, ValueError, IndexError):
+                continue
+            if group == pgid:
+                out[int(entry)] = cpu
+    return out
+
+
+class GroupCPUMeter:
+    """The CPU a process group used since `start()`, sampled while its processes live (one that
+    exits keeps its last sample)."""
+
+    def __init__(self, pgid: int) -> None:
+        self.pgid = pgid
+        self.base = group_cpu(pgid)
+        self.last = dict(self.base)
+
+    def sample(self) -> None:
+        self.last.update(group_cpu(self.pgid))
+
+    def seconds(self) -> float:
+        return sum(cpu - self.base.get(pid, 0.0) for pid, cpu in self.last.items())
+
+
+def others_load(busy_s: float, own_cpu_s: float, wall_s: float) -> float:
+    """Cores kept busy by everything else on the machine while an arm ran (never below 0)."""
+    if wall_s <= 0:
+        raise ValueError(f"wall time must be > 0, got {wall_s}")
+    return max(0.0, busy_s - own_cpu_s) / wall_s
+
+
+# ---------------------------------------------------------------------------- one arm
+@dataclass
+class ArmResult:
+    name: str
+    records: list[dict]
+    wall_s: float
+    others_cores: float
+    """Average cores other processes kept busy during the arm (the noise behind its numbers)."""
+    own_cpu_s: float
+    failed: str = ""
+
+
+class ProcessGroup:
+    """N worker processes in one process group of their own, killed only through that group."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.pgid: int | None = None
+
+    def spawn(self, cmd: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        group = 0 if self.pgid is None else self.pgid
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
+        p = subprocess.Popen(list(cmd), stdout=open(log, "w"), stderr=subprocess.STDOUT, env=full_env, process_group=group)
+        if self.pgid is None:
+            self.pgid = p.pid
+        self.procs.append(p)
+        return p
+
+    def kill(self, grace_s: float = 10.0) -> None:
+        if self.pgid is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+                time.sleep(0.1)
+
+
+def run_arm(name: str, launch: Callable[[ProcessGroup, Path], int], run_dir: Path, budget_s: float,
+            startup_timeout_s: float = 180.0) -> ArmResult:
+    """Start an arm (`launch` spawns its workers and returns how many), release them together,
+    collect their records, and always kill the group. The load is measured from the go signal
+    to the last record, so start-up and tear-down do not count as anyone's noise."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    group = ProcessGroup()
+    try:
+        n = launch(group, run_dir)
+        deadline = time.monotonic() + startup_timeout_s
+        while sum((run_dir / f"ready.{r}").exists() for r in range(n)) < n:
+            dead = [p.returncode for p in group.procs if p.poll() not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                return ArmResult(name, [], 0.0, float("nan"), 0.0, failed=_why(run_dir, dead))
+            time.sleep(0.1)
+        assert group.pgid is not None
+        busy0, meter, w0 = read_busy(), GroupCPUMeter(group.pgid), time.time()
+        t0 = w0 + 1.0
+        (run_dir / "go").write_text(repr(t0))
+        deadline = time.monotonic() + budget_s + 120
+        paths = [run_dir / f"rank{r}.json" for r in range(n)]
+        while not all(p.exists() for p in paths):
+            dead = [p.returncode for p in group.procs if p.poll() not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                return ArmResult(name, [], 0.0, float("nan"), 0.0, failed=_why(run_dir, dead))
+            meter.sample()
+            time.sleep(0.2)
+        meter.sample()
+        wall = time.time() - t0
+        records = [json.loads(p.read_text()) for p in paths]
+        busy, load_wall = read_busy() - busy0, time.time() - w0
+    finally:
+        group.kill()
+    own = meter.seconds()
+    return ArmResult(name, records, wall, others_load(busy, own, load_wall), own)
+
+
+def _why(run_dir: Path, dead: list) -> str:
+    tails = [f"{log.name}: {log.read_text()[-600:]}" for log in sorted(run_dir.glob("*.log"))]
+    return f"exit codes {dead or 'none (timed out)'}; " + " | ".join(tails)
+
+
+def run_arms(arms: Sequence[tuple[str, Callable[[ProcessGroup, Path], int]]], prefix: str, budget_s: float) -> list[ArmResult]:
+    """Each arm in turn; one that cannot start is reported failed, saying why, and the rest go on."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    results = []
+    for i, (name, launch) in enumerate(arms):
+        print(f"arm {name} ...", file=sys.stderr, flush=True)
+        try:
+            results.append(run_arm(name, launch, root / f"arm{i}", budget_s))
+        except RuntimeError as exc:
+            results.append(ArmResult(name, [], 0.0, float("nan"), 0.0, failed=str(exc)))
+    return results
+
+
+def arg_parser(doc: str | None) -> "argparse.ArgumentParser":
+    """The flags every head-to-head script shares, and the hidden ones of its workers."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peers", type=int, default=2, help="processes per multi-process arm")
+    ap.add_argument("--budget", type=float, default=60.0, help="wall-clock seconds of training per arm")
+    ap.add_argument("--evals", type=int, default=8, help="held-out evaluations per process during the budget")
+    ap.add_argument("--target", type=float, default=None, help="loss for 't to target' (default: the single process's final loss)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--workload", help=argparse.SUPPRESS)
+    return ap
+
+
+def single_arm_launcher(w: Workload, budget_s: float, evals: int) -> Callable[[ProcessGroup, Path], int]:
+    def launch(group: ProcessGroup, run_dir: Path) -> int:
+        group.spawn([sys.executable, __file__, "--worker", "--run-dir", str(run_dir), "--budget", str(budget_s),
+                     "--evals", str(evals), "--workload", json.dumps(asdict(w))], run_dir / "single.log")
+        return 1
+    return launch
+
+
+if __name__ == "__main__":  # the single-process worker
+    a = arg_parser(None).parse_args()
+    plain_worker(Workload(**json.loads(a.workload)), a.run_dir, 0, a.budget, a.evals)

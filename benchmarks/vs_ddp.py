@@ -1,0 +1,119 @@
+"""gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
+
+    python benchmarks/vs_ddp.py [--peers 2] [--budget 60] [--slow-factor 2] [--plot docs/img/bench/vs_ddp.png]
+
+Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
+process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
+times (a sleep after each step); N real gossip-tts peers, with and without that straggler;
+and the same N peers training alone (no gossip). Every arm trains the MLP of vs_common.py
+with Adam, batch 1024 per process, one torch thread per process, for `--budget` seconds of
+wall clock after a common start. Loss is on one held-out set, mean over processes.
+
+Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
+consumed by all processes; skipped without matplotlib), and a last line `ratio: {json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+from vs_common import (Clock, ProcessGroup, Record, Task, Workload, arg_parser, build_model, param_count,  # noqa: E402
+                       run_arms, single_arm_launcher, train_step)
+from vs_report import plot_equal_samples, report  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, budget_s: float, evals: int,
+               slow_factor: float) -> None:
+    """One DDP rank. Rank 0's clock decides when to evaluate and when to stop (broadcast each
+    step), so every rank runs the same number of steps and none hangs in an all-reduce."""
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    task = Task(w, rank)
+    model = nn.parallel.DistributedDataParallel(build_model(w, seed=w.seed))
+    opt = torch.optim.Adam(model.parameters(), lr=w.lr)
+    rec, clock = Record(rank), Clock(run_dir, rank, budget_s, evals)
+    clock.wait_for_go()
+    flags = torch.zeros(2)
+    while True:
+        if rank == 0:
+            flags[0], flags[1] = float(clock.over()), float(clock.eval_due())
+        dist.broadcast(flags, 0)
+        if flags[1] or flags[0]:
+            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model.module)))
+        if flags[0]:
+            break
+        train_step(model, opt, task, rec, slow_factor)
+    rec.write(run_dir / f"rank{rank}.json", clock)
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_launcher(w: Workload, n: int, budget_s: float, evals: int, slow_factor: float) -> Callable[[ProcessGroup, Path], int]:
+    def launch(group: ProcessGroup, run_dir: Path) -> int:
+        port = free_port()
+        for rank in range(n):
+            group.spawn([sys.executable, __file__, "--worker", "--run-dir", str(run_dir), "--rank", str(rank),
+                         "--world", str(n), "--port", str(port), "--budget", str(budget_s), "--evals", str(evals),
+                         "--workload", json.dumps(asdict(w)),
+                         "--slow-factor", str(slow_factor if rank == n - 1 else 1.0)], run_dir / f"ddp{rank}.log")
+        return n
+    return launch
+
+
+def run(a: argparse.Namespace) -> None:
+    from machine import describe
+    from vs_gossip_peer import gossip_arm_launcher
+
+    w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    print(describe())
+    print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
+          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, straggler x{a.slow_factor}", flush=True)
+    arms: list[tuple[str, Callable]] = [
+        ("single", single_arm_launcher(w, b, e)),
+        (f"ddp x{n}", ddp_launcher(w, n, b, e, 1.0)),
+        (f"ddp x{n} straggler", ddp_launcher(w, n, b, e, a.slow_factor)),
+        (f"gossip x{n}", gossip_arm_launcher(w, n, b, e)),
+        (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor)),
+        (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
+    ]
+    results = run_arms(arms, "vs_ddp_", b)
+    print("\n" + plot_equal_samples(results, a.plot) if a.plot else "\nplot skipped: --plot ''")
+    g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
+    report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
+                               "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
+                               "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
+           {"peers": n, "budget_s": b})
+
+
+if __name__ == "__main__":
+    ap = arg_parser(__doc__)
+    ap.add_argument("--slow-factor", type=float, default=2.0, help="how much slower the straggler is")
+    ap.add_argument("--plot", type=Path, default=REPO / "docs/img/bench/vs_ddp_equal_samples.png",
+                    help="where the equal-samples plot goes ('' for none)")
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        ddp_worker(Workload(**json.loads(args.workload)), args.run_dir, args.rank, args.world, args.port,
+                   args.budget, args.evals, args.slow_factor)
+    else:
+        run(args)

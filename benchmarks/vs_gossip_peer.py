@@ -1,0 +1,216 @@
+"""One real gossip-tts peer (GossipPeer: driver, node worker, HTTP on 127.0.0.1, `--peer`
+bootstrap, no mDNS) around the head-to-head MLP workload with Adam, or, with --alone, the same
+trainer in the same training loop with no peer around it (the no-gossip control).
+
+`gossip-tts peer` builds only the TTS trainer, so the benchmarks start this instead; the
+peer, its protocol and its defaults are the project's own, untouched.
+
+Gossip CPU is measured per thread (the peer exposes no CPU figures): the training thread
+(steps, and mixing at step boundaries), the event-loop thread `gossip-net` (HTTP, session)
+and the node worker `gossip-node_*` (compress, sign, verify, decode, apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+from vs_common import Clock, ProcessGroup, Record, Task, Workload, build_model, train_step  # noqa: E402
+
+LISTEN_RE = re.compile(r"listening on http://(\S+) ")
+
+
+class ThreadCPU:
+    """CPU seconds of each live thread, sampled until `stop()` (threads die before the end)."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._every = every_s
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def start(self) -> None:
+        self.base = self._sample()
+        self._thread.start()
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        out = {}
+        for t in threading.enumerate():
+            if t.ident is None or t.name == "cpu-sampler":
+                continue
+            try:
+                out[t.ident] = (t.name, time.clock_gettime(time.pthread_getcpuclockid(t.ident)))
+            except (OSError, ProcessLookupError):
+                pass
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.seen.update(self._sample())
+
+    def stop(self) -> dict[str, float]:
+        """Seconds per thread kind since `start()`: training, gossip-net, gossip-node, other."""
+        self.seen.update(self._sample())
+        self._stop.set()
+        kinds: dict[str, float] = {}
+        for ident, (name, cpu) in self.seen.items():
+            kind = ("training" if name == "MainThread" else "gossip-node" if name.startswith("gossip-node")
+                    else "gossip-net" if name == "gossip-net" else "other")
+            kinds[kind] = kinds.get(kind, 0.0) + cpu - self.base.get(ident, (name, 0.0))[1]
+        return kinds
+
+
+class MLPAdamTrainer:
+    """The workload behind the peer's Trainer seam; waits for the common start on its first step
+    and sets `stop` once the budget is spent."""
+
+    def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
+                 slow_factor: float = 1.0) -> None:
+        self.w, self.clock, self.stop, self.slow_factor = w, clock, stop, slow_factor
+        self.task = Task(w, rank)
+        self.model = build_model(w, seed=w.seed)
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.Adam(self.params, lr=w.lr)
+        self.rec = Record(rank)
+        self._started = False
+        self._at_end = evals_at_end
+
+    @property
+    def step_count(self) -> int:
+        return self.rec.steps
+
+    def step(self) -> Any:
+        from peer.trainer import StepStats
+
+        if not self._started:
+            self._started = True
+            self.clock.wait_for_go()
+        if self.clock.eval_due():
+            self.rec.curve.append((self.clock.elapsed(), self.rec.samples, self.task.eval_loss(self.model)))
+        loss = train_step(self.model, self.opt, self.task, self.rec, self.slow_factor)
+        if self.clock.over():
+            self.rec.curve.append((self.clock.elapsed(), self.rec.samples, self.task.eval_loss(self.model)))
+            self._at_end()
+            self.stop.set()
+        return StepStats(step=self.rec.steps, loss=loss, samples=self.w.batch_size)
+
+    def param_spec(self) -> dict:
+        return {name: (tuple(p.shape), "float32") for name, p in self.model.named_parameters()}
+
+    def get_flat_params(self) -> torch.Tensor:
+        from peer.trainer import flatten
+
+        return flatten(self.params)
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        from peer.trainer import unflatten_into
+
+        unflatten_into(flat, self.params)
+
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return {"flat": self.get_flat_params()}, {"step": self.rec.steps}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self.set_flat_params(tensors["flat"])
+
+    def close(self) -> None:
+        pass
+
+
+def worker(a: argparse.Namespace) -> None:
+    from peer.core.config import SessionConfig
+    from peer.core.gossip_config import GossipConfig
+    from peer.loop import LoopConfig, run_loop
+    from peer.net_config import NetConfig
+    from peer.runtime import GossipPeer
+    from protocol import Identity
+
+    torch.set_num_threads(1)
+    w = Workload(**json.loads(a.workload))
+    clock, stop, cpu = Clock(a.run_dir, a.rank, a.budget, a.evals), threading.Event(), ThreadCPU()
+    end: dict[str, Any] = {}
+    peer: GossipPeer | None = None
+
+    def at_end() -> None:  # on the training thread, while the peer's threads still run
+        end["threads"] = cpu.stop()
+        if peer is not None:
+            m = peer.metrics
+            end["metrics"] = {"bytes_sent": m.total("bytes_sent_total"), "bytes_received": m.total("bytes_received_total"),
+                              "exchanges": m.total("exchanges_total"), "mixes": m.total("mixes_total"),
+                              "mix_s": sum(m.recent("boundary_seconds")), "neighbours": m.get("neighbours")}
+
+    trainer = MLPAdamTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
+    original_wait = clock.wait_for_go
+
+    def wait_then_sample() -> None:
+        original_wait()
+        cpu.start()
+
+    clock.wait_for_go = wait_then_sample  # type: ignore[method-assign]
+    loop_cfg = LoopConfig(log_every_s=1e9)
+    if a.alone:
+        run_loop(trainer, loop_cfg, stop=stop, emit=lambda s: None)
+    else:
+        peer = GossipPeer(trainer, loop_cfg, GossipConfig(swarm="bench-vs"),
+                          NetConfig(listen="127.0.0.1:0", mdns=False, peers=a.peer), Identity.generate(),
+                          emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
+        peer.run(stop)
+    threads = end.get("threads", {})
+    trainer.rec.extra = {**end.get("metrics", {}), "train_cpu_s": threads.get("training", 0.0),
+                         "gossip_cpu_s": threads.get("gossip-net", 0.0) + threads.get("gossip-node", 0.0),
+                         "threads_cpu_s": threads}
+    trainer.rec.write(a.run_dir / f"rank{a.rank}.json", clock)
+
+
+def gossip_arm_launcher(w: Workload, n: int, budget_s: float, evals: int, alone: bool = False,
+                        slow_factor: float = 1.0) -> Callable[[ProcessGroup, Path], int]:
+    """Spawns N peers (rank 0 first; the others bootstrap from its address); the last peer is
+    the straggler when `slow_factor` > 1."""
+    def launch(group: ProcessGroup, run_dir: Path) -> int:
+        first = ""
+        for rank in range(n):
+            cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--rank", str(rank), "--budget", str(budget_s),
+                   "--evals", str(evals), "--workload", json.dumps(asdict(w)),
+                   "--slow-factor", str(slow_factor if rank == n - 1 else 1.0)]
+            cmd += ["--alone"] if alone else (["--peer", first] if first else [])
+            log = run_dir / f"peer{rank}.log"
+            group.spawn(cmd, log)
+            if rank == 0 and not alone:
+                first = _wait_listening(log, group.procs[0])
+        return n
+    return launch
+
+
+def _wait_listening(log: Path, proc: Any, timeout_s: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = LISTEN_RE.search(log.read_text())
+        if m:
+            return m.group(1)
+        if proc.poll() is not None:
+            raise RuntimeError(f"peer 0 exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"peer 0 did not listen within {timeout_s} s")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--budget", type=float, required=True)
+    ap.add_argument("--evals", type=int, required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--slow-factor", type=float, default=1.0)
+    ap.add_argument("--alone", action="store_true")
+    ap.add_argument("--peer", action="append", default=[])
+    worker(ap.parse_args())

@@ -1,0 +1,155 @@
+"""gossip-tts against hivemind.Optimizer and a single process: one workload, machine and budget.
+
+    python benchmarks/vs_hivemind.py [--peers 2] [--budget 60]
+
+hivemind never enters the project's environment (its protobuf conflicts with the dac extra):
+this script builds, or reuses, a venv of its own (--venv, default
+/tmp/gossip-tts-hivemind-venv) with the torch CPU build first, then hivemind 1.1.12, then
+numpy<2.4 (hivemind's 8-bit quantisation breaks on numpy 2.4), and runs hivemind's workers
+with that venv's python. If the venv cannot be built, the hivemind arms are reported failed,
+saying why, and the other arms still run.
+
+Arms, one at a time, each in a process group of its own on 127.0.0.1: a single process;
+N hivemind.Optimizer peers with hivemind's defaults (target_batch_size = N × batch, so one
+hivemind epoch is one DDP step's worth of samples) and again with target_group_size=N; N
+gossip-tts peers; the same N peers alone. hivemind peers listen on /ip4/127.0.0.1 only, with
+no IPFS, relays or NAT probing, client_mode off, bootstrapped from the first peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+from vs_common import (Clock, ProcessGroup, Record, Task, Workload, arg_parser, build_model, param_count,  # noqa: E402
+                       run_arms, single_arm_launcher, train_step)
+from vs_report import report  # noqa: E402
+
+VENV = Path("/tmp/gossip-tts-hivemind-venv")
+INSTALL_STEPS = (["torch==2.13.0"], ["hivemind==1.1.12"], ["numpy<2.4"])
+"""In this order: torch first so hivemind does not pull a CUDA build; numpy last to undo its upgrade."""
+MADDR_FILE = "maddrs.json"
+
+
+def ensure_venv(venv: Path) -> tuple[Path | None, str]:
+    """The venv's python once hivemind imports there, or None and why (pip's own last words)."""
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import hivemind, numpy; assert tuple(map(int, numpy.__version__.split('.')[:2])) < (2, 4)"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python, f"reused {venv}"
+    if not python.exists():
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+        if made.returncode:
+            return None, f"python -m venv {venv} failed: {made.stderr.strip()[-500:]}"
+    for pkgs in INSTALL_STEPS:
+        print(f"pip install {' '.join(pkgs)} into {venv} ...", file=sys.stderr, flush=True)
+        pip = subprocess.run([str(python), "-m", "pip", "install", "-q", *pkgs], capture_output=True, text=True)
+        if pip.returncode:
+            return None, f"pip install {' '.join(pkgs)} failed: {(pip.stderr or pip.stdout).strip()[-800:]}"
+    check = subprocess.run(probe, capture_output=True, text=True)
+    if check.returncode:
+        return None, f"hivemind installed but does not import: {check.stderr.strip()[-800:]}"
+    return python, f"built {venv}"
+
+
+def hivemind_worker(a: argparse.Namespace) -> None:
+    """One hivemind peer (run by the venv's python; the project is not importable here)."""
+    import hivemind
+
+    torch.set_num_threads(1)
+    w = Workload(**json.loads(a.workload))
+    initial = json.loads(a.initial_peers)
+    dht = hivemind.DHT(initial_peers=initial, start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_ipfs=False,
+                       use_relay=False, use_auto_relay=False, auto_nat=False, nat_port_map=False,
+                       client_mode=False)
+    if a.rank == 0:
+        maddrs = [str(m) for m in dht.get_visible_maddrs()]
+        (a.run_dir / (MADDR_FILE + ".tmp")).write_text(json.dumps(maddrs))
+        (a.run_dir / (MADDR_FILE + ".tmp")).rename(a.run_dir / MADDR_FILE)
+    task = Task(w, a.rank)
+    model = build_model(w, seed=w.seed)
+    opts = {"averager_opts": {"target_group_size": a.world}} if a.group_size else {}
+    opt = hivemind.Optimizer(dht=dht, run_id="bench-vs", target_batch_size=a.world * w.batch_size,
+                             batch_size_per_step=w.batch_size, optimizer=partial(torch.optim.Adam, lr=w.lr),
+                             params=model.parameters(), client_mode=False, verbose=False, **opts)
+    rec, clock = Record(a.rank), Clock(a.run_dir, a.rank, a.budget, a.evals)
+    clock.wait_for_go()
+    while not clock.over():
+        if clock.eval_due():
+            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+        train_step(model, opt, task, rec)
+    rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+    rec.extra = {"epochs": float(opt.local_epoch)}
+    rec.write(a.run_dir / f"rank{a.rank}.json", clock)
+    opt.shutdown()
+    dht.shutdown()
+
+
+def hivemind_launcher(python: Path | None, why: str, w: Workload, n: int, budget_s: float, evals: int,
+                      group_size: bool) -> Callable[[ProcessGroup, Path], int]:
+    def launch(group: ProcessGroup, run_dir: Path) -> int:
+        if python is None:
+            raise RuntimeError(f"hivemind unavailable: {why}")
+        initial: list[str] = []
+        for rank in range(n):
+            cmd = [str(python), __file__, "--worker", "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(n),
+                   "--budget", str(budget_s), "--evals", str(evals), "--workload", json.dumps(asdict(w)),
+                   "--initial-peers", json.dumps(initial)] + (["--group-size"] if group_size else [])
+            group.spawn(cmd, run_dir / f"hivemind{rank}.log")
+            if rank == 0:
+                initial = _wait_maddrs(run_dir, group.procs[0])
+        return n
+    return launch
+
+
+def _wait_maddrs(run_dir: Path, proc: subprocess.Popen, timeout_s: float = 120.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (run_dir / MADDR_FILE).exists():
+            return json.loads((run_dir / MADDR_FILE).read_text())
+        if proc.poll() is not None:
+            raise RuntimeError(f"hivemind peer 0 exited ({proc.returncode}): {(run_dir / 'hivemind0.log').read_text()[-1500:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"hivemind peer 0 gave no address within {timeout_s} s")
+
+
+def run(a: argparse.Namespace) -> None:
+    from machine import describe
+    from vs_gossip_peer import gossip_arm_launcher
+
+    w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    print(describe())
+    python, why = ensure_venv(a.venv)
+    print(f"hivemind venv: {why}")
+    print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
+          f"{n} processes/arm, budget {b:.0f} s wall clock/arm", flush=True)
+    arms = [("single", single_arm_launcher(w, b, e)),
+            (f"hivemind x{n} defaults", hivemind_launcher(python, why, w, n, b, e, group_size=False)),
+            (f"hivemind x{n} target_group_size={n}", hivemind_launcher(python, why, w, n, b, e, group_size=True)),
+            (f"gossip x{n}", gossip_arm_launcher(w, n, b, e)),
+            (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True))]
+    results = run_arms(arms, "vs_hivemind_", b)
+    g = f"gossip x{n}"
+    report(results, a.target, {"loss_gossip_over_hivemind_defaults": (g, f"hivemind x{n} defaults"),
+                               "loss_gossip_over_hivemind_group": (g, f"hivemind x{n} target_group_size={n}"),
+                               "loss_gossip_over_single": (g, "single"), "loss_gossip_over_alone": (g, f"alone x{n}")},
+           {"peers": n, "budget_s": b, "hivemind": python is not None})
+
+
+if __name__ == "__main__":
+    ap = arg_parser(__doc__)
+    ap.add_argument("--venv", type=Path, default=VENV, help="hivemind's own venv (built when missing)")
+    ap.add_argument("--initial-peers", default="[]", help=argparse.SUPPRESS)
+    ap.add_argument("--group-size", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    hivemind_worker(args) if args.worker else run(args)

@@ -1,0 +1,116 @@
+"""Reading the arms of the head-to-head benchmarks: loss curves, times to a target, the
+markdown table, the equal-samples plot and the `ratio:` line. Pure apart from printing and
+the plot; imports only the standard library (matplotlib when there)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from vs_common import ArmResult
+
+
+def time_to(curve: Sequence[Sequence[float]], target: float) -> float | None:
+    """First time a (t, samples, loss) curve is at or below `target`; None if never."""
+    for t, _, loss in curve:
+        if loss <= target:
+            return float(t)
+    return None
+
+
+def mean_curve(records: Sequence[dict]) -> list[tuple[float, int, float]]:
+    """Pointwise mean over processes (time, summed samples, mean loss), up to the shortest curve."""
+    curves = [r["curve"] for r in records]
+    n = min(len(c) for c in curves)
+    return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves),
+             sum(c[i][2] for c in curves) / len(curves)) for i in range(n)]
+
+
+def final_loss(records: Sequence[dict]) -> float:
+    return sum(r["curve"][-1][2] for r in records) / len(records)
+
+
+def summary_row(arm: ArmResult, target: float) -> dict:
+    if arm.failed:
+        return {"arm": arm.name, "failed": arm.failed[:200]}
+    curve = mean_curve(arm.records)
+    samples = sum(r["samples"] for r in arm.records)
+    row = {"arm": arm.name, "procs": len(arm.records), "loss": final_loss(arm.records),
+           "worst loss": max(r["curve"][-1][2] for r in arm.records), "samples": samples,
+           "samples/s": samples / arm.wall_s, "t to target s": time_to(curve, target),
+           "last eval at s": max(r["curve"][-1][0] for r in arm.records),
+           "others' load (cores)": arm.others_cores, "cpu s": arm.own_cpu_s}
+    for key in ("bytes_sent", "bytes_received", "exchanges", "gossip_cpu_s", "train_cpu_s", "mix_s"):
+        vals = [r["extra"][key] for r in arm.records if key in r["extra"]]
+        if vals:
+            row[f"{key} /peer"] = sum(vals) / len(vals)
+    return row
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    cols: list[str] = []
+    for row in rows:
+        cols += [c for c in row if c not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row.get(c)) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
+    return str(v)
+
+
+def plot_equal_samples(arms: Sequence[ArmResult], path: Path) -> str:
+    """Held-out loss against total samples consumed, one line per arm; says why when skipped."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plot skipped: matplotlib is not installed"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in arms:
+        if arm.failed or not arm.records:
+            continue
+        curve = mean_curve(arm.records)
+        ax.plot([c[1] for c in curve], [c[2] for c in curve], marker=".", label=arm.name)
+    ax.set_xlabel("samples consumed, all processes together")
+    ax.set_ylabel("held-out MSE (mean over processes)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"plot written: {path}"
+
+
+def ratios(by_name: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict[str, float | None]:
+    """`a / b` of final losses for each named pair; None when either arm is missing."""
+    out: dict[str, float | None] = {}
+    for key, (a, b) in pairs.items():
+        out[key] = round(by_name[a] / by_name[b], 4) if a in by_name and b in by_name and by_name[b] > 0 else None
+    return out
+
+
+def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict) -> None:
+    """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`."""
+    if target is None:
+        target = final_loss(results[0].records) if results[0].records else 0.0
+    print(f"\ntarget loss for 't to target': {target:.4g} (the first arm's loss at the budget unless --target)\n")
+    print(markdown_table([summary_row(r, target) for r in results]))
+    for r in results:
+        if r.failed:
+            print(f"\n{r.name} FAILED: {r.failed}")
+    loss = {r.name: final_loss(r.records) for r in results if r.records}
+    print("ratio: " + json.dumps({**ratios(loss, pairs), **extra}, sort_keys=True))

@@ -1,0 +1,95 @@
+"""The pure helpers of the head-to-head benchmarks: load accounting, curves, the table."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import vs_common as vc  # noqa: E402
+import vs_report as vr  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def test_busy_cpu_seconds_leaves_out_idle_and_iowait() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    text = f"cpu  {TICK * 3} {TICK} {TICK * 2} {TICK * 100} {TICK * 50} 0 {TICK} 0 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n"
+    assert vc.busy_cpu_seconds(text) == pytest.approx(7.0)
+
+
+def test_busy_cpu_seconds_refuses_text_without_the_aggregate_line() -> None:
+    with pytest.raises(ValueError, match="cpu"):
+        vc.busy_cpu_seconds("cpu0 1 2 3 4\n")
+
+
+def test_others_load_subtracts_the_arm_and_never_goes_negative() -> None:
+    assert vc.others_load(busy_s=30.0, own_cpu_s=10.0, wall_s=10.0) == pytest.approx(2.0)
+    assert vc.others_load(busy_s=5.0, own_cpu_s=9.0, wall_s=10.0) == 0.0
+    with pytest.raises(ValueError, match="wall"):
+        vc.others_load(1.0, 0.0, 0.0)
+
+
+def test_parse_pid_stat_reads_group_and_cpu_past_a_name_with_spaces_and_parens() -> None:
+    fields = ["S", "1", "4242", "4242", "0", "-1", "0", "0", "0", "0", "0", str(TICK * 2), str(TICK), "0", "0"]
+    group, cpu = vc.parse_pid_stat(f"123 (py (x) y) {' '.join(fields)}")
+    assert group == 4242 and cpu == pytest.approx(3.0)
+
+
+def test_group_cpu_sees_this_process_in_its_own_group() -> None:
+    assert os.getpid() in vc.group_cpu(os.getpgrp())
+
+
+def test_time_to_is_the_first_point_at_or_below_target() -> None:
+    curve = [(0.0, 0, 1.0), (5.0, 10, 0.5), (9.0, 20, 0.2), (12.0, 30, 0.4)]
+    assert vr.time_to(curve, 0.5) == 5.0
+    assert vr.time_to(curve, 0.25) == 9.0
+    assert vr.time_to(curve, 0.1) is None
+
+
+def test_mean_curve_sums_samples_averages_loss_and_stops_at_the_shortest() -> None:
+    records = [{"curve": [(0.0, 0, 1.0), (10.0, 100, 0.4), (20.0, 200, 0.2)]},
+               {"curve": [(2.0, 0, 3.0), (12.0, 50, 0.6)]}]
+    assert vr.mean_curve(records) == [(1.0, 0, 2.0), (11.0, 150, 0.5)]
+
+
+def test_summary_row_reports_failures_and_per_peer_gossip_figures() -> None:
+    failed = vc.ArmResult("x", [], 0.0, float("nan"), 0.0, failed="boom")
+    assert vr.summary_row(failed, 1.0) == {"arm": "x", "failed": "boom"}
+    recs = [{"curve": [(0.0, 0, 1.0), (10.0, 1024, 0.3)], "samples": 1024, "extra": {"bytes_sent": 10.0}},
+            {"curve": [(0.0, 0, 1.0), (10.0, 2048, 0.5)], "samples": 2048, "extra": {"bytes_sent": 30.0}}]
+    row = vr.summary_row(vc.ArmResult("g", recs, 10.0, 0.5, 4.0), target=0.45)
+    assert row["loss"] == pytest.approx(0.4) and row["worst loss"] == 0.5
+    assert row["samples"] == 3072 and row["samples/s"] == pytest.approx(307.2)
+    assert row["t to target s"] == 10.0 and row["bytes_sent /peer"] == 20.0
+
+
+def test_markdown_table_unions_columns_and_marks_missing_cells() -> None:
+    table = vr.markdown_table([{"arm": "a", "loss": 0.123456}, {"arm": "b", "bytes": 1.5e7}])
+    lines = table.splitlines()
+    assert lines[0] == "| arm | loss | bytes |"
+    assert lines[2] == "| a | 0.1235 | – |" and lines[3] == "| b | – | 1.500e+07 |"
+
+
+def test_ratios_divide_named_arms_and_skip_missing_ones() -> None:
+    out = vr.ratios({"g": 0.3, "d": 0.2}, {"g/d": ("g", "d"), "g/s": ("g", "s")})
+    assert out == {"g/d": 1.5, "g/s": None}
+
+
+def test_workload_has_about_a_million_parameters_and_refuses_bad_sizes() -> None:
+    w = vc.Workload()
+    assert vc.param_count(w) == sum(p.numel() for p in vc.build_model(w, 0).parameters())
+    assert 0.9e6 < vc.param_count(w) < 1.5e6
+    with pytest.raises(ValueError):
+        vc.Workload(batch_size=0)
+
+
+def test_every_rank_starts_from_the_same_weights_but_draws_its_own_batches() -> None:
+    w = vc.Workload(hidden=8, batch_size=4, eval_samples=4)
+    a, b = vc.Task(w, 0), vc.Task(w, 1)
+    assert not a.batch()[0].equal(b.batch()[0])
+    assert a.eval_x.equal(b.eval_x)
+    assert all(p.equal(q) for p, q in zip(vc.build_model(w, w.seed).parameters(), vc.build_model(w, w.seed).parameters()))

@@ -326,6 +326,7 @@ def run_arms(arms: Sequence[tuple[str, Callable[[ProcessGroup, Path], int]]], pr
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix=prefix))
+    print(f"records and logs of every arm: {root}", file=sys.stderr, flush=True)
     results = []
     for i, (name, launch) in enumerate(arms):
         print(f"arm {name} ...", file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import threading
 import time
@@ -147,7 +148,10 @@ def worker(a: argparse.Namespace) -> None:
             m = peer.metrics
             end["metrics"] = {"bytes_sent": m.total("bytes_sent_total"), "bytes_received": m.total("bytes_received_total"),
                               "exchanges": m.total("exchanges_total"), "mixes": m.total("mixes_total"),
-                              "mix_s": sum(m.recent("boundary_seconds")), "neighbours": m.get("neighbours")}
+                              "mix_s": sum(m.recent("boundary_seconds")), "neighbours": m.get("neighbours"),
+                              "mixed_staleness_median": _median(m.recent("mixed_staleness_steps")),
+                              "mixes_clipped": m.total("mix_clipped_total"),
+                              "snapshots_sent": m.total("snapshots_sent_total")}
 
     trainer = MLPAdamTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
     original_wait = clock.wait_for_go
@@ -170,6 +174,10 @@ def worker(a: argparse.Namespace) -> None:
                          "gossip_cpu_s": threads.get("gossip-net", 0.0) + threads.get("gossip-node", 0.0),
                          "threads_cpu_s": threads}
     trainer.rec.write(a.run_dir / f"rank{a.rank}.json", clock)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def gossip_arm_launcher(w: Workload, n: int, budget_s: float, evals: int, alone: bool = False,

@@ -79,7 +79,7 @@ def hivemind_worker(a: argparse.Namespace) -> None:
     task = Task(w, a.rank)
     model = build_model(w, seed=w.seed)
     opts = {"averager_opts": {"target_group_size": a.world}} if a.group_size else {}
-    opt = hivemind.Optimizer(dht=dht, run_id="bench-vs", target_batch_size=a.world * w.batch_size,
+    opt = hivemind.Optimizer(dht=dht, run_id="bench-vs", target_batch_size=a.target_batch_size or a.world * w.batch_size,
                              batch_size_per_step=w.batch_size, optimizer=partial(torch.optim.Adam, lr=w.lr),
                              params=model.parameters(), client_mode=False, verbose=False, **opts)
     rec, clock = Record(a.rank), Clock(a.run_dir, a.rank, a.budget, a.evals)
@@ -96,7 +96,7 @@ def hivemind_worker(a: argparse.Namespace) -> None:
 
 
 def hivemind_launcher(python: Path | None, why: str, w: Workload, n: int, budget_s: float, evals: int,
-                      group_size: bool) -> Callable[[ProcessGroup, Path], int]:
+                      group_size: bool, target_batch_size: int | None = None) -> Callable[[ProcessGroup, Path], int]:
     def launch(group: ProcessGroup, run_dir: Path) -> int:
         if python is None:
             raise RuntimeError(f"hivemind unavailable: {why}")
@@ -105,6 +105,7 @@ def hivemind_launcher(python: Path | None, why: str, w: Workload, n: int, budget
             cmd = [str(python), __file__, "--worker", "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(n),
                    "--budget", str(budget_s), "--evals", str(evals), "--workload", json.dumps(asdict(w)),
                    "--initial-peers", json.dumps(initial)] + (["--group-size"] if group_size else [])
+            cmd += ["--target-batch-size", str(target_batch_size)] if target_batch_size else []
             group.spawn(cmd, run_dir / f"hivemind{rank}.log")
             if rank == 0:
                 initial = _wait_maddrs(run_dir, group.procs[0])
@@ -134,8 +135,8 @@ def run(a: argparse.Namespace) -> None:
     print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
           f"{n} processes/arm, budget {b:.0f} s wall clock/arm", flush=True)
     arms = [("single", single_arm_launcher(w, b, e)),
-            (f"hivemind x{n} defaults", hivemind_launcher(python, why, w, n, b, e, group_size=False)),
-            (f"hivemind x{n} target_group_size={n}", hivemind_launcher(python, why, w, n, b, e, group_size=True)),
+            (f"hivemind x{n} defaults", hivemind_launcher(python, why, w, n, b, e, False, a.target_batch_size)),
+            (f"hivemind x{n} target_group_size={n}", hivemind_launcher(python, why, w, n, b, e, True, a.target_batch_size)),
             (f"gossip x{n}", gossip_arm_launcher(w, n, b, e)),
             (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True))]
     results = run_arms(arms, "vs_hivemind_", b)
@@ -149,6 +150,8 @@ def run(a: argparse.Namespace) -> None:
 if __name__ == "__main__":
     ap = arg_parser(__doc__)
     ap.add_argument("--venv", type=Path, default=VENV, help="hivemind's own venv (built when missing)")
+    ap.add_argument("--target-batch-size", type=int, default=None,
+                    help="hivemind's samples per epoch (default: peers x 1024, one DDP step's worth)")
     ap.add_argument("--initial-peers", default="[]", help=argparse.SUPPRESS)
     ap.add_argument("--group-size", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

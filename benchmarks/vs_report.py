@@ -43,8 +43,9 @@ def summary_row(arm: ArmResult, target: float) -> dict:
            "samples/s": samples / arm.wall_s, "t to target s": time_to(curve, target),
            "last eval at s": max(r["curve"][-1][0] for r in arm.records),
            "others' load (cores)": arm.others_cores, "cpu s": arm.own_cpu_s}
-    for key in ("bytes_sent", "bytes_received", "exchanges", "gossip_cpu_s", "train_cpu_s", "mix_s"):
-        vals = [r["extra"][key] for r in arm.records if key in r["extra"]]
+    for key in ("bytes_sent", "bytes_received", "exchanges", "mixes", "mixed_staleness_median", "gossip_cpu_s",
+                "train_cpu_s", "mix_s", "epochs"):
+        vals = [r["extra"][key] for r in arm.records if r.get("extra", {}).get(key) is not None]
         if vals:
             row[f"{key} /peer"] = sum(vals) / len(vals)
     return row
@@ -103,6 +104,19 @@ def ratios(by_name: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict
     return out
 
 
+def crossing_times(curves: dict[str, list], finals: dict[str, float],
+                   pairs: dict[str, tuple[str, str]]) -> dict[str, float | None]:
+    """For each pair, when each arm's mean curve first reached the other's final loss (None: never
+    within the budget): who gets there first, at the resolution of the evaluations."""
+    out: dict[str, float | None] = {}
+    for a, b in pairs.values():
+        if a in curves and b in curves:
+            for x, y in ((a, b), (b, a)):
+                t = time_to(curves[x], finals[y])
+                out[f"{x} -> {y} final"] = None if t is None else round(t, 2)
+    return out
+
+
 def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict) -> None:
     """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`."""
     if target is None:
@@ -113,4 +127,8 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
         if r.failed:
             print(f"\n{r.name} FAILED: {r.failed}")
     loss = {r.name: final_loss(r.records) for r in results if r.records}
-    print("ratio: " + json.dumps({**ratios(loss, pairs), **extra}, sort_keys=True))
+    crossings = crossing_times({r.name: mean_curve(r.records) for r in results if r.records}, loss, pairs)
+    print("\nseconds until one arm reached the other's final loss (None: not within the budget):")
+    for key, t in crossings.items():
+        print(f"  {key}: {t}")
+    print("ratio: " + json.dumps({**ratios(loss, pairs), "t_to_other_final": crossings, **extra}, sort_keys=True))

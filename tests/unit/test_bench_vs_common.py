@@ -93,3 +93,10 @@ def test_every_rank_starts_from_the_same_weights_but_draws_its_own_batches() -> 
     assert not a.batch()[0].equal(b.batch()[0])
     assert a.eval_x.equal(b.eval_x)
     assert all(p.equal(q) for p, q in zip(vc.build_model(w, w.seed).parameters(), vc.build_model(w, w.seed).parameters()))
+
+
+def test_crossing_times_say_when_each_arm_reached_the_others_final_loss() -> None:
+    curves = {"g": [(0.0, 0, 1.0), (5.0, 0, 0.5), (10.0, 0, 0.3)], "d": [(0.0, 0, 1.0), (5.0, 0, 0.4), (10.0, 0, 0.35)]}
+    finals = {"g": 0.3, "d": 0.35}
+    out = vr.crossing_times(curves, finals, {"g/d": ("g", "d"), "g/x": ("g", "x")})
+    assert out == {"g -> d final": 10.0, "d -> g final": None}

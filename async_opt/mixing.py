@@ -214,8 +214,9 @@ def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: floa
 
 
 def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor | None:
-    """The change `mix_diffs` would add to x, ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|``, or None
-    when nothing moves x.
+    """The change `mix_diffs` would add to x, ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|`` (the CHOCO-SGD
+    consensus step of Koloskova et al. 2019, clipped as in He, Karimireddy & Jaggi 2022), or
+    None when nothing moves x.
 
     For a trainer that adds the change to its parameters in place: the first difference is
     scaled in place and the others added to it, so no parameter-sized buffer is allocated.

@@ -159,7 +159,7 @@ class PeerAttack:
 
     def flood(self, peer: "SimPeer", life: int) -> None:
         """Send `peer`'s next sybil request (a Poisson stream at `sybil_rate`); its answer is dropped."""
-        from simnet.sim_peer import HTTP_OVERHEAD  # (imported here: sim_peer imports this module)
+        from simnet.sim_server import HTTP_OVERHEAD
 
         if life != peer.life or not peer.online or peer.node is None:
             return

@@ -6,7 +6,8 @@ very objects a real peer runs; this driver only performs their actions over simu
 links, on a virtual clock. Node work runs through a FIFO `SimWorker` that charges each job
 the CPU time the cost model (`simnet.cost`) gives it, as the real node worker thread
 takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
-time out), a peer that left refuses connections (requesters learn within one round trip).
+time out), a peer that left refuses connections (requesters learn within one round trip);
+what it answers to others is `simnet.sim_server.SimServer`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
 from peer.core.addresses import PeerInfo
-from peer.core.hello import make_hello, read_hello
+from peer.core.hello import read_hello
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.core.session import Session
@@ -31,18 +32,15 @@ from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.attack_driver import PeerAttack
 from simnet.attacks import AttackTrainer
+from simnet.sim_server import HTTP_OVERHEAD, SimServer
 from simnet.sim_worker import SimWorker
 
 if TYPE_CHECKING:
     from simnet.swarm import GossipSim
 
-HTTP_OVERHEAD = 300
-"""Bytes of HTTP request/response headers around every body."""
-Reply = Callable[[bytes | None, str], None]
-"""How a simulated server answers: (body, "") on 200, (None, why) otherwise."""
 
 
-class SimPeer:
+class SimPeer(SimServer):
     def __init__(self, sim: "GossipSim", index: int, identity: Identity, attacker: bool) -> None:
         self.sim, self.index, self.identity, self.attacker = sim, index, identity, attacker
         self.attack = PeerAttack(sim.attack, attacker=attacker, seed=sim.seed, index=index)
@@ -326,71 +324,6 @@ class SimPeer:
         if forged:
             self.metrics.inc("forged_frames_total")
         return body
-
-    # ------------------------------------------------------------------ serving
-    def _refuse_offline(self, src: int, reply: Reply) -> bool:
-        if self.online:
-            return False
-        if self.departure == "leave":  # connection refused: the requester learns within one trip back
-            self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply(None, "connection refused"))
-        return True  # a crashed host is silent: the requester times out
-
-    def _answer(self, src: int, data: bytes | None, why: str, reply: Reply) -> None:
-        size = HTTP_OVERHEAD + (len(data) if data is not None else 0)
-        self.sim.links.send(self.index, src, size, lambda: reply(data, why))
-
-    def serve_exchange(self, src: int, body: bytes, reply: Reply) -> None:
-        """POST /v1/exchange arrived from peer `src`."""
-        if self._refuse_offline(src, reply):
-            return
-        if not self._sess().accepting:  # still joining: HTTP 503
-            self.metrics.inc("exchanges_refused_joining_total")
-            self._answer(src, None, "HTTP 503", reply)
-            return
-
-        def job() -> tuple[float, Callable[[], None] | None]:
-            node = self._node()
-            try:
-                data, result = node.handle_request(body, self.sim.clock())
-            except FrameRefused as exc:  # HTTP 400
-                self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-                return self.sim.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
-            except ValueError:  # our own state cannot be encoded: HTTP 500
-                return self.sim.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
-            data = self._outgoing(data)
-            cost = self.sim.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
-            cost += self.sim.cost.build(len(data))
-
-            def then() -> None:
-                self.dispatch(self.attack.inbound(self._sess(), result.listen, result.sender.hex(), self.sim.now()))
-                self._answer(src, data, "", reply)
-
-            return cost, then
-
-        self.worker.submit(job)
-
-    def serve_hello(self, src: int, reply: Reply, nonce: str) -> None:
-        """GET /v1/hello: signed on the driver's thread, as the real driver does."""
-        if self._refuse_offline(src, reply):
-            return
-        s, node = self._sess(), self._node()
-        data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
-                          step=self.attack.hello_step(s.step), now=self.sim.clock(), listen=self.address,
-                          peers=s.hello_sample(), limits=node.limits, nonce=nonce)
-        self._answer(src, data, "", reply)
-
-    def serve_state(self, src: int, reply: Reply) -> None:
-        """GET /v1/state: the signed snapshot of our last publish (built once per publish)."""
-        if self._refuse_offline(src, reply):
-            return
-
-        def job() -> tuple[float, Callable[[], None] | None]:
-            node = self._node()
-            fresh = not node.state_cached
-            data = node.state_frame(self.sim.clock())
-            return (self.sim.cost.build(len(data)) if fresh else self.sim.cost.op_s), lambda: self._answer(src, data, "", reply)
-
-        self.worker.submit(job)
 
     # ------------------------------------------------------------------ observation
     def verified_neighbours(self) -> int:

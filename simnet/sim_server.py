@@ -1,0 +1,88 @@
+"""The server half of a simulated peer: what it answers to /v1/exchange, /v1/hello and /v1/state.
+
+Kept apart from the client half (`simnet.sim_peer.SimPeer`, which inherits this) because it
+is the one place that decides how a simulated peer looks to others: a crashed host is silent,
+one that left refuses connections, a joining one answers 503, and node work is charged to
+its `SimWorker` as the real server queues it on the node worker.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from peer.core.hello import make_hello
+from protocol import FrameRefused
+
+HTTP_OVERHEAD = 300
+"""Bytes of HTTP request/response headers around every body."""
+Reply = Callable[[bytes | None, str], None]
+"""How a simulated server answers: (body, "") on 200, (None, why) otherwise."""
+
+
+class SimServer:
+    """Serving methods of `SimPeer`; they use its sim, session, node, worker, metrics and attack."""
+
+    def _refuse_offline(self, src: int, reply: Reply) -> bool:
+        if self.online:
+            return False
+        if self.departure == "leave":  # connection refused: the requester learns within one trip back
+            self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply(None, "connection refused"))
+        return True  # a crashed host is silent: the requester times out
+
+    def _answer(self, src: int, data: bytes | None, why: str, reply: Reply) -> None:
+        size = HTTP_OVERHEAD + (len(data) if data is not None else 0)
+        self.sim.links.send(self.index, src, size, lambda: reply(data, why))
+
+    def serve_exchange(self, src: int, body: bytes, reply: Reply) -> None:
+        """POST /v1/exchange arrived from peer `src`."""
+        if self._refuse_offline(src, reply):
+            return
+        if not self._sess().accepting:  # still joining: HTTP 503
+            self.metrics.inc("exchanges_refused_joining_total")
+            self._answer(src, None, "HTTP 503", reply)
+            return
+
+        def job() -> tuple[float, Callable[[], None] | None]:
+            node = self._node()
+            try:
+                data, result = node.handle_request(body, self.sim.clock())
+            except FrameRefused as exc:  # HTTP 400
+                self.metrics.inc("frames_refused_total", reason=exc.reason.value)
+                return self.sim.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
+            except ValueError:  # our own state cannot be encoded: HTTP 500
+                return self.sim.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
+            data = self._outgoing(data)
+            cost = self.sim.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
+            cost += self.sim.cost.build(len(data))
+
+            def then() -> None:
+                self.dispatch(self.attack.inbound(self._sess(), result.listen, result.sender.hex(), self.sim.now()))
+                self._answer(src, data, "", reply)
+
+            return cost, then
+
+        self.worker.submit(job)
+
+    def serve_hello(self, src: int, reply: Reply, nonce: str) -> None:
+        """GET /v1/hello: signed on the driver's thread, as the real driver does."""
+        if self._refuse_offline(src, reply):
+            return
+        s, node = self._sess(), self._node()
+        data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
+                          step=self.attack.hello_step(s.step), now=self.sim.clock(), listen=self.address,
+                          peers=s.hello_sample(), limits=node.limits, nonce=nonce)
+        self._answer(src, data, "", reply)
+
+    def serve_state(self, src: int, reply: Reply) -> None:
+        """GET /v1/state: the signed snapshot of our last publish (built once per publish)."""
+        if self._refuse_offline(src, reply):
+            return
+
+        def job() -> tuple[float, Callable[[], None] | None]:
+            node = self._node()
+            fresh = not node.state_cached
+            data = node.state_frame(self.sim.clock())
+            return (self.sim.cost.build(len(data)) if fresh else self.sim.cost.op_s), lambda: self._answer(src, data, "", reply)
+
+        self.worker.submit(job)
+

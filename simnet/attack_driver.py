@@ -32,6 +32,7 @@ from protocol import (
     pack_bundle, unpack_bundle,
 )
 from simnet.attacks import AttackConfig
+from simnet.sim_server import HTTP_OVERHEAD
 
 if TYPE_CHECKING:
     from simnet.sim_peer import SimPeer
@@ -159,8 +160,6 @@ class PeerAttack:
 
     def flood(self, peer: "SimPeer", life: int) -> None:
         """Send `peer`'s next sybil request (a Poisson stream at `sybil_rate`); its answer is dropped."""
-        from simnet.sim_server import HTTP_OVERHEAD
-
         if life != peer.life or not peer.online or peer.node is None:
             return
         j = self._sybil_rng.choice([i for i in range(len(peer.sim.peers)) if i != self.index])

@@ -24,7 +24,7 @@ from typing import Callable
 from peer.metrics import Metrics
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, read_advert
-from peer.shards.plan import FetchJob, Penalties, choose_fetches, fetch_order, prefer_unread
+from peer.shards.plan import FetchJob, Penalties, adverts_due, fetch_order, needs_shards, plan_round
 from peer.shards.store import ShardStore, sha256_of
 
 log = logging.getLogger(__name__)
@@ -78,21 +78,14 @@ class ShardFetcher:
         """One round: refresh adverts that are due, then start the fetches the plan picks. A peer
         that holds the whole corpus asks nobody (adverts of a large corpus run to megabytes)."""
         self._gauge()
-        if self.store.held() >= set(self.order):
+        if not needs_shards(self.order, self.store.held()):
             return []
         self._refresh_adverts(now)
         with self._lock:
             busy = set(self._busy)
             banned = self.penalties.banned(now)
-        if len(busy) >= self.cfg.max_fetches:
-            return []
-        by_shard: dict[str, set[str]] = {}
-        for address, shards in self.holders.items():
-            for shard in shards:
-                by_shard.setdefault(shard, set()).add(address)
-        order = prefer_unread(self.order, self.store.evicted_at())
-        jobs = choose_fetches(order, self.store.held(), busy, by_shard, banned,
-                              self.cfg.max_fetches - len(busy), self.peer_id, room_for=self.cfg.max_fetches)
+        jobs = plan_round(self.order, self.store.held(), busy, self.holders, banned, self.cfg.max_fetches,
+                          self.peer_id, self.store.evicted_at())
         started = []
         for job in jobs:
             if not self.store.reserve(job.shard):
@@ -104,11 +97,10 @@ class ShardFetcher:
         return started
 
     def _refresh_adverts(self, now: float) -> None:
-        live = [a for a in dict.fromkeys(self.addresses()) if a and a != self.self_address()]
-        for gone in set(self.holders) - set(live):
-            del self.holders[gone]
-            self._asked.pop(gone, None)
-        due = [a for a in live if now - self._asked.get(a, float("-inf")) >= self.cfg.advert_every_s]
+        due, gone = adverts_due(self.addresses(), self.self_address(), self._asked, now, self.cfg.advert_every_s)
+        for address in gone:
+            self.holders.pop(address, None)
+            del self._asked[address]
         for address in due:
             self._asked[address] = now
         for address, shards in self._advert_pool.map(self._advert, due):  # a silent one holds up one worker

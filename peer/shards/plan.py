@@ -72,6 +72,54 @@ def choose_fetches(order: list[str], held: set[str], busy: set[str], holders: di
     return [job for _, job in candidates[:wanted]]
 
 
+def adverts_due(addresses: list[str], self_address: str, asked: dict[str, float], now: float,
+                every_s: float) -> tuple[list[str], list[str]]:
+    """(due, gone): the neighbours whose advert to read now (never asked, or last asked `every_s`
+    ago or more; in the order given, each once, never ourselves), and those we asked before that
+    are no longer among `addresses` (their adverts are forgotten: a peer that left serves nothing)."""
+    live = [a for a in dict.fromkeys(addresses) if a and a != self_address]
+    listed = set(live)
+    gone = [a for a in asked if a not in listed]
+    due = [a for a in live if now - asked.get(a, float("-inf")) >= every_s]
+    return due, gone
+
+
+def holders_by_shard(adverts: dict[str, set[str]]) -> dict[str, set[str]]:
+    """shard -> the addresses advertising it, from address -> the shards it advertised."""
+    by_shard: dict[str, set[str]] = {}
+    for address, shards in adverts.items():
+        for shard in shards:
+            by_shard.setdefault(shard, set()).add(address)
+    return by_shard
+
+
+def needs_shards(order: list[str], held: set[str]) -> bool:
+    """Whether a peer still lacks a shard of the corpus: one that holds it all asks nobody (the
+    adverts of a large corpus run to megabytes)."""
+    return not held >= set(order)
+
+
+def plan_round(order: list[str], held: set[str], busy: set[str], adverts: dict[str, set[str]], banned: set[str],
+               max_fetches: int, peer_id: str, evicted_at: dict[str, float]) -> list[FetchJob]:
+    """One planning round of a fetcher after its adverts are read: nothing when it holds the corpus
+    or every one of its `max_fetches` slots is busy; otherwise `choose_fetches` over `order` with
+    never-held shards first (`prefer_unread`), for the free slots."""
+    if not needs_shards(order, held) or len(busy) >= max_fetches:
+        return []
+    return choose_fetches(prefer_unread(order, evicted_at), held, busy, holders_by_shard(adverts), banned,
+                          max_fetches - len(busy), peer_id, room_for=max_fetches)
+
+
+def upload_refusal(open_to_address: int, open_total: int, per_address: int, total: int) -> tuple[int, str] | None:
+    """Whether a shard server turns a download away: (HTTP status, reason) when the asker already has
+    `per_address` uploads open (429) or `total` are open to everyone (503, try another holder)."""
+    if open_to_address >= per_address:
+        return 429, "shard_uploads"
+    if open_total >= total:
+        return 503, "shard_uploads_busy"
+    return None
+
+
 @dataclass(frozen=True)
 class CachedShard:
     """What eviction needs to know about one cached (not pinned) shard."""

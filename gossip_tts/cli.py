@@ -68,15 +68,34 @@ def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, ov
 
 @main.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def manifest(directory) -> None:
+@click.option("--sign", "key_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Also write swarm-manifest.signed.json, signed by this key file (gossip-tts keygen); peers take "
+                   "--data swarm-key:PUBKEY and follow the newest version this key signs.")
+@click.option("--version", "version", type=int, default=None,
+              help="With --sign: the version peers rank it by (default: the Unix time, or one more than the signed "
+                   "manifest already in DIRECTORY).")
+def manifest(directory, key_file, version) -> None:
     """(Re)write DIRECTORY/swarm-manifest.json for the latent tars in it and print its swarm id,
-    which peers take as --data swarm:HASH to fetch the tars from each other."""
-    from gossip_tts.swarm_manifest import write_manifest
+    which peers take as --data swarm:HASH to fetch the tars from each other (with --sign, also
+    the signed manifest and the key's swarm-key:PUBKEY)."""
+    from gossip_tts.swarm_manifest import write_manifest, write_signed_manifest
+    from protocol import Identity
 
-    written = _fail_cleanly(write_manifest, directory)
+    signed = None
+    if key_file is None:
+        if version is not None:
+            raise click.UsageError("--version needs --sign")
+        written = _fail_cleanly(write_manifest, directory)
+    else:
+        signed = _fail_cleanly(write_signed_manifest, directory, _fail_cleanly(Identity.load, key_file), version)
+        written = signed.manifest
     click.echo(f"{len(written.shards)} shard(s), {written.total_bytes} bytes, "
                f"{sum(s.audio_seconds for s in written.shards) / 60:.1f} min of audio")
-    click.echo(written.swarm_id)
+    if signed is not None:
+        click.echo(f"signed: version {signed.version}, document {signed.hash}; peers trusting the key take:")
+        click.echo(f"swarm-key:{signed.signer}")
+    else:
+        click.echo(written.swarm_id)
 
 
 @main.command()

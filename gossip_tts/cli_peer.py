@@ -20,13 +20,15 @@ from gossip_tts.train.parallel import STRATEGIES
 
 _PATH = click.Path(path_type=Path)
 _OPTIONS = [
-    setting("--data", setting="train.sources", multiple=True, help="Folder of latent tars or http(s) URL (repeatable), or swarm:HASH: "
-            "a corpus fetched from other peers by its manifest's hash. Default: a built-in corpus."),
-    setting("--manifest", setting="swarm_data.manifest", help="With --data swarm:HASH: the manifest (path or URL); the tars "
-            "beside a local one are this peer's own. Default: fetched from the --peer addresses."),
-    setting("--data-cache", setting="swarm_data.cache_dir", help="With --data swarm:HASH: where fetched shards are kept "
+    setting("--data", setting="train.sources", multiple=True, help="Folder of latent tars or http(s) URL (repeatable), or a "
+            "corpus fetched from other peers: swarm:HASH (its manifest's hash) or swarm-key:PUBKEY (the newest manifest "
+            "signed by that key, from `gossip-tts manifest --sign`). Default: a built-in corpus."),
+    setting("--manifest", setting="swarm_data.manifest", help="With --data swarm:HASH or swarm-key:PUBKEY: the manifest "
+            "(path or URL; signed with swarm-key); the tars beside a local one are this peer's own. Default: fetched "
+            "from the --peer addresses."),
+    setting("--data-cache", setting="swarm_data.cache_dir", help="With --data swarm:…: where fetched shards are kept "
             "(default: <checkpoint-dir>/shards)."),
-    setting("--data-cache-size", setting="swarm_data.cache_gb", type=float, help="With --data swarm:HASH: GB of fetched "
+    setting("--data-cache-size", setting="swarm_data.cache_gb", type=float, help="With --data swarm:…: GB of fetched "
             "shards kept; the least recently used go first."),
     setting("--preset", setting="train.preset", type=click.Choice(PRESET_CHOICES), help="Model size."),
     setting("--device", setting="train.device", type=click.Choice(DEVICE_CHOICES), help="auto: CUDA, then Apple MPS, then CPU."),

@@ -1,8 +1,11 @@
-"""`gossip-tts peer --data swarm:HASH`: train on a corpus fetched from the swarm, and serve it on.
+"""`gossip-tts peer --data swarm:HASH` (or `swarm-key:PUBKEY`): train on a corpus fetched from the
+swarm, and serve it on.
 
 Start-up, before the model is built (it reads a first batch): the manifest is read from
 `--manifest` (a path, whose folder's tars become this peer's own shards, or a URL) or fetched
-from the `--peer` addresses by its hash, and checked against HASH; the store opens; the
+from the `--peer` addresses by its hash, and checked against HASH; with `swarm-key:`, the
+newest manifest signed by that key among the one accepted before, `--manifest` and the
+`--peer` addresses' offers (`peer.shards.signed_source`); the store opens; the
 fetcher starts on the `--peer` addresses, and the peer waits until one shard is held. From
 then each pass of the trainer reads the shards the store holds as the pass starts
 (`ShardStore.pass_listing`, in place of its `shards.txt`), and `SwarmDataPeer` serves the
@@ -15,7 +18,7 @@ import asyncio
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from gossip_tts.data.http_get import http_get, is_http
 from gossip_tts.data.sources import provide_listing
@@ -27,6 +30,8 @@ from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, get_capped
 from peer.shards.fetcher import ShardFetcher
 from peer.shards.manifest import MAX_MANIFEST_BYTES, SWARM_PREFIX, Manifest, ManifestError, parse_swarm_id, read_manifest
+from peer.shards.signed import SWARM_KEY_PREFIX, SignedManifest, parse_swarm_key, read_signed_manifest
+from peer.shards.signed_source import SignedManifestFinder, load_accepted, save_accepted
 from peer.shards.store import ShardStore
 from protocol import Identity
 
@@ -35,26 +40,41 @@ MANIFEST_STALL_S = 10.0
 WAIT_LOG_S = 30.0
 
 
-def swarm_id_of(sources: list[str]) -> str | None:
-    """The manifest hash when --data is `swarm:HASH` (alone), else None."""
-    swarm = [s for s in sources if s.startswith(SWARM_PREFIX)]
+class CorpusId(NamedTuple):
+    """What --data names: a manifest by its hash (`swarm:HASH`) or the key that signs it (`swarm-key:PUBKEY`)."""
+
+    hash: str | None
+    key: bytes | None
+
+
+def swarm_id_of(sources: list[str]) -> CorpusId | None:
+    """The corpus when --data is `swarm:HASH` or `swarm-key:PUBKEY` (alone), else None."""
+    swarm = [s for s in sources if s.startswith((SWARM_PREFIX, SWARM_KEY_PREFIX))]
     if not swarm:
         return None
     if len(sources) != 1:
-        raise ValueError("--data swarm:HASH names the whole corpus: give it alone, not with other --data sources")
-    return parse_swarm_id(swarm[0])
+        raise ValueError(f"--data {swarm[0].split(':')[0]}:… names the whole corpus: give it alone, not with other --data sources")
+    if swarm[0].startswith(SWARM_KEY_PREFIX):
+        return CorpusId(None, parse_swarm_key(swarm[0]))
+    return CorpusId(parse_swarm_id(swarm[0]), None)
+
+
+def _read_given(where: str) -> tuple[bytes, Path | None]:
+    """The bytes of --manifest (a path or URL, capped) and, for a path, its folder (our own shards)."""
+    if not is_http(where):
+        path = Path(where).expanduser()
+        with open(path, "rb") as f:
+            return f.read(MAX_MANIFEST_BYTES + 1), path.parent
+    with http_get(where, MANIFEST_STALL_S, 120.0) as body:
+        return body.read(MAX_MANIFEST_BYTES + 1), None
 
 
 def load_manifest(digest: str, where: str | None, peers: list[str], stop: threading.Event,
                   emit: Callable[[str], None]) -> tuple[Manifest, Path | None]:
     """The manifest named by `digest` and the folder of our own shards (beside a local manifest)."""
-    if where is not None and not is_http(where):
-        path = Path(where).expanduser()
-        with open(path, "rb") as f:
-            return read_manifest(f.read(MAX_MANIFEST_BYTES + 1), digest), path.parent
     if where is not None:
-        with http_get(where, MANIFEST_STALL_S, 120.0) as body:
-            return read_manifest(body.read(MAX_MANIFEST_BYTES + 1), digest), None
+        data, own_dir = _read_given(where)
+        return read_manifest(data, digest), own_dir
     if not peers:
         raise ValueError("--data swarm:HASH needs the manifest: give --manifest PATH-or-URL, or --peer HOST:PORT "
                          "of a peer that has it")
@@ -70,14 +90,52 @@ def load_manifest(digest: str, where: str | None, peers: list[str], stop: thread
     raise KeyboardInterrupt("stopped while waiting for the manifest")
 
 
+def load_signed_manifest(finder: SignedManifestFinder, where: str | None, peers: list[str], cache_dir: Path,
+                         stop: threading.Event, emit: Callable[[str], None]) -> tuple[SignedManifest, Path | None]:
+    """The newest manifest signed by the finder's key among: the one this peer accepted before (kept
+    in `cache_dir`), --manifest (`where`; refused if signed by another key), and what `peers` offer;
+    waits for one if none of them has any. Kept as the newest accepted; returns it and the folder
+    of our own shards (beside a local --manifest)."""
+    kept = best = load_accepted(cache_dir, finder.key)
+    own_dir = None
+    if where is not None:
+        data, own_dir = _read_given(where)
+        try:
+            given = read_signed_manifest(data, {finder.key})
+        except ManifestError as exc:
+            finder.metrics.inc("manifests_refused_total", reason=exc.reason)
+            raise ManifestError(f"--manifest {where}: {exc}") from None
+        if best is not None and given.version < best.version:
+            emit(f"--manifest {where} is version {given.version}, older than version {best.version} this peer "
+                 "accepted before: training on the newer")
+        else:
+            best = given
+    if best is None and not peers:
+        raise ValueError("--data swarm-key:KEY needs a signed manifest: give --manifest PATH-or-URL, or --peer "
+                         "HOST:PORT of a peer that has one")
+    if peers:
+        emit(f"asking {', '.join(peers)} for manifests signed by {finder.signer[:16]}…")
+    while True:
+        newer = finder.newest(peers, best.version if best is not None else 0) if peers else None
+        best = newer or best
+        if best is not None:
+            break
+        if stop.wait(2.0):
+            raise KeyboardInterrupt("stopped while waiting for a signed manifest")
+    if best != kept:
+        save_accepted(cache_dir, best)
+    return best, own_dir
+
+
 class SwarmData:
     """The store, its fetcher and the metrics they count into, for the life of one peer."""
 
     def __init__(self, manifest: Manifest, own_dir: Path | None, cfg: SwarmDataConfig, cache_dir: Path,
-                 identity: Identity, bootstrap: list[str]) -> None:
+                 identity: Identity, bootstrap: list[str], metrics: Metrics | None = None,
+                 signed: SignedManifest | None = None) -> None:
         self.manifest, self.cfg, self.bootstrap = manifest, cfg, list(bootstrap)
-        self.metrics = Metrics()
-        self.store = ShardStore(manifest, cache_dir, cfg.cache_bytes, cfg.min_hold_s, own_dir=own_dir)
+        self.metrics = metrics or Metrics()
+        self.store = ShardStore(manifest, cache_dir, cfg.cache_bytes, cfg.min_hold_s, own_dir=own_dir, signed=signed)
         self.store.open()
         self.fetcher = ShardFetcher(self.store, cfg, identity.peer_id, lambda: self.bootstrap, self.metrics)
 
@@ -102,15 +160,23 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
                      emit: Callable[[str], None]) -> SwarmData | None:
     """For `--data swarm:HASH`: get the manifest, open the store, start fetching, wait for a first
     shard, and point the trainer at the store's listing. None for any other --data."""
-    digest = swarm_id_of(cfg.train.sources)
-    if digest is None:
+    corpus = swarm_id_of(cfg.train.sources)
+    if corpus is None:
         return None
     sd = cfg.swarm_data
     cache_dir = sd.cache_dir or (Path(cfg.loop.checkpoint_dir) / "shards" if cfg.loop.checkpoint_dir else None)
     if cache_dir is None:
-        raise ValueError("--data swarm:HASH keeps shards on disk: give --data-cache DIR (checkpoints are off)")
-    manifest, own_dir = load_manifest(digest, sd.manifest, cfg.net.peers, stop, emit)
-    data = SwarmData(manifest, own_dir, sd, cache_dir, identity, cfg.net.peers)
+        raise ValueError("--data swarm:… keeps shards on disk: give --data-cache DIR (checkpoints are off)")
+    metrics, signed = Metrics(), None
+    if corpus.key is not None:
+        finder = SignedManifestFinder(corpus.key, metrics, MANIFEST_STALL_S, sd.ban_s)
+        signed, own_dir = load_signed_manifest(finder, sd.manifest, cfg.net.peers, cache_dir, stop, emit)
+        manifest = signed.manifest
+        emit(f"manifest version {signed.version} signed by {signed.signer[:16]}… (document {signed.hash[:16]}…)")
+    else:
+        assert corpus.hash is not None
+        manifest, own_dir = load_manifest(corpus.hash, sd.manifest, cfg.net.peers, stop, emit)
+    data = SwarmData(manifest, own_dir, sd, cache_dir, identity, cfg.net.peers, metrics=metrics, signed=signed)
     emit(f"corpus {manifest.swarm_id}: {len(manifest.shards)} shards, {manifest.total_bytes / 1e6:.1f} MB; "
          f"{len(data.store.own())} own, {len(data.store.held()) - len(data.store.own())} cached in {data.store.dir}")
     data.fetcher.start()

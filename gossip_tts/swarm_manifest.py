@@ -1,4 +1,5 @@
-"""Writing a swarm manifest for a folder of latent tars (`gossip-tts pack` and `gossip-tts manifest`).
+"""Writing a swarm manifest for a folder of latent tars (`gossip-tts pack` and `gossip-tts manifest`),
+and signing it (`gossip-tts manifest DIR --sign KEYFILE`).
 
 Each `*.tar` directly in the folder (not hidden) is hashed whole and read once for what it
 holds: the latent space from its `__shard__.json` header, and samples and audio seconds
@@ -12,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 from gossip_tts.data.tars import SHARD_INFO_NAME
-from peer.shards.manifest import MANIFEST_NAME, Manifest, ManifestError, ShardEntry
+from peer.shards.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestError, ShardEntry
+from peer.shards.signed import SIGNED_MANIFEST_NAME, SignedManifest, read_signed_manifest, sign_manifest
 from peer.shards.store import sha256_of
+from protocol import Identity
 
 MAX_JSON_BYTES = 1 << 20
 
@@ -64,8 +68,37 @@ def build_manifest(directory: Path) -> Manifest:
 def write_manifest(directory: Path) -> Manifest:
     """(Re)write `directory/swarm-manifest.json` (atomically) for the tars in it; returns it."""
     manifest = build_manifest(directory)
-    target = Path(directory) / MANIFEST_NAME
-    tmp = target.with_name(f".{MANIFEST_NAME}.tmp-{os.getpid()}")
-    tmp.write_bytes(manifest.canonical_bytes())
-    os.replace(tmp, target)
+    _write_atomic(Path(directory) / MANIFEST_NAME, manifest.canonical_bytes())
     return manifest
+
+
+def write_signed_manifest(directory: Path, identity: Identity, version: int | None = None) -> SignedManifest:
+    """Write `directory/swarm-manifest.json` and, signed by `identity`, `swarm-manifest.signed.json`.
+
+    `version` defaults to the Unix time in seconds, or one more than the version of the signed
+    document already there (peers that trust the key take the highest version: a re-signed corpus
+    must outrank the old one, even if this machine's clock is behind)."""
+    previous = _previous_version(Path(directory) / SIGNED_MANIFEST_NAME, identity)
+    if version is None:
+        version = max(int(time.time()), previous + 1)
+    elif version <= previous:
+        raise ValueError(f"version {version} is not above {previous}, the version already signed in {directory}: "
+                         "peers would keep the older document")
+    manifest = write_manifest(directory)
+    data = sign_manifest(manifest, identity, version)
+    _write_atomic(Path(directory) / SIGNED_MANIFEST_NAME, data)
+    return read_signed_manifest(data, {identity.public_key})
+
+
+def _previous_version(path: Path, identity: Identity) -> int:
+    try:
+        with open(path, "rb") as f:
+            return read_signed_manifest(f.read(MAX_MANIFEST_BYTES + 1), {identity.public_key}).version
+    except (OSError, ManifestError):  # none yet, or signed by another key: nothing of ours to outrank
+        return 0
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)

@@ -2,7 +2,7 @@
 
 `GET /v1/shards` says which manifest this peer holds and which of its shards (a bitmap over
 the manifest's order, `peer.shards.advert`).
-`GET /v1/shards/HASH` streams one shard (or the manifest, by its own hash) from disk in
+`GET /v1/shards/HASH` streams one shard (or the manifest or its signed document, by their own hash) from disk in
 CHUNK-sized reads, so memory stays bounded whatever the shard's size; a single `Range:
 bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
 another peer. Limits beside the RequestGuard's per-address ones: at most
@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from aiohttp import web
 
 from peer.metrics import Metrics
-from peer.shards.advert import advert_body
+from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.plan import upload_refusal
 from peer.shards.store import ShardStore
@@ -76,8 +76,9 @@ class ShardServer:
         return web.json_response({"refused": reason, "detail": text[:200]}, status=status)
 
     async def list_shards(self, request: web.Request) -> web.Response:
-        manifest = self.store.manifest
-        return web.json_response(advert_body(manifest.hash, [s.sha256 for s in manifest.shards], self.store.held()))
+        manifest, signed = self.store.manifest, self.store.signed
+        offer = None if signed is None else SignedOffer(signed.hash, signed.signer, signed.version)
+        return web.json_response(advert_body(manifest.hash, [s.sha256 for s in manifest.shards], self.store.held(), offer))
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         digest = request.match_info["digest"]
@@ -135,7 +136,7 @@ class ShardServer:
                     request.transport.abort()
                 return response
             await response.write_eof()
-        if digest != self.store.manifest.hash and end == size:
+        if not self.store.is_manifest(digest) and end == size:
             self.metrics.inc("shards_served_total", help="shard uploads that reached the shard's last byte")
         return response
 

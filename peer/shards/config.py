@@ -12,9 +12,10 @@ from pathlib import Path
 @dataclass
 class SwarmDataConfig:
     manifest: str | None = None
-    """The manifest's body, a path or http(s) URL (checked against the swarm:HASH of --data). A local
-    manifest also makes the tars beside it this peer's own shards (served, never evicted). None: fetch
-    it from the --peer addresses by its hash."""
+    """The manifest's body, a path or http(s) URL: checked against the swarm:HASH of --data, or with
+    swarm-key:PUBKEY a signed manifest, refused unless that key signed it. A local manifest also makes
+    the tars beside it this peer's own shards (served, never evicted). None: fetch it from the --peer
+    addresses (by its hash, or the newest version the key signed that they offer)."""
     cache_dir: Path | None = None
     """Where fetched shards are kept; default: `<checkpoint-dir>/shards`."""
     cache_gb: float = 20.0

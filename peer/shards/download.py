@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from peer.core.addresses import parse_address
 from peer.shards.advert import parse_advert
@@ -83,12 +83,19 @@ def get_capped(address: str, path: str, cap: int, stall_s: float, deadline_s: fl
         conn.close()
 
 
+def read_advert_doc(address: str, stall_s: float) -> Any:
+    """The parsed JSON of `address`'s GET /v1/shards (`peer.shards.advert`), read capped."""
+    try:
+        return json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s, ADVERT_DEADLINE_S))
+    except ValueError as exc:
+        raise SourceFailed("bad_advert", f"{address}: /v1/shards: {exc}") from None
+
+
 def read_advert(address: str, manifest_hash: str, order: list[str], stall_s: float) -> set[str]:
     """The shards of our manifest (`order`: its shard hashes in manifest order) that `address` says
-    it holds (GET /v1/shards, `peer.shards.advert`); empty if it holds another manifest."""
+    it holds; empty if it holds another manifest."""
     try:
-        return parse_advert(json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s, ADVERT_DEADLINE_S)),
-                            manifest_hash, order)
+        return parse_advert(read_advert_doc(address, stall_s), manifest_hash, order)
     except ValueError as exc:
         raise SourceFailed("bad_advert", f"{address}: /v1/shards: {exc}") from None
 

@@ -7,8 +7,8 @@ rate, samples, audio seconds); its canonical serialisation (sorted keys, no spac
 sorted by name, ASCII) hashes to the corpus id `swarm:HASH`. Whoever knows the hash can take
 the manifest's body from anyone: it either hashes to it or is refused.
 
-A manifest may instead be signed by an Ed25519 key (`sign_manifest`): a peer that trusts the
-key accepts it without knowing its hash in advance.
+A manifest may instead be signed by an Ed25519 key (`peer.shards.signed`): a peer that trusts
+the key accepts it without knowing its hash in advance.
 
 Parsing is strict, because the body is untrusted: unknown fields, missing fields, wrong
 types, non-canonical bytes, duplicate names or hashes, and anything past the limits below
@@ -24,10 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from protocol import Identity, verify_signature
-
 FORMAT = "gossip-tts-swarm-manifest-v1"
-SIGNED_FORMAT = "gossip-tts-swarm-manifest-signed-v1"
 MANIFEST_NAME = "swarm-manifest.json"
 """The file name `gossip-tts pack` and `gossip-tts manifest` write next to the tars."""
 SWARM_PREFIX = "swarm:"
@@ -39,14 +36,15 @@ MAX_SHARD_BYTES = 1 << 40
 MAX_CODEC_CHARS = 64
 MAX_LATENT_DIM = 1 << 16
 _NAME_RE = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,122}\.tar")
-_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _SHARD_FIELDS = ("audio_seconds", "codec", "frame_rate", "latent_dim", "name", "samples", "sha256", "size")
 _TOP_FIELDS = ("format", "shards")
-_SIGNED_FIELDS = ("format", "manifest", "signature", "signer")
 
 
 class ManifestError(ValueError):
-    """A manifest (or the name of one) that is refused; the text says why."""
+    """A manifest (or the name of one) that is refused; the text says why, `reason` names it for a counter."""
+
+    reason = "malformed"
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,7 @@ def parse_swarm_id(text: str) -> str:
     if not isinstance(text, str) or not text.startswith(SWARM_PREFIX):
         raise ManifestError(f"not a swarm corpus id: {text!r} (want swarm:<64 hex digits>)")
     digest = text[len(SWARM_PREFIX):]
-    if not _HEX64_RE.fullmatch(digest):
+    if not HEX64_RE.fullmatch(digest):
         raise ManifestError(f"{text!r}: the hash must be 64 lowercase hex digits (a SHA-256)")
     return digest
 
@@ -125,7 +123,7 @@ def read_manifest(data: bytes, expected_hash: str | None = None) -> Manifest:
         found = hashlib.sha256(data).hexdigest()
         if found != expected_hash:
             raise ManifestError(f"manifest hashes to {found}, not to the expected {expected_hash}")
-    manifest = manifest_from_dict(_load(data))
+    manifest = manifest_from_dict(load_json(data))
     if manifest.canonical_bytes() != bytes(data):
         raise ManifestError("manifest is not in canonical form (sorted keys, no spaces, shards sorted by name)")
     return manifest
@@ -133,7 +131,7 @@ def read_manifest(data: bytes, expected_hash: str | None = None) -> Manifest:
 
 def manifest_from_dict(doc: Any) -> Manifest:
     """A Manifest from parsed JSON, every field checked; ManifestError otherwise."""
-    _exact_fields(doc, _TOP_FIELDS, "manifest")
+    exact_fields(doc, _TOP_FIELDS, "manifest")
     if doc["format"] != FORMAT:
         raise ManifestError(f"manifest format is {doc['format']!r}, not {FORMAT!r}")
     shards = doc["shards"]
@@ -144,37 +142,8 @@ def manifest_from_dict(doc: Any) -> Manifest:
     return Manifest(tuple(_shard_from_dict(i, s) for i, s in enumerate(shards)))
 
 
-def sign_manifest(manifest: Manifest, identity: Identity) -> bytes:
-    """A signed manifest: the manifest, the signer's public key and its signature over the canonical bytes."""
-    signature = identity.sign(manifest.canonical_bytes())
-    return canonical_json({"format": SIGNED_FORMAT, "manifest": manifest.to_dict(),
-                           "signature": signature.hex(), "signer": identity.peer_id})
-
-
-def read_signed_manifest(data: bytes, trusted: set[bytes]) -> Manifest:
-    """Parse a signed manifest, refusing one not signed by a key in `trusted` (32-byte public keys)."""
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"signed manifest is {len(data)} bytes, over the limit of {MAX_MANIFEST_BYTES}")
-    doc = _load(data)
-    _exact_fields(doc, _SIGNED_FIELDS, "signed manifest")
-    if doc["format"] != SIGNED_FORMAT:
-        raise ManifestError(f"signed manifest format is {doc['format']!r}, not {SIGNED_FORMAT!r}")
-    signer, signature = doc["signer"], doc["signature"]
-    if not (isinstance(signer, str) and _HEX64_RE.fullmatch(signer)):
-        raise ManifestError("signed manifest 'signer' must be a public key in 64 lowercase hex digits")
-    if not (isinstance(signature, str) and re.fullmatch(r"[0-9a-f]{128}", signature)):
-        raise ManifestError("signed manifest 'signature' must be 128 lowercase hex digits")
-    key = bytes.fromhex(signer)
-    if key not in trusted:
-        raise ManifestError(f"manifest signed by {signer[:16]}…, a key this peer does not trust")
-    manifest = manifest_from_dict(doc["manifest"])
-    if not verify_signature(key, manifest.canonical_bytes(), bytes.fromhex(signature)):
-        raise ManifestError("manifest signature does not verify (altered after signing?)")
-    return manifest
-
-
 # ---------------------------------------------------------------------------------------------- checks
-def _load(data: bytes) -> Any:
+def load_json(data: bytes) -> Any:
     try:
         return json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -185,7 +154,7 @@ def _no_constant(name: str) -> Any:
     raise ManifestError(f"manifest holds {name}, which JSON does not allow")
 
 
-def _exact_fields(doc: Any, fields: tuple[str, ...], what: str) -> None:
+def exact_fields(doc: Any, fields: tuple[str, ...], what: str) -> None:
     if not isinstance(doc, dict):
         raise ManifestError(f"{what} must be a JSON object")
     unknown = sorted(set(doc) - set(fields))
@@ -211,7 +180,7 @@ def _number(value: Any, what: str, positive: bool) -> float:
 
 def _shard_from_dict(i: int, doc: Any) -> ShardEntry:
     what = f"shard {i}"
-    _exact_fields(doc, _SHARD_FIELDS, what)
+    exact_fields(doc, _SHARD_FIELDS, what)
     name = doc["name"]
     if not (isinstance(name, str) and _NAME_RE.fullmatch(name)):
         raise ManifestError(f"{what}: name {name!r} is not a plain file name ending in .tar (letters, digits, '_', '-', '.')")
@@ -219,7 +188,7 @@ def _shard_from_dict(i: int, doc: Any) -> ShardEntry:
     if not (isinstance(codec, str) and 0 < len(codec) <= MAX_CODEC_CHARS):
         raise ManifestError(f"{what}: codec must be a string of 1..{MAX_CODEC_CHARS} characters")
     digest = doc["sha256"]
-    if not (isinstance(digest, str) and _HEX64_RE.fullmatch(digest)):
+    if not (isinstance(digest, str) and HEX64_RE.fullmatch(digest)):
         raise ManifestError(f"{what}: sha256 must be 64 lowercase hex digits")
     return ShardEntry(
         name=name, size=_int(doc["size"], f"{what}: size", 1, MAX_SHARD_BYTES), sha256=digest, codec=codec,

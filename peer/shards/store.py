@@ -3,6 +3,7 @@
 Layout, under `cache_dir/<first 16 hex digits of the manifest hash>/`:
 
     swarm-manifest.json   the manifest's canonical bytes (served like a shard, by its hash)
+    swarm-manifest.signed.json  with a signed manifest, the signed document (served by its hash)
     <name>.tar            a fetched shard, complete and verified
     .<sha256>.part        a download in progress (hidden: no reader lists it); kept across
                           sources, so a transfer resumes where the last source stopped; one
@@ -39,6 +40,7 @@ from typing import Callable, Iterator
 
 from peer.shards.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from peer.shards.plan import CachedShard, choose_evictions
+from peer.shards.signed import SIGNED_MANIFEST_NAME, SignedManifest
 
 log = logging.getLogger(__name__)
 LISTING_NAME = "shards.txt"
@@ -57,8 +59,11 @@ class ShardStore:
     """See the module docstring. `clock` is monotonic seconds (tests pass their own)."""
 
     def __init__(self, manifest: Manifest, cache_dir: Path, cache_bytes: int, min_hold_s: float,
-                 own_dir: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.manifest, self.cache_bytes, self.min_hold_s = manifest, cache_bytes, min_hold_s
+                 own_dir: Path | None = None, clock: Callable[[], float] = time.monotonic,
+                 signed: SignedManifest | None = None) -> None:
+        if signed is not None and signed.manifest != manifest:
+            raise ValueError("the signed document is for another manifest")
+        self.manifest, self.cache_bytes, self.min_hold_s, self.signed = manifest, cache_bytes, min_hold_s, signed
         self.own_dir, self.clock = (Path(own_dir).resolve() if own_dir is not None else None), clock
         self.dir = Path(cache_dir).resolve() / manifest.hash[:16]  # the listing names absolute paths
         self.listing = self.dir / LISTING_NAME
@@ -78,6 +83,8 @@ class ShardStore:
         ones whose bytes still hash right (anything else is deleted)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.dir / MANIFEST_NAME, self.manifest.canonical_bytes())
+        if self.signed is not None:
+            _write_atomic(self.dir / SIGNED_MANIFEST_NAME, self.signed.data)
         if self.own_dir is not None:
             for e in self.manifest.shards:
                 path = Path(self.own_dir) / e.name
@@ -104,6 +111,10 @@ class ShardStore:
         with self._lock:
             return set(self._own)
 
+    def is_manifest(self, digest: str) -> bool:
+        """Whether `digest` names the manifest or its signed document (not a shard)."""
+        return digest == self.manifest.hash or (self.signed is not None and digest == self.signed.hash)
+
     def entry(self, shard: str) -> ShardEntry | None:
         return self._entries.get(shard)
 
@@ -117,9 +128,11 @@ class ShardStore:
             return sum(c.size for c in self._cached.values())
 
     def path_of(self, digest: str) -> Path | None:
-        """The file to serve for a content hash: a shard held, or the manifest itself."""
+        """The file to serve for a content hash: a shard held, the manifest itself, or its signed document."""
         if digest == self.manifest.hash:
             return self.dir / MANIFEST_NAME
+        if self.signed is not None and digest == self.signed.hash:
+            return self.dir / SIGNED_MANIFEST_NAME
         with self._lock:
             if digest in self._own:
                 return self._own[digest]

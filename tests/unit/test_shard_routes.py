@@ -197,3 +197,34 @@ def test_a_trickling_server_is_given_up_at_the_deadline() -> None:
         assert time.monotonic() - started < 3.0  # each byte came within stall_s: only the deadline ends it
     finally:
         srv.close()
+
+
+def test_a_signed_manifest_is_offered_in_the_advert_and_served_by_its_hash(tmp_path: Path) -> None:
+    from peer.shards.advert import signed_offers
+    from peer.shards.download import read_advert_doc
+    from peer.shards.signed import read_signed_manifest, sign_manifest
+    from peer.shards.store import ShardStore
+    from protocol import Identity
+
+    plain = own_store(tmp_path / "plain", {"a.tar": BLOB})
+    key = Identity.generate(b"\x03" * 32)
+    signed = read_signed_manifest(sign_manifest(plain.manifest, key, 4), {key.public_key})
+    store = ShardStore(plain.manifest, tmp_path / "cache", 1 << 30, 0.0, own_dir=plain.own_dir, signed=signed)
+    store.open()
+    metrics = Metrics(process=False)
+    srv, _ = serve_store(store, metrics=metrics)
+    try:
+        offers = signed_offers(read_advert_doc(srv.address, 5.0), key.peer_id)
+        assert [(o.hash, o.version) for o in offers] == [(signed.hash, 4)]
+        assert get_capped(srv.address, f"/v1/shards/{signed.hash}", 1 << 20, 5.0) == signed.data
+    finally:
+        srv.close()
+    srv, _ = serve_store(plain)
+    try:
+        assert not signed_offers(read_advert_doc(srv.address, 5.0), key.peer_id)  # an unsigned store offers none
+    finally:
+        srv.close()
+    assert metrics.get("shards_served_total") == 0  # a manifest is not a shard
+    with pytest.raises(ValueError, match="another manifest"):
+        ShardStore(own_store(tmp_path / "other", {"b.tar": b"b"}).manifest, tmp_path / "c2", 1, 0.0, signed=signed)
+

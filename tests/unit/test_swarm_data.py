@@ -18,7 +18,7 @@ MANIFEST = manifest_of(BLOBS)
 
 def test_swarm_id_of() -> None:
     assert swarm_id_of(["some/folder"]) is None
-    assert swarm_id_of([MANIFEST.swarm_id]) == MANIFEST.hash
+    assert swarm_id_of([MANIFEST.swarm_id]) == (MANIFEST.hash, None)
     with pytest.raises(ValueError, match="alone"):
         swarm_id_of([MANIFEST.swarm_id, "other/folder"])
     with pytest.raises(ManifestError, match="64 lowercase hex"):

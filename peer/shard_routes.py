@@ -2,8 +2,10 @@
 
 `GET /v1/shards` says which manifest this peer holds and which of its shards (a bitmap over
 the manifest's order, `peer.shards.advert`).
-`GET /v1/shards/HASH` streams one shard (or the manifest or its signed document, by their own hash) from disk in
-CHUNK-sized reads, so memory stays bounded whatever the shard's size; a single `Range:
+`GET /v1/shards/HASH` streams one shard (or the manifest or its signed document, by their own
+hash) from disk by sendfile, or where a transport cannot, in CHUNK-sized reads: memory stays
+bounded whatever the shard's size, and all uploads together keep under `max_upload_mb_s`
+(`peer.shards.pacer`), so serving leaves the training step its CPU; a single `Range:
 bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
 another peer. Limits beside the RequestGuard's per-address ones: at most
 `max_uploads_per_address` uploads to one address (429) and `max_uploads` in all (503), and
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,11 +30,16 @@ from aiohttp import web
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
+from peer.shards.pacer import UploadPacer
 from peer.shards.plan import upload_refusal
 from peer.shards.store import ShardStore
 
+SENDFILE = True
+"""Send shards with sendfile where the transport allows (False: always read and write them)."""
+SEND_PIECE = 1 << 20
+"""Bytes per sendfile call: the pacer, the deadline and the byte counter see the upload at this grain."""
 CHUNK = 256 * 1024
-"""Bytes read from disk and written per step of an upload."""
+"""Bytes read from disk and written per step of an upload without sendfile."""
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
 _RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
 
@@ -70,6 +78,9 @@ class ShardServer:
         self.store, self.cfg, self.metrics = store, cfg, metrics
         self._open: dict[str, int] = defaultdict(int)
         self.uploads = 0
+        self._sendfile = SENDFILE
+        rate = cfg.max_upload_mb_s * 1e6
+        self.pacer = UploadPacer(rate, max(rate / 4, SEND_PIECE), time.monotonic()) if rate > 0 else None
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
         self.metrics.inc("http_refused_total", reason=reason)
@@ -128,7 +139,7 @@ class ShardServer:
                 await response.write_eof()
                 return response
             try:
-                await asyncio.wait_for(self._copy(f, start, end, response), self.cfg.upload_deadline_s)
+                await asyncio.wait_for(self._copy(f, start, end, request, response), self.cfg.upload_deadline_s)
             except (asyncio.TimeoutError, ConnectionError) as exc:
                 if isinstance(exc, asyncio.TimeoutError):
                     self.metrics.inc("http_refused_total", reason="slow_shard_reader")
@@ -140,17 +151,37 @@ class ShardServer:
             self.metrics.inc("shards_served_total", help="shard uploads that reached the shard's last byte")
         return response
 
-    async def _copy(self, f: BinaryIO, start: int, end: int, response: web.StreamResponse) -> None:
+    async def _copy(self, f: BinaryIO, start: int, end: int, request: web.Request, response: web.StreamResponse) -> None:
+        """Send bytes [start, end) of `f`, a piece at a time: by sendfile (the kernel copies from the page
+        cache to the socket; no byte passes through Python) where the transport allows, else read and
+        written in CHUNK-sized pieces. Either way memory stays bounded and the pacer is asked first."""
         loop = asyncio.get_running_loop()
-        f.seek(start)
-        left = end - start
-        while left > 0:
-            chunk = await loop.run_in_executor(None, f.read, min(CHUNK, left))
-            if not chunk:  # the file shrank under us: the asker sees a short body and resumes elsewhere
+        offset = start
+        while offset < end:
+            n = min(SEND_PIECE if self._sendfile else CHUNK, end - offset)
+            if self.pacer is not None and (wait := self.pacer.delay(n, time.monotonic())) > 0:
+                await asyncio.sleep(wait)
+            sent = await self._send_piece(loop, f, offset, n, request, response)
+            if not sent:  # the file shrank under us: the asker sees a short body and resumes elsewhere
                 raise ConnectionResetError("shard file shorter than its size")
+            offset += sent
+            self.metrics.inc("data_bytes_sent_total", sent, help="corpus bytes uploaded to other peers (shards, manifests)")
+
+    async def _send_piece(self, loop: asyncio.AbstractEventLoop, f: BinaryIO, offset: int, n: int,
+                          request: web.Request, response: web.StreamResponse) -> int:
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("the asker went away")
+        if self._sendfile:
+            try:
+                return await loop.sendfile(transport, f, offset, n, fallback=False)
+            except (NotImplementedError, asyncio.SendfileNotAvailableError):  # TLS, or no os.sendfile: copy instead
+                self._sendfile = False
+        f.seek(offset)
+        chunk = await loop.run_in_executor(None, f.read, n)
+        if chunk:
             await response.write(chunk)
-            left -= len(chunk)
-            self.metrics.inc("data_bytes_sent_total", len(chunk), help="corpus bytes uploaded to other peers (shards, manifests)")
+        return len(chunk)
 
 
 def _size(f: BinaryIO) -> int:

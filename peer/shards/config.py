@@ -40,6 +40,9 @@ class SwarmDataConfig:
     """Shards served at once to one address; more get 429."""
     upload_deadline_s: float = 900.0
     """A download of one of our shards that takes longer is cut off (a slow reader holds a slot no longer)."""
+    max_upload_mb_s: float = 0.0
+    """All shard uploads together send at most this many MB (10^6 bytes) a second; 0: as fast as the
+    network takes them."""
 
     def __post_init__(self) -> None:
         if self.cache_dir is not None:
@@ -52,8 +55,8 @@ class SwarmDataConfig:
         for name in ("shard_deadline_s", "stall_timeout_s", "advert_every_s", "upload_deadline_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.min_hold_s < 0 or self.ban_s < 0:
-            raise ValueError("min_hold_s and ban_s must be >= 0")
+        if self.min_hold_s < 0 or self.ban_s < 0 or not self.max_upload_mb_s >= 0:
+            raise ValueError("min_hold_s, ban_s and max_upload_mb_s must be >= 0")
 
     @property
     def cache_bytes(self) -> int:

@@ -12,7 +12,9 @@ import pytest
 from aiohttp import web
 
 from peer.metrics import Metrics
+import peer.shard_routes as routes
 from peer.shard_routes import RangeNotSatisfiable, parse_range
+from peer.shards.pacer import UploadPacer
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped, read_advert
 from tests.unit.shard_server_helpers import dying_handler, own_store, serve_handler, serve_store
@@ -33,8 +35,9 @@ def test_parse_range() -> None:
             parse_range(bad, 100)
 
 
-@pytest.fixture
-def served(tmp_path: Path):
+@pytest.fixture(params=[True, False], ids=["sendfile", "read-write"])
+def served(tmp_path: Path, request, monkeypatch):
+    monkeypatch.setattr(routes, "SENDFILE", request.param)
     store = own_store(tmp_path, {"a.tar": BLOB})
     metrics = Metrics(process=False)
     srv, server = serve_store(store, SwarmDataConfig(max_uploads_per_address=1, upload_deadline_s=2.0), metrics)
@@ -228,3 +231,32 @@ def test_a_signed_manifest_is_offered_in_the_advert_and_served_by_its_hash(tmp_p
     with pytest.raises(ValueError, match="another manifest"):
         ShardStore(own_store(tmp_path / "other", {"b.tar": b"b"}).manifest, tmp_path / "c2", 1, 0.0, signed=signed)
 
+
+
+def test_the_pacer_lets_a_burst_through_then_keeps_the_rate() -> None:
+    pacer = UploadPacer(rate=100.0, burst=50.0, now=0.0)
+    assert pacer.delay(50, 0.0) == 0.0  # the burst
+    assert pacer.delay(100, 0.0) == pytest.approx(1.0)  # then 100 bytes a second
+    assert pacer.delay(100, 0.0) == pytest.approx(2.0)  # a second asker waits behind the first's debt
+    assert pacer.delay(10, 10.0) == 0.0  # idle time refills the bucket, never past the burst
+    assert pacer.delay(50, 10.0) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        UploadPacer(0.0, 1.0, 0.0)
+
+
+def test_uploads_together_keep_under_the_rate_cap(tmp_path: Path) -> None:
+    store = own_store(tmp_path, {"a.tar": BLOB})
+    metrics = Metrics(process=False)
+    srv, server = serve_store(store, SwarmDataConfig(max_upload_mb_s=4.0), metrics)
+    try:
+        assert server.pacer is not None and server.pacer.burst == routes.SEND_PIECE
+        t0 = time.monotonic()
+        for i in range(3):
+            assert sum(_fetch(srv.address, tmp_path / f"p{i}")) == len(BLOB)
+        elapsed = time.monotonic() - t0
+    finally:
+        srv.close()
+    assert elapsed >= (3 * len(BLOB) - routes.SEND_PIECE) / 4e6 * 0.95  # 3 MiB at 4 MB/s after a 1 MiB burst
+    uncapped, server = serve_store(store)
+    uncapped.close()
+    assert server.pacer is None

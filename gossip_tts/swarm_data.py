@@ -31,7 +31,7 @@ from peer.shards.download import SourceFailed, get_capped
 from peer.shards.fetcher import ShardFetcher
 from peer.shards.manifest import MAX_MANIFEST_BYTES, SWARM_PREFIX, Manifest, ManifestError, parse_swarm_id, read_manifest
 from peer.shards.signed import SWARM_KEY_PREFIX, SignedManifest, parse_swarm_key, read_signed_manifest
-from peer.shards.signed_source import SignedManifestFinder, load_accepted, save_accepted
+from peer.shards.signed_source import NewerManifestWatcher, SignedManifestFinder, load_accepted, save_accepted
 from peer.shards.store import ShardStore
 from protocol import Identity
 
@@ -132,12 +132,14 @@ class SwarmData:
 
     def __init__(self, manifest: Manifest, own_dir: Path | None, cfg: SwarmDataConfig, cache_dir: Path,
                  identity: Identity, bootstrap: list[str], metrics: Metrics | None = None,
-                 signed: SignedManifest | None = None) -> None:
+                 signed: SignedManifest | None = None, finder: SignedManifestFinder | None = None) -> None:
         self.manifest, self.cfg, self.bootstrap = manifest, cfg, list(bootstrap)
         self.metrics = metrics or Metrics()
         self.store = ShardStore(manifest, cache_dir, cfg.cache_bytes, cfg.min_hold_s, own_dir=own_dir, signed=signed)
         self.store.open()
         self.fetcher = ShardFetcher(self.store, cfg, identity.peer_id, lambda: self.bootstrap, self.metrics)
+        self.cache_dir, self.signed, self.finder = Path(cache_dir), signed, finder
+        self.watcher: NewerManifestWatcher | None = None
 
     def wait_for_first_shard(self, stop: threading.Event, emit: Callable[[str], None]) -> None:
         """Block until one shard is held (the trainer reads a first batch when it is built)."""
@@ -151,8 +153,23 @@ class SwarmData:
             self.fetcher.changed.clear()
             waited += 1.0
 
+    def watch_for_newer(self, addresses: Callable[[], list[str]], emit: Callable[[str], None]) -> None:
+        """With a signed manifest: look for a newer version among `addresses` while training."""
+        if self.signed is None or self.finder is None:
+            return
+        current = self.signed
+
+        def newer(found: SignedManifest) -> None:
+            emit(f"manifest version {found.version} signed by {found.signer[:16]}… verified and kept: this peer "
+                 f"trains on version {current.version} until it restarts")
+
+        self.watcher = NewerManifestWatcher(self.finder, current, addresses, self.cache_dir, self.cfg.manifest_check_s, newer)
+        self.watcher.start()
+
     def close(self) -> None:
         provide_listing(str(self.store.listing), None)
+        if self.watcher is not None:
+            self.watcher.close()
         self.fetcher.close()
 
 
@@ -167,7 +184,7 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
     cache_dir = sd.cache_dir or (Path(cfg.loop.checkpoint_dir) / "shards" if cfg.loop.checkpoint_dir else None)
     if cache_dir is None:
         raise ValueError("--data swarm:… keeps shards on disk: give --data-cache DIR (checkpoints are off)")
-    metrics, signed = Metrics(), None
+    metrics, signed, finder = Metrics(), None, None
     if corpus.key is not None:
         finder = SignedManifestFinder(corpus.key, metrics, MANIFEST_STALL_S, sd.ban_s)
         signed, own_dir = load_signed_manifest(finder, sd.manifest, cfg.net.peers, cache_dir, stop, emit)
@@ -176,7 +193,8 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
     else:
         assert corpus.hash is not None
         manifest, own_dir = load_manifest(corpus.hash, sd.manifest, cfg.net.peers, stop, emit)
-    data = SwarmData(manifest, own_dir, sd, cache_dir, identity, cfg.net.peers, metrics=metrics, signed=signed)
+    data = SwarmData(manifest, own_dir, sd, cache_dir, identity, cfg.net.peers, metrics=metrics, signed=signed,
+                     finder=finder)
     emit(f"corpus {manifest.swarm_id}: {len(manifest.shards)} shards, {manifest.total_bytes / 1e6:.1f} MB; "
          f"{len(data.store.own())} own, {len(data.store.held()) - len(data.store.own())} cached in {data.store.dir}")
     data.fetcher.start()
@@ -225,4 +243,5 @@ class SwarmDataPeer(GossipPeer):
         bootstrap = self.swarm.bootstrap
         self.swarm.fetcher.self_address = lambda: driver.address
         self.swarm.fetcher.addresses = lambda: live_verified(driver) + bootstrap
+        self.swarm.watch_for_newer(lambda: [a for a in live_verified(driver) + bootstrap if a != driver.address], self.emit)
         return hook

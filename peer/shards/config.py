@@ -40,6 +40,9 @@ class SwarmDataConfig:
     """Shards served at once to one address; more get 429."""
     upload_deadline_s: float = 900.0
     """A download of one of our shards that takes longer is cut off (a slow reader holds a slot no longer)."""
+    manifest_check_s: float = 60.0
+    """With --data swarm-key:PUBKEY: how often the neighbours are asked for a newer signed manifest
+    while training (one found is kept and used from the next start)."""
     max_upload_mb_s: float = 0.0
     """All shard uploads together send at most this many MB (10^6 bytes) a second; 0: as fast as the
     network takes them."""
@@ -52,7 +55,7 @@ class SwarmDataConfig:
         for name in ("max_fetches", "max_uploads", "max_uploads_per_address"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("shard_deadline_s", "stall_timeout_s", "advert_every_s", "upload_deadline_s"):
+        for name in ("shard_deadline_s", "stall_timeout_s", "advert_every_s", "upload_deadline_s", "manifest_check_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.min_hold_s < 0 or self.ban_s < 0 or not self.max_upload_mb_s >= 0:

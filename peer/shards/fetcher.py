@@ -26,6 +26,7 @@ from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, read_advert
 from peer.shards.plan import FetchJob, Penalties, adverts_due, fetch_order, needs_shards, plan_round
 from peer.shards.store import ShardStore, sha256_of
+from peer.shards.ticker import Ticker
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -50,30 +51,20 @@ class ShardFetcher:
         self._stop = threading.Event()
         self._pool = ThreadPoolExecutor(cfg.max_fetches, thread_name_prefix="shard-fetch")
         self._advert_pool = ThreadPoolExecutor(ADVERT_WORKERS, thread_name_prefix="shard-advert")
-        self._thread = threading.Thread(target=self._run, name="shard-plan", daemon=True)
+        self._ticker = Ticker("shard-plan", TICK_S, lambda: self.step(time.monotonic()), stop=self._stop)
         self.changed = threading.Event()
         """Set whenever a shard is added (the start-up wait watches it)."""
         self._gauge()
 
     def start(self) -> None:
-        self._thread.start()
+        self._ticker.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
+        self._ticker.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._advert_pool.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ planning
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.step(time.monotonic())
-            except Exception:  # a bug here must not kill fetching for the life of the peer
-                log.exception("shard planning failed; trying again")
-            self._stop.wait(TICK_S)
-
     def step(self, now: float) -> list[FetchJob]:
         """One round: refresh adverts that are due, then start the fetches the plan picks. A peer
         that holds the whole corpus asks nobody (adverts of a large corpus run to megabytes)."""

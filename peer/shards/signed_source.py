@@ -13,8 +13,9 @@ we hold and is not fetched; a lying one (an old document offered as a new versio
 version check. Of the documents that pass, the highest version wins.
 
 `accepted_path` holds the newest document accepted for a key across restarts, so a peer
-whose neighbours all replay an older version still trains on the newest it has seen.
-Blocking reads: run before training starts, or on a thread of its own.
+whose neighbours all replay an older version still trains on the newest it has seen;
+`NewerManifestWatcher` keeps looking while the peer trains. Blocking reads: run before
+training starts, or on a thread of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, signed_offers
@@ -31,6 +33,7 @@ from peer.shards.download import SourceFailed, get_capped, read_advert_doc
 from peer.shards.manifest import MAX_MANIFEST_BYTES, ManifestError
 from peer.shards.plan import Penalties
 from peer.shards.signed import SignedManifest, read_signed_manifest
+from peer.shards.ticker import Ticker
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REFUSALS = 4096
@@ -126,3 +129,39 @@ def save_accepted(cache_dir: Path, signed: SignedManifest) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(signed.data)
     os.replace(tmp, path)
+
+
+class NewerManifestWatcher:
+    """While the peer trains on `current`, asks the neighbours every `every_s` for a newer version
+    signed by the same key. One that verifies is kept as the newest accepted (the peer trains on it
+    from its next start: the corpus does not change under a running trainer), reported once through
+    `on_newer`, and shown as the gauge `data_manifest_newest_version`; forged or replayed offers are
+    refused and counted as at start-up."""
+
+    def __init__(self, finder: SignedManifestFinder, current: SignedManifest, addresses: Callable[[], list[str]],
+                 cache_dir: Path, every_s: float, on_newer: Callable[[SignedManifest], None]) -> None:
+        self.finder, self.newest, self.addresses = finder, current, addresses
+        self.cache_dir, self.on_newer = Path(cache_dir), on_newer
+        self._ticker = Ticker("manifest-watch", every_s, self.check, wait_first=True)
+        self._gauge()
+
+    def start(self) -> None:
+        self._ticker.start()
+
+    def close(self) -> None:
+        self._ticker.close()
+
+    def check(self) -> SignedManifest | None:
+        """One round: the newer version found (and kept), or None."""
+        newer = self.finder.newest(self.addresses(), self.newest.version)
+        if newer is None:
+            return None
+        save_accepted(self.cache_dir, newer)
+        self.newest = newer
+        self._gauge()
+        self.on_newer(newer)
+        return newer
+
+    def _gauge(self) -> None:
+        self.finder.metrics.set("data_manifest_newest_version", self.newest.version,
+                                help="the newest version of the signed manifest this peer has verified")

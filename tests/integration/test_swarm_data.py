@@ -1,4 +1,5 @@
-"""A corpus shared by the swarm: real peer processes on 127.0.0.1 with --data swarm:HASH.
+"""A corpus shared by the swarm: real peer processes on 127.0.0.1 with --data swarm:HASH (and, in the
+second test, swarm-key:PUBKEY: a manifest signed by a trusted key).
 
 Peer A holds the shards (beside its --manifest); B and C start with none. B is also given a
 liar (a server advertising every shard and serving the right number of wrong bytes) and must
@@ -25,9 +26,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gossip_tts.swarm_manifest import write_manifest
+from gossip_tts.swarm_manifest import write_manifest, write_signed_manifest
 from peer.shards.advert import advert_body, parse_advert
-from peer.shards.manifest import Manifest
+from peer.shards.manifest import Manifest, ShardEntry
+from peer.shards.signed import SIGNED_MANIFEST_NAME, sign_manifest
+from protocol import Identity
 from tests.integration.conftest import tiny_args
 from tests.unit.shard_server_helpers import Served
 
@@ -158,6 +161,70 @@ def test_peers_fetch_verify_train_and_serve_a_swarm_corpus(corpus, spawn, tmp_pa
         liar.close()
 
 
+def _offering_source(offers: dict[str, tuple[bytes, str, int]], shards: dict[str, bytes]) -> Served:
+    """An in-test neighbour offering signed documents (document hash -> (bytes, claimed signer, claimed
+    version)) in its advert and serving them and `shards` (hash -> bytes) by their hash."""
+    entries = [{"hash": "00" * 32, "have": "", "signed": {"hash": h, "signer": signer, "version": version}}
+               for h, (_, signer, version) in offers.items()]
+    by_hash = {**{h: data for h, (data, _, _) in offers.items()}, **shards}
+
+    async def advert(request: web.Request) -> web.Response:
+        return web.json_response({"manifests": entries})
+
+    async def serve(request: web.Request) -> web.Response:
+        data = by_hash.get(request.match_info["digest"])
+        return web.Response(status=404) if data is None else web.Response(body=data)
+
+    app = web.Application()
+    app.router.add_get("/v1/shards", advert)
+    app.router.add_get("/v1/shards/{digest}", serve)
+    return Served(app)
+
+
+def test_an_empty_peer_trusting_a_key_trains_on_its_newest_corpus_and_refuses_the_rest(corpus, spawn, tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """Peer A serves the corpus under a manifest signed by OWNER (version 2). An attacker offers B,
+    which starts empty and trusts OWNER only, a manifest of its own shards signed by its own key
+    (claiming OWNER's and a higher version in its advert), and OWNER's older version 1 (a replay,
+    one shard). B must refuse the first (counted), skip the second, take version 2 from A, fetch only
+    the shards that manifest names, train, and offer the signed manifest on."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    owner, attacker = Identity.generate(), Identity.generate()
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    for tar in sorted(corpus["train"].glob("*.tar")):
+        shutil.copy(tar, seed / tar.name)
+    signed = write_signed_manifest(seed, owner, version=2)
+    manifest = signed.manifest
+    fake_shard = b"not the corpus" * 1000
+    fake = Manifest((ShardEntry("evil.tar", len(fake_shard), hashlib.sha256(fake_shard).hexdigest(), "mel", 4, 10.0, 1, 1.0),))
+    forged, replay = sign_manifest(fake, attacker, 1000), sign_manifest(Manifest(manifest.shards[:1]), owner, 1)
+    source = _offering_source({hashlib.sha256(forged).hexdigest(): (forged, owner.peer_id, 1000),
+                               hashlib.sha256(replay).hexdigest(): (replay, owner.peer_id, 1)},
+                              {fake.shards[0].sha256: fake_shard})
+    data = f"swarm-key:{owner.peer_id}"
+    try:
+        a = spawn("a", *tiny_args(data, tmp_path / "a", "--listen", "127.0.0.1:0", "--no-mdns", "--manifest",
+                                  str(seed / SIGNED_MANIFEST_NAME), steps=100000))
+        a_addr = a.wait_listening(240)
+        b = spawn("b", *tiny_args(data, tmp_path / "b", "--listen", "127.0.0.1:0", "--no-mdns", "--peer", source.address,
+                                  "--peer", a_addr, steps=100000))
+        b.wait_for(r"manifest version 2 signed by", 240)
+        b_addr = b.wait_listening(240)
+        _wait(lambda: _held(b_addr, manifest) == len(manifest.shards), 240, "B holding every shard")
+        b.wait_for(r"^step [1-9]\d* ", 240)
+        assert _metric(b_addr, "gossip_tts_manifests_refused_total", reason="untrusted_signer") == 1
+        assert _metric(b_addr, "gossip_tts_data_bytes_received_total") == manifest.total_bytes  # nothing of the fake corpus
+        assert not (tmp_path / "b" / "shards" / fake.hash[:16]).exists()
+        offered = json.loads(_get(b_addr, "/v1/shards"))["manifests"][0]["signed"]
+        assert offered == {"hash": signed.hash, "signer": owner.peer_id, "version": 2}
+        assert _get(b_addr, f"/v1/shards/{signed.hash}") == signed.data
+        assert (tmp_path / "b" / "shards" / f"signed-{owner.peer_id[:16]}.json").read_bytes() == signed.data
+    finally:
+        source.close()
+
+
 async def _abort(transports: list[asyncio.Transport]) -> None:
     for t in transports:
         t.abort()
@@ -171,12 +238,14 @@ from peer.shards.manifest import read_manifest
 from peer.shards.store import ShardStore
 from tests.unit.shard_server_helpers import serve_store
 
-own, chunk = Path(sys.argv[1]), int(sys.argv[2])
-if chunk:
-    routes.CHUNK = chunk
+own, mode = Path(sys.argv[1]), sys.argv[2]
+if mode != "sendfile":
+    routes.SENDFILE = False
+if mode == "whole":
+    routes.CHUNK = int(sys.argv[3])
 store = ShardStore(read_manifest((own / "swarm-manifest.json").read_bytes()), own.parent / "cache", 1, 0.0, own_dir=own)
 store.open()
-served, _ = serve_store(store)
+served, server = serve_store(store)
 print(served.address, flush=True)
 time.sleep(600)
 """
@@ -190,9 +259,9 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def _upload_growth(own: Path, digest: str, chunk: int) -> int:
+def _upload_growth(own: Path, digest: str, mode: str) -> int:
     """How much the serving process's peak memory grows while it uploads the big shard once."""
-    server = subprocess.Popen([sys.executable, "-c", RSS_SERVER, str(own), str(chunk)], stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", RSS_SERVER, str(own), mode, str(BIG)], stdout=subprocess.PIPE,
                               cwd=Path(__file__).resolve().parents[2], text=True)
     try:
         assert server.stdout is not None
@@ -209,11 +278,26 @@ def _upload_growth(own: Path, digest: str, chunk: int) -> int:
         server.wait(30)
 
 
+def _frame_budget(preset: str) -> int:
+    """The bytes of frame bodies a peer of `preset` holds in memory at once (RequestGuard.body_budget)."""
+    import torch
+
+    from gossip_tts.model import count_parameters, model_config
+    from gossip_tts.model.dit import EchoDiT
+    from peer.core.node import limits_for
+    from peer.net_config import NetConfig
+
+    with torch.device("meta"):
+        numel = count_parameters(EchoDiT(model_config(preset)))
+    return int(NetConfig().body_budget_frames * limits_for(numel).max_frame_bytes)
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads peak memory from /proc")
 def test_a_shard_far_larger_than_the_frame_budget_streams_in_bounded_memory(tmp_path: Path) -> None:
-    from peer.shards.manifest import Manifest, ShardEntry
     from peer.shards.store import sha256_of
 
+    budget = _frame_budget("small")  # the default preset's: 96 MiB
+    assert BIG > 2 * budget
     own = tmp_path / "own"
     own.mkdir()
     with open(own / "big.tar", "wb") as f:
@@ -221,8 +305,8 @@ def test_a_shard_far_larger_than_the_frame_budget_streams_in_bounded_memory(tmp_
     digest = sha256_of(own / "big.tar")
     manifest = Manifest((ShardEntry("big.tar", BIG, digest, "mel", 4, 10.0, 1, 1.0),))
     (own / "swarm-manifest.json").write_bytes(manifest.canonical_bytes())
-    bounded = _upload_growth(own, digest, 0)
-    whole = _upload_growth(own, digest, BIG)  # undefended control: one read of the whole shard
-    print(f"peak memory growth while uploading {BIG >> 20} MiB: {bounded >> 20} MiB in chunks, {whole >> 20} MiB whole")
-    assert bounded < 32 << 20
-    assert whole > 200 << 20
+    growth = {mode: _upload_growth(own, digest, mode) for mode in ("sendfile", "chunks", "whole")}
+    print(f"peak memory growth while uploading {BIG >> 20} MiB (frame budget {budget >> 20} MiB): "
+          + ", ".join(f"{mode} {g >> 20} MiB" for mode, g in growth.items()))
+    assert growth["sendfile"] < 32 << 20 and growth["chunks"] < 32 << 20
+    assert growth["whole"] > 200 << 20  # undefended control: one read of the whole shard

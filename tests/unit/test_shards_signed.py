@@ -20,7 +20,8 @@ from peer.shards.advert import SignedOffer, advert_body, signed_offers
 from peer.shards.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, ShardEntry, canonical_json
 from peer.shards.signed import (SIGNED_MANIFEST_NAME, BadSignature, UntrustedSigner, parse_swarm_key,
                                 read_signed_manifest, sign_manifest)
-from peer.shards.signed_source import SignedManifestFinder, accepted_path, load_accepted, save_accepted
+from peer.shards.signed_source import (NewerManifestWatcher, SignedManifestFinder, accepted_path, load_accepted,
+                                       save_accepted)
 from tests.unit.shard_server_helpers import Served
 from tests.unit.test_shards_manifest import _write_tars
 from protocol import Identity
@@ -191,3 +192,27 @@ def test_manifest_sign_writes_a_document_peers_rank_above_the_last(tmp_path: Pat
     lower = runner.invoke(main, ["manifest", str(tmp_path), "--sign", str(tmp_path / "owner.key"), "--version", "5"])
     assert lower.exit_code != 0 and "not above" in lower.output
     assert runner.invoke(main, ["manifest", str(tmp_path), "--version", "5"]).exit_code != 0
+
+
+def test_a_running_peer_keeps_a_newer_version_for_its_next_start(offerers, tmp_path: Path) -> None:
+    metrics = Metrics(process=False)
+    finder = SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0)
+    current = read_signed_manifest(sign_manifest(V1, OWNER, 2), {OWNER.public_key})
+    replayer = offerers(sign_manifest(V2, OWNER, 1), OWNER.peer_id, 1)
+    forger = offerers(sign_manifest(V2, OTHER, 9), OWNER.peer_id, 9)
+    addresses = [replayer.address, forger.address]
+    told: list[int] = []
+    watcher = NewerManifestWatcher(finder, current, lambda: addresses, tmp_path, 0.05, lambda s: told.append(s.version))
+    assert watcher.check() is None and load_accepted(tmp_path, OWNER.public_key) is None
+    assert metrics.get("manifests_refused_total", reason="untrusted_signer") == 1
+    newer = offerers(sign_manifest(V2, OWNER, 3), OWNER.peer_id, 3)
+    addresses.append(newer.address)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        watcher.close()
+    assert told == [3] and metrics.get("data_manifest_newest_version") == 3
+    assert load_accepted(tmp_path, OWNER.public_key).manifest == V2

@@ -122,6 +122,25 @@ def baseline_figures(limits: bool) -> list[Figure]:
     ]
 
 
+def data_figures() -> list[Figure]:
+    """data: the swarm's fetch plan against the control that reads everything from the seed."""
+    def data(run: str, *path: str) -> Callable[[dict, dict], float | None]:
+        return run_value(run, "totals", "data", *path)
+
+    return [
+        Figure("swarm: seed upload / corpus", data("swarm", "seed_upload_x_corpus"), "<=", 3.0),
+        Figure("swarm: peers holding every shard (of 15)", data("swarm", "peers_complete"), ">=", 15),
+        Figure("swarm: every peer holds every shard, s", data("swarm", "all_held_s")),
+        Figure("swarm: time until a peer trains, median s", data("swarm", "train_start_s", "median")),
+        Figure("swarm: time until a peer trains, max s", data("swarm", "train_start_s", "max")),
+        Figure("swarm: most uploaded by another peer / corpus", data("swarm", "max_other_upload_x_corpus")),
+        Figure("swarm: shard bytes moved / corpus", data("swarm", "moved_x_corpus")),
+        Figure("seed_only (control): seed upload / corpus", data("seed_only", "seed_upload_x_corpus")),
+        Figure("seed_only (control): every peer holds every shard, s", data("seed_only", "all_held_s")),
+        Figure("seed_only (control): time until a peer trains, max s", data("seed_only", "train_start_s", "max")),
+    ]
+
+
 FIGURES: dict[str, list[Figure]] = {
     "stragglers": baseline_figures(limits=True),
     "wan": baseline_figures(limits=False),
@@ -176,6 +195,7 @@ FIGURES: dict[str, list[Figure]] = {
     "tts": [
         Figure("gossip/allreduce final loss", final_ratio("gossip", "allreduce")),
     ],
+    "data": data_figures(),
 }
 TARGETED = {"stragglers", "wan"}
 """Scenarios whose target loss is set per seed from the all-reduce run."""

@@ -130,6 +130,9 @@ class SyncSim:
     def staleness(self) -> list[float]:
         return []
 
+    def finished(self) -> bool:
+        return False  # the baselines run their full duration
+
     def totals(self) -> dict:
         return {"rounds": self.rounds, "round_comm_s": self.comm_s, "stalled_by_partition_s": self.stalled_s,
                 "inner_steps": self.inner}

@@ -16,7 +16,7 @@ from simnet.sim import run as run_scenario
 @dataclass
 class SimnetAppConfig:
     scenario: str = "stragglers"
-    """A built-in scenario name (stragglers, wan, churn, byzantine, scale) or a TOML file."""
+    """A built-in scenario name (stragglers, wan, churn, byzantine, scale, bootstrap, data, tts) or a TOML file."""
     seed: int = 0
     """Seeds everything: identities, data, speeds, links, churn, attackers."""
     out: Path | None = None

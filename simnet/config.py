@@ -20,12 +20,13 @@ from peer.core.gossip_config import GossipConfig
 from simnet.attacks import AttackConfig
 from simnet.churn import ChurnConfig
 from simnet.cost import CostConfig
+from simnet.data_config import DataConfig
 from simnet.links import LinkConfig, PartitionConfig
 from simnet.speed import SpeedConfig
 from simnet.topology import TopologyConfig
 
 METHODS = ("gossip", "allreduce", "diloco")
-BOOTSTRAPS = ("topology", "one")
+BOOTSTRAPS = ("topology", "one", "first")
 GOSSIP_DEFAULTS = {"outbox_bytes": 4 * 2**20}
 """simnet keeps hundreds of peers in one process: a smaller outbox than a real peer's."""
 
@@ -76,11 +77,14 @@ class WorldConfig:
     same timeouts and cadences as a real peer's unless a scenario changes them."""
     bootstrap: str = "topology"
     """What each peer is told at start: `topology` (its topology neighbours, as mDNS on a
-    LAN would say) or `one` (a single random address); the rest comes by peer exchange."""
+    LAN would say), `one` (a single random address) or `first` (peer 0's, as every user
+    given the first peer's `--peer`); the rest comes by peer exchange."""
     cost: CostConfig = field(default_factory=CostConfig)
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    """A corpus the peers fetch from each other before they train (`shards = 0`: none)."""
 
     def __post_init__(self) -> None:
         if self.n_peers < 2:
@@ -100,6 +104,11 @@ class WorldConfig:
         self.session_config()
         if self.bootstrap not in BOOTSTRAPS:
             raise ValueError(f"bootstrap must be one of {BOOTSTRAPS}, got {self.bootstrap!r}")
+        if self.data.shards:
+            if self.churn.mode != "none" or self.attack.kind != "none":
+                raise ValueError("data: simnet models fetching a corpus without churn or attackers")
+            if not all(0 <= i < self.n_peers for i in self.data.holders):
+                raise ValueError(f"data.holders must be peer indices below n_peers = {self.n_peers}, got {self.data.holders}")
 
     def gossip_config(self) -> GossipConfig:
         known = {f.name for f in dataclasses.fields(GossipConfig)}
@@ -167,8 +176,8 @@ class SimConfig:
         self.worlds = {}
         for run in self.runs:
             world = world_from_dict(merge(self.base, run.set), where=f"run {run.name!r}")
-            if run.method != "gossip" and (world.churn.mode != "none" or world.attack.kind != "none"):
-                raise ValueError(f"run {run.name!r}: the synchronous baselines model neither churn nor attacks")
+            if run.method != "gossip" and (world.churn.mode != "none" or world.attack.kind != "none" or world.data.shards):
+                raise ValueError(f"run {run.name!r}: the synchronous baselines model neither churn, attacks nor data")
             self.worlds[run.name] = world
 
 
@@ -181,7 +190,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 _NESTED = {"speed": SpeedConfig, "links": LinkConfig, "topology": TopologyConfig, "churn": ChurnConfig,
-           "attack": AttackConfig, "diloco": DiLoCoConfig, "cost": CostConfig}
+           "attack": AttackConfig, "diloco": DiLoCoConfig, "cost": CostConfig, "data": DataConfig}
 
 
 def build(cls: type, data: Any, where: str) -> Any:

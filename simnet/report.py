@@ -149,6 +149,9 @@ def table(summary: dict, timing: dict) -> str:
         lines.append(f"ratio {pair}: time-to-target {_fmt(v['time_to_target'], '.3f').strip()}, "
                      f"final loss {_fmt(v['final_loss'], '.4f').strip()}, "
                      f"worst loss ratio along the way {_fmt(v['worst_loss_ratio'], '.4f').strip()}")
+    for name, r in summary["runs"].items():
+        if "data" in r["totals"]:
+            lines.append(data_line(name, r["totals"]["data"]))
     for line in sorted(set(summary.get("protocol_cost", {}).values())):
         lines.append(line)
     for pair, v in timing["cost_ratio"].items():
@@ -158,6 +161,17 @@ def table(summary: dict, timing: dict) -> str:
     if summary["interrupted"]:
         lines.append("interrupted: results cover what ran before Ctrl+C")
     return "\n".join(lines)
+
+
+def data_line(run: str, d: dict) -> str:
+    """What a `[world.data]` run measured, in one line."""
+    train, held = d["train_start_s"], d["all_held_s"]
+    return (f"data {run} (plan {d['plan']}): {d['peers_training']}/{d['peers_fetching']} peers training after "
+            f"{_fmt(train['median'], '.0f').strip()} s median, {_fmt(train['max'], '.0f').strip()} s max; every peer "
+            f"holds all {d['shards']} shards at {_fmt(held, '.0f').strip()} s; seed uploaded "
+            f"{_fmt(d['seed_upload_x_corpus'], '.2f').strip()}x the corpus ({d['corpus_bytes'] / 1e9:g} GB), "
+            f"any other peer at most {_fmt(d['max_other_upload_x_corpus'], '.2f').strip()}x; "
+            f"{d['shard_bytes_moved'] / 1e9:.1f} GB of shards moved")
 
 
 def _fmt(v: float | None, spec: str) -> str:

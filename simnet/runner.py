@@ -32,6 +32,8 @@ class Sim(Protocol):
 
     def totals(self) -> dict: ...
 
+    def finished(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -98,6 +100,8 @@ def run_one(cfg: SimConfig, name: str, method: str, emit: Callable[[str], None])
             if now - last_progress >= cfg.progress_every_s:
                 last_progress = now
                 emit(progress_line(cfg.name, name, row, stop_t, now - real0))
+            if sim.finished():
+                break
             if cfg.max_real_s is not None and now - real0 > cfg.max_real_s:
                 rec.cut_short = True
                 emit(f"simnet {cfg.name}: {name} cut short after {now - real0:.0f} s real (max_real_s)")

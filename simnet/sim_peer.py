@@ -52,6 +52,7 @@ class SimPeer(SimServer):
         self.life = 0  # incarnation: events of an older one are ignored
         self.diverged = False
         self.loss_ema: float | None = None  # recent training loss, for models without an evaluator
+        self.first_trained_at: float | None = None  # virtual time this slot first began training
         self.trainer: Trainer | None = None
         self.node: GossipNode | None = None
         self.session: Session | None = None
@@ -106,6 +107,8 @@ class SimPeer(SimServer):
     def _begin_training(self) -> None:
         if not self._training:
             self._training = True
+            if self.first_trained_at is None:
+                self.first_trained_at = self.sim.now()
             self._schedule_step(0.0)
 
     def _schedule_step(self, extra_s: float) -> None:
@@ -326,12 +329,15 @@ class SimPeer(SimServer):
         return body
 
     # ------------------------------------------------------------------ observation
-    def verified_neighbours(self) -> int:
+    def verified_addresses(self) -> list[str]:
         """Live neighbour-table entries that answered us at least once (what peer exchange found)."""
         if self.session is None:
-            return 0
+            return []
         table = self.session.table
-        return sum(1 for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None)
+        return [p.address for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None]
+
+    def verified_neighbours(self) -> int:
+        return len(self.verified_addresses())
 
     def honest_params(self) -> torch.Tensor | None:
         """The parameters this peer trains with (an attacker's honest ones are not used)."""

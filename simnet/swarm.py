@@ -16,6 +16,7 @@ from simnet.attacks import AttackTrainer
 from simnet.churn import ChurnEvent, churn_events
 from simnet.config import WorldConfig
 from simnet.cost import CostConfig
+from simnet.data_plane import DataPlane
 from simnet.links import Partitions, SimLinks
 from simnet.models import get_model
 from simnet.scheduler import Scheduler, VirtualClock
@@ -70,8 +71,13 @@ class GossipSim:
         random.Random(f"simnet-eval:{seed}").shuffle(order)
         self._eval_order = order
         self._bootstrap = self._bootstrap_lists(world.bootstrap)
+        self.data = DataPlane(world.data, self, seed) if world.data.shards else None
+        """With a corpus to fetch, a peer starts once it holds a shard (`data_arrived`)."""
         for p in self.peers:
-            p.start(self.make_trainer(p.index), join=False)
+            if self.data is None or self.data.holds_any(p.index):
+                p.start(self.make_trainer(p.index), join=False)
+        if self.data is not None:
+            self.data.start()
         for ev in churn_events(world.churn, n, world.duration_s, seed):
             self.sched.at(ev.t, lambda ev=ev: self._churn(ev))
 
@@ -97,14 +103,28 @@ class GossipSim:
     def _bootstrap_lists(self, mode: str) -> list[list[int]]:
         """`topology`: a peer's topology neighbours, as mDNS on its LAN would report them;
         `one`: one random address of a peer that was there before it (peer 0 gets one of
-        any other), as a user joining with a single `--peer` of someone already in the swarm.
+        any other), as a user joining with a single `--peer` of someone already in the swarm;
+        `first`: peer 0's address (peer 0 gets none), as every user given the first peer's.
         (Addresses drawn from all peers alike can split the swarm into parts that never hear
         of each other: with 64 peers that happened on 3 seeds of 5.)"""
         if mode == "topology":
             return [list(self.topo.neighbours(i)) for i in range(self.world.n_peers)]
+        if mode == "first":
+            return [[]] + [[0] for _ in range(1, self.world.n_peers)]
         rng = random.Random(f"simnet-bootstrap:{self.seed}")
         n = self.world.n_peers
         return [[rng.randrange(1, n)]] + [[rng.randrange(i)] for i in range(1, n)]
+
+    def data_arrived(self, i: int) -> None:
+        """Peer i holds its first shard: its gossip peer starts, joining the swarm (fetching the
+        state of the furthest-along peer) as a real peer that starts late does."""
+        peer = self.peers[i]
+        if not peer.online:
+            peer.start(self.make_trainer(i), join=self.world.churn.fetch_state)
+
+    def finished(self) -> bool:
+        """Whether the run has shown what it is for: every peer holds every shard (`data.stop_when_held`)."""
+        return self.data is not None and self.world.data.stop_when_held and self.data.replicated()
 
     def _churn(self, ev: ChurnEvent) -> None:
         peer = self.peers[ev.peer]
@@ -183,4 +203,6 @@ class GossipSim:
         partners = [[a in self.index_of for a in p.session.partners] for p in self._honest_online() if p.session]
         out["partners_made_up"] = sum(len(ps) - sum(ps) for ps in partners)  # held by addresses nothing listens at
         out["partners_real_min"] = min((sum(ps) for ps in partners), default=0)
+        if self.data is not None:
+            out["data"] = self.data.totals()
         return out

@@ -46,10 +46,12 @@ def choose_fetches(order: list[str], held: set[str], busy: set[str], holders: di
     held, not being fetched (`busy`), advertised by a source that is not banned.
 
     A holder that advertises the whole corpus is most likely the seed everyone else asks too, so
-    shards that some partial holder can give come first (in `order` within each group), and a
-    full holder is a shard's last source. Measured by `benchmarks/swarm_data_seed.py` (16 peers,
-    64 shards, WAN): the seed uploads 1.4-1.5x the corpus, against 4.1-4.8x when every holder is
-    asked alike."""
+    shards that some partial holder can give come first (in `order` within each group), and are
+    fetched from partial holders only: when those are all busy (503) the job ends and a later
+    round tries again, rather than fall back to the seed. A full holder is the source of what
+    nobody else advertises. Measured in simnet (`gossip-tts simnet --scenario data`: 16 peers, one
+    seed, 64 x 50 MB over 100 Mb/s WAN links, seed 0): the seed uploads 1.47x the corpus, against
+    3.16x with the seed as every shard's last source (seeds 0-4 in docs/simnet.md)."""
     holdings: dict[str, int] = {}
     for shard_holders in holders.values():
         for address in shard_holders:
@@ -66,6 +68,8 @@ def choose_fetches(order: list[str], held: set[str], busy: set[str], holders: di
         if sources:
             ordered = sorted(source_order(sources, shard, peer_id), key=lambda a: holdings[a] >= full)
             only_full = holdings[ordered[0]] >= full
+            if not only_full:
+                ordered = [a for a in ordered if holdings[a] < full]
             partial += not only_full
             candidates.append((only_full, FetchJob(shard, tuple(ordered))))
     candidates.sort(key=lambda c: c[0])  # stable: `order` within each group
@@ -103,11 +107,16 @@ def plan_round(order: list[str], held: set[str], busy: set[str], adverts: dict[s
                max_fetches: int, peer_id: str, evicted_at: dict[str, float]) -> list[FetchJob]:
     """One planning round of a fetcher after its adverts are read: nothing when it holds the corpus
     or every one of its `max_fetches` slots is busy; otherwise `choose_fetches` over `order` with
-    never-held shards first (`prefer_unread`), for the free slots."""
-    if not needs_shards(order, held) or len(busy) >= max_fetches:
+    never-held shards first (`prefer_unread`), for the free slots.
+
+    A peer that holds no shard yet fetches one at a time: it cannot train before its first shard,
+    which then gets its source's whole share instead of half (in simnet's `data` scenario, seed 0,
+    the median peer starts training after 32 s instead of 65 s)."""
+    slots = max_fetches if held else 1
+    if not needs_shards(order, held) or len(busy) >= slots:
         return []
     return choose_fetches(prefer_unread(order, evicted_at), held, busy, holders_by_shard(adverts), banned,
-                          max_fetches - len(busy), peer_id, room_for=max_fetches)
+                          slots - len(busy), peer_id, room_for=slots)
 
 
 def upload_refusal(open_to_address: int, open_total: int, per_address: int, total: int) -> tuple[int, str] | None:

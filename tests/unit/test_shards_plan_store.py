@@ -42,7 +42,7 @@ def test_partial_holders_come_before_the_holder_of_everything() -> None:
     holders[SHARDS[2]] |= {"p:2", "q:3"}  # two peers that hold one shard each
     jobs = choose_fetches(order, set(), set(), holders, set(), slots=2, peer_id="me", room_for=2)
     assert [j.shard for j in jobs] == [SHARDS[2], SHARDS[0]]  # what a partial holder has first, then `order`
-    assert set(jobs[0].sources[:2]) == {"p:2", "q:3"} and jobs[0].sources[2] == "seed:1"  # the seed last
+    assert set(jobs[0].sources) == {"p:2", "q:3"}  # not the seed: it is no fallback for what others hold
     assert jobs[1].sources == ("seed:1",)
 
 

@@ -1,0 +1,86 @@
+"""The corpus of a `[world.data]` run: a manifest, one `ShardPeer` per peer, and what it measures.
+
+Peers that hold no shard do not run yet: like `gossip-tts peer --data swarm:HASH`, a peer's
+fetcher starts on its bootstrap addresses and its gossip peer starts (joins, then trains)
+once it holds a first shard. Measured: when each peer held its first shard and began
+training, when every peer held every shard, and the shard bytes each peer uploaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from typing import TYPE_CHECKING
+
+from simnet.data_config import DataConfig
+from simnet.shard_peer import ShardPeer
+
+if TYPE_CHECKING:
+    from simnet.swarm import GossipSim
+
+
+def shard_hashes(n: int, seed: int) -> list[str]:
+    """The SHA-256 of shards `shard-000000.tar`... in manifest order (by name), drawn from the seed."""
+    return [hashlib.sha256(f"simnet-shard:{seed}:{i}".encode()).hexdigest() for i in range(n)]
+
+
+def spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"median": None, "max": None}
+    return {"median": statistics.median(values), "max": max(values)}
+
+
+class DataPlane:
+    def __init__(self, cfg: DataConfig, sim: "GossipSim", seed: int) -> None:
+        self.cfg, self.sim = cfg, sim
+        self.fetch_cfg = cfg.swarm_config()
+        self.manifest_order = shard_hashes(cfg.shards, seed)
+        self.manifest_hash = hashlib.sha256("\n".join(self.manifest_order).encode()).hexdigest()
+        holders = {i for i in cfg.holders if 0 <= i < sim.world.n_peers}
+        self.peers = [ShardPeer(self, p.index, p.identity.peer_id, p.address,
+                                set(self.manifest_order) if p.index in holders else set()) for p in sim.peers]
+        self.replicated_at: float | None = None
+
+    def holds_any(self, i: int) -> bool:
+        return bool(self.peers[i].held)
+
+    def start(self) -> None:
+        for p in self.peers:
+            p.start()
+
+    def shard_added(self, i: int, first: bool) -> None:
+        if first:
+            self.sim.data_arrived(i)
+        if self.replicated_at is None and all(p.complete_at is not None for p in self.peers):
+            self.replicated_at = self.sim.now()
+
+    def replicated(self) -> bool:
+        return self.replicated_at is not None
+
+    def totals(self) -> dict:
+        corpus = self.cfg.corpus_bytes
+        holders = [p for p in self.peers if p.first_shard_at == 0.0]
+        fetchers = [p for p in self.peers if p.first_shard_at != 0.0]
+        trained = [t for p in fetchers if (t := self.sim.peers[p.index].first_trained_at) is not None]
+        first = [p.first_shard_at for p in fetchers if p.first_shard_at is not None]
+        counts: dict[str, int] = {}
+        for p in self.peers:
+            for name, n in p.counts.items():
+                counts[name] = counts.get(name, 0) + n
+        moved = sum(p.bytes_sent for p in self.peers)
+        return {
+            "plan": self.cfg.plan,
+            "shards": self.cfg.shards,
+            "corpus_bytes": corpus,
+            "peers_fetching": len(fetchers),
+            "peers_training": len(trained),
+            "train_start_s": spread(trained),
+            "first_shard_s": spread(first),
+            "peers_complete": sum(p.complete_at is not None for p in fetchers),
+            "all_held_s": self.replicated_at,
+            "seed_upload_x_corpus": sum(p.bytes_sent for p in holders) / corpus if corpus else None,
+            "max_other_upload_x_corpus": max((p.bytes_sent for p in fetchers), default=0) / corpus if corpus else None,
+            "shard_bytes_moved": moved,
+            "moved_x_corpus": moved / corpus if corpus else None,
+            "counts": dict(sorted(counts.items())),
+        }

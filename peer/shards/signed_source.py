@@ -36,6 +36,8 @@ from peer.shards.signed import SignedManifest, read_signed_manifest
 from peer.shards.ticker import Ticker
 
 log = logging.getLogger(__name__)
+MAX_OFFERS_PER_ADDRESS = 4
+"""Offers fetched from one neighbour in one round, highest versions first (an advert may list many)."""
 MAX_REMEMBERED_REFUSALS = 4096
 """Document hashes known bad, never fetched again (forgotten all at once past this many)."""
 
@@ -61,12 +63,14 @@ class SignedManifestFinder:
             except SourceFailed as exc:
                 log.debug("no advert from %s: %s", address, exc)
                 continue
-            offers += [(o, address) for o in signed_offers(doc, self.signer) if o.version > above and o.hash not in self.refused]
+            mine = [o for o in signed_offers(doc, self.signer) if o.version > above and o.hash not in self.refused]
+            offers += [(o, address) for o in sorted(mine, key=lambda o: -o.version)[:MAX_OFFERS_PER_ADDRESS]]
         best: SignedManifest | None = None
         for offer, address in sorted(offers, key=lambda o: -o[0].version):
             if best is not None and offer.version <= best.version:
                 break  # an honest offer can be no newer than what we already verified
-            if offer.hash in self.refused or best is not None and offer.hash == best.hash:
+            if offer.hash in self.refused or (best is not None and offer.hash == best.hash) \
+                    or address in self.penalties.banned(time.monotonic()):  # caught lying earlier in this round
                 continue
             signed = self._fetch(address, offer)
             if signed is not None:

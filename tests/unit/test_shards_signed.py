@@ -216,3 +216,30 @@ def test_a_running_peer_keeps_a_newer_version_for_its_next_start(offerers, tmp_p
         watcher.close()
     assert told == [3] and metrics.get("data_manifest_newest_version") == 3
     assert load_accepted(tmp_path, OWNER.public_key).manifest == V2
+
+
+def test_one_neighbour_listing_many_forged_offers_costs_one_fetch(tmp_path: Path) -> None:
+    forged = {}
+    for version in range(100, 150):
+        data = sign_manifest(V2, OTHER, version)
+        forged[hashlib.sha256(data).hexdigest()] = (data, version)
+    fetched: list[str] = []
+
+    async def advert(request: web.Request) -> web.Response:
+        return web.json_response({"manifests": [{"hash": "00" * 32, "have": "", "signed": {
+            "hash": h, "signer": OWNER.peer_id, "version": v}} for h, (_, v) in forged.items()]})
+
+    async def document(request: web.Request) -> web.Response:
+        fetched.append(request.match_info["digest"])
+        return web.Response(body=forged[request.match_info["digest"]][0])
+
+    app = web.Application()
+    app.router.add_get("/v1/shards", advert)
+    app.router.add_get("/v1/shards/{digest}", document)
+    served = Served(app)
+    try:
+        metrics = Metrics(process=False)
+        assert SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0).newest([served.address]) is None
+    finally:
+        served.close()
+    assert len(fetched) == 1 and metrics.get("manifests_refused_total", reason="untrusted_signer") == 1

@@ -43,9 +43,10 @@ class SwarmDataConfig:
     manifest_check_s: float = 60.0
     """With --data swarm-key:PUBKEY: how often the neighbours are asked for a newer signed manifest
     while training (one found is kept and used from the next start)."""
-    max_upload_mb_s: float = 0.0
-    """All shard uploads together send at most this many MB (10^6 bytes) a second; 0: as fast as the
-    network takes them."""
+    max_upload_mb_s: float = 25.0
+    """All shard uploads together send at most this many MB (10^6 bytes) a second (0: as fast as the
+    network takes them). 25 MB/s (200 Mb/s) is above most WAN uplinks; on a LAN or loopback, serving
+    without a cap took most of a 2-core machine from training (benchmarks/shard_serving.py)."""
 
     def __post_init__(self) -> None:
         if self.cache_dir is not None:

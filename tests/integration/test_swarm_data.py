@@ -234,6 +234,7 @@ RSS_SERVER = """
 import sys, time
 from pathlib import Path
 import peer.shard_routes as routes
+from peer.shards.config import SwarmDataConfig
 from peer.shards.manifest import read_manifest
 from peer.shards.store import ShardStore
 from tests.unit.shard_server_helpers import serve_store
@@ -245,7 +246,7 @@ if mode == "whole":
     routes.CHUNK = int(sys.argv[3])
 store = ShardStore(read_manifest((own / "swarm-manifest.json").read_bytes()), own.parent / "cache", 1, 0.0, own_dir=own)
 store.open()
-served, server = serve_store(store)
+served, server = serve_store(store, SwarmDataConfig(max_upload_mb_s=0))  # memory, not pace, is measured here
 print(served.address, flush=True)
 time.sleep(600)
 """

@@ -257,6 +257,6 @@ def test_uploads_together_keep_under_the_rate_cap(tmp_path: Path) -> None:
     finally:
         srv.close()
     assert elapsed >= (3 * len(BLOB) - routes.SEND_PIECE) / 4e6 * 0.95  # 3 MiB at 4 MB/s after a 1 MiB burst
-    uncapped, server = serve_store(store)
+    uncapped, server = serve_store(store, SwarmDataConfig(max_upload_mb_s=0))
     uncapped.close()
     assert server.pacer is None

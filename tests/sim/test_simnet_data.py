@@ -15,6 +15,7 @@ from conftest import simulate
 from simnet import load_scenario, run
 from simnet.config import world_from_dict
 from simnet.report import dumps
+from simnet.scenario import scenario_from_dict
 
 WORLD = {
     "n_peers": 6, "model": "mlp", "duration_s": 3000.0, "eval_every_s": 5.0, "bootstrap": "first",
@@ -81,6 +82,11 @@ def test_bad_data_settings_fail_naming_the_problem(change, message) -> None:
     world.update(change)
     with pytest.raises(ValueError, match=message):
         world_from_dict(world)
+
+
+def test_the_baselines_refuse_a_corpus_to_fetch() -> None:
+    with pytest.raises(ValueError, match="baselines model neither churn, attacks nor data"):
+        scenario_from_dict({"world": WORLD, "runs": [{"name": "ar", "method": "allreduce"}]})
 
 
 @pytest.mark.slow

@@ -163,16 +163,16 @@ def test_peers_fetch_verify_train_and_serve_a_swarm_corpus(corpus, spawn, tmp_pa
 
 def _offering_source(offers: dict[str, tuple[bytes, str, int]], shards: dict[str, bytes]) -> Served:
     """An in-test neighbour offering signed documents (document hash -> (bytes, claimed signer, claimed
-    version)) in its advert and serving them and `shards` (hash -> bytes) by their hash."""
-    entries = [{"hash": "00" * 32, "have": "", "signed": {"hash": h, "signer": signer, "version": version}}
-               for h, (_, signer, version) in offers.items()]
-    by_hash = {**{h: data for h, (data, _, _) in offers.items()}, **shards}
+    version); the test may add more while it runs) in its advert and serving them and `shards` (hash ->
+    bytes) by their hash."""
 
     async def advert(request: web.Request) -> web.Response:
-        return web.json_response({"manifests": entries})
+        return web.json_response({"manifests": [{"hash": "00" * 32, "have": "", "signed": {
+            "hash": h, "signer": signer, "version": version}} for h, (_, signer, version) in list(offers.items())]})
 
     async def serve(request: web.Request) -> web.Response:
-        data = by_hash.get(request.match_info["digest"])
+        digest = request.match_info["digest"]
+        data = offers[digest][0] if digest in offers else shards.get(digest)
         return web.Response(status=404) if data is None else web.Response(body=data)
 
     app = web.Application()
@@ -187,8 +187,9 @@ def test_an_empty_peer_trusting_a_key_trains_on_its_newest_corpus_and_refuses_th
     which starts empty and trusts OWNER only, a manifest of its own shards signed by its own key
     (claiming OWNER's and a higher version in its advert), and OWNER's older version 1 (a replay,
     one shard). B must refuse the first (counted), skip the second, take version 2 from A, fetch only
-    the shards that manifest names, train, and offer the signed manifest on."""
-    for name, value in ENV.items():
+    the shards that manifest names, train, and offer the signed manifest on; a version 3 offered
+    while B trains is verified and kept for B's next start."""
+    for name, value in {**ENV, "GOSSIP_TTS_SWARM_DATA_MANIFEST_CHECK_S": "1"}.items():
         monkeypatch.setenv(name, value)
     owner, attacker = Identity.generate(), Identity.generate()
     seed = tmp_path / "seed"
@@ -200,16 +201,17 @@ def test_an_empty_peer_trusting_a_key_trains_on_its_newest_corpus_and_refuses_th
     fake_shard = b"not the corpus" * 1000
     fake = Manifest((ShardEntry("evil.tar", len(fake_shard), hashlib.sha256(fake_shard).hexdigest(), "mel", 4, 10.0, 1, 1.0),))
     forged, replay = sign_manifest(fake, attacker, 1000), sign_manifest(Manifest(manifest.shards[:1]), owner, 1)
-    source = _offering_source({hashlib.sha256(forged).hexdigest(): (forged, owner.peer_id, 1000),
-                               hashlib.sha256(replay).hexdigest(): (replay, owner.peer_id, 1)},
+    forger = _offering_source({hashlib.sha256(forged).hexdigest(): (forged, owner.peer_id, 1000)},
                               {fake.shards[0].sha256: fake_shard})
+    offers = {hashlib.sha256(replay).hexdigest(): (replay, owner.peer_id, 1)}
+    replayer = _offering_source(offers, {})
     data = f"swarm-key:{owner.peer_id}"
     try:
         a = spawn("a", *tiny_args(data, tmp_path / "a", "--listen", "127.0.0.1:0", "--no-mdns", "--manifest",
                                   str(seed / SIGNED_MANIFEST_NAME), steps=100000))
         a_addr = a.wait_listening(240)
-        b = spawn("b", *tiny_args(data, tmp_path / "b", "--listen", "127.0.0.1:0", "--no-mdns", "--peer", source.address,
-                                  "--peer", a_addr, steps=100000))
+        b = spawn("b", *tiny_args(data, tmp_path / "b", "--listen", "127.0.0.1:0", "--no-mdns", "--peer", forger.address,
+                                  "--peer", replayer.address, "--peer", a_addr, steps=100000))
         b.wait_for(r"manifest version 2 signed by", 240)
         b_addr = b.wait_listening(240)
         _wait(lambda: _held(b_addr, manifest) == len(manifest.shards), 240, "B holding every shard")
@@ -220,9 +222,17 @@ def test_an_empty_peer_trusting_a_key_trains_on_its_newest_corpus_and_refuses_th
         offered = json.loads(_get(b_addr, "/v1/shards"))["manifests"][0]["signed"]
         assert offered == {"hash": signed.hash, "signer": owner.peer_id, "version": 2}
         assert _get(b_addr, f"/v1/shards/{signed.hash}") == signed.data
-        assert (tmp_path / "b" / "shards" / f"signed-{owner.peer_id[:16]}.json").read_bytes() == signed.data
+        kept = tmp_path / "b" / "shards" / f"signed-{owner.peer_id[:16]}.json"
+        assert kept.read_bytes() == signed.data
+        newer = sign_manifest(manifest, owner, 3)
+        offers[hashlib.sha256(newer).hexdigest()] = (newer, owner.peer_id, 3)  # the forger stays banned: ask the other
+        b.wait_for(r"manifest version 3 signed by .* verified and kept", 120)
+        assert kept.read_bytes() == newer
+        assert _metric(b_addr, "gossip_tts_data_manifest_newest_version") == 3
+        assert _metric(b_addr, "gossip_tts_manifests_refused_total", reason="untrusted_signer") == 1  # never fetched again
     finally:
-        source.close()
+        forger.close()
+        replayer.close()
 
 
 async def _abort(transports: list[asyncio.Transport]) -> None:

@@ -5,7 +5,11 @@
 The measured peer trains in this process and talks to two neighbour processes over real
 HTTP on 127.0.0.1. Its training alternates between phases with gossip (mix, publish every
 --gossip-every steps, exchange) and phases without, on the same trainer in one run, so
-machine noise hits both arms alike. The neighbours run the same model but do not train
+machine noise hits both arms alike. Every phase trains on the same `--steps-per-phase`
+batches, drawn once and replayed (`ReplayTrainer`): the corpus's clips differ in length, and
+with fresh batches one phase cost half as much CPU again as another whatever gossip did (the
+first gossip phase, the same batches for every run, looked like gossip's fault). The
+neighbours run the same model but do not train
 (each takes a step every few seconds, so they still publish and answer exchanges): on
 this 2-core machine two training neighbours would measure CPU contention, not gossip.
 Target: ratio >= 0.97.
@@ -14,6 +18,7 @@ Target: ratio >= 0.97.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -33,6 +38,18 @@ from peer.loop import LoopConfig  # noqa: E402
 from peer.net_config import NetConfig  # noqa: E402
 from peer.runtime import GossipPeer  # noqa: E402
 from protocol import Identity  # noqa: E402
+
+
+class ReplayTrainer(TTSTrainer):
+    """Trains on the same `n` batches over and over, so every phase does the same work."""
+
+    def __init__(self, cfg: TrainConfig, n: int) -> None:
+        super().__init__(cfg)
+        self._pool = [super(ReplayTrainer, self).next_batch() for _ in range(n)]
+        self._turn = itertools.cycle(self._pool)
+
+    def next_batch(self):
+        return next(self._turn)
 
 
 class IdleTrainer:
@@ -131,7 +148,7 @@ def main() -> None:
         p1, a1 = spawn_neighbour(args, 1, [])
         p2, a2 = spawn_neighbour(args, 2, [a1])
         procs = [p1, p2]
-        trainer = TTSTrainer(trainer_cfg(args, sources, seed=0))
+        trainer = ReplayTrainer(trainer_cfg(args, sources, seed=0), args.steps_per_phase)
         total = args.steps_per_phase * (args.phases + 1)
         peer = PhasedPeer(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
                           GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),

@@ -165,7 +165,7 @@ def worker(a: argparse.Namespace) -> None:
     if a.alone:
         run_loop(trainer, loop_cfg, stop=stop, emit=lambda s: None)
     else:
-        peer = GossipPeer(trainer, loop_cfg, GossipConfig(swarm="bench-vs"),
+        peer = GossipPeer(trainer, loop_cfg, GossipConfig(swarm="bench-vs", **json.loads(a.gossip)),
                           NetConfig(listen="127.0.0.1:0", mdns=False, peers=a.peer), Identity.generate(),
                           emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
         peer.run(stop)
@@ -181,15 +181,16 @@ def _median(values: list[float]) -> float | None:
 
 
 def gossip_arm_launcher(w: Workload, n: int, budget_s: float, evals: int, alone: bool = False,
-                        slow_factor: float = 1.0) -> Callable[[ProcessGroup, Path], int]:
+                        slow_factor: float = 1.0, gossip: dict[str, Any] | None = None) -> Callable[[ProcessGroup, Path], int]:
     """Spawns N peers (rank 0 first; the others bootstrap from its address); the last peer is
-    the straggler when `slow_factor` > 1."""
+    the straggler when `slow_factor` > 1. `gossip`: GossipConfig fields to change from the
+    peer's defaults (none in the head-to-head arms: they measure the defaults)."""
     def launch(group: ProcessGroup, run_dir: Path) -> int:
         first = ""
         for rank in range(n):
             cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--rank", str(rank), "--budget", str(budget_s),
                    "--evals", str(evals), "--workload", json.dumps(asdict(w)),
-                   "--slow-factor", str(slow_factor if rank == n - 1 else 1.0)]
+                   "--slow-factor", str(slow_factor if rank == n - 1 else 1.0), "--gossip", json.dumps(gossip or {})]
             cmd += ["--alone"] if alone else (["--peer", first] if first else [])
             log = run_dir / f"peer{rank}.log"
             group.spawn(cmd, log)
@@ -220,5 +221,6 @@ if __name__ == "__main__":
     ap.add_argument("--workload", required=True)
     ap.add_argument("--slow-factor", type=float, default=1.0)
     ap.add_argument("--alone", action="store_true")
+    ap.add_argument("--gossip", default="{}", help="GossipConfig fields to change, as JSON")
     ap.add_argument("--peer", action="append", default=[])
     worker(ap.parse_args())

@@ -182,7 +182,7 @@ class TTSTrainer:
         return self.group is not None and self.group.strategy == "fsdp2"
 
     def step(self) -> StepStats:
-        batch = self._next_batch().to(self.device)
+        batch = self.next_batch().to(self.device)
         lr = self._set_lr()
         if self._compiled:  # the first calls compile; a missing backend surfaces only then
             rng = self.generator.get_state()
@@ -340,7 +340,8 @@ class TTSTrainer:
         return probe_better(self, flat)
 
     def next_batch(self) -> Batch:
-        """The next training batch (also how the probe batch is drawn)."""
+        """The next training batch: what `step` trains on, and how the probe batch is drawn.
+        The one seam for another batch source (benchmarks replay a fixed set of batches)."""
         return self._next_batch()
 
     def _next_batch(self) -> Batch:

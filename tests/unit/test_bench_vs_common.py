@@ -95,6 +95,16 @@ def test_every_rank_starts_from_the_same_weights_but_draws_its_own_batches() -> 
     assert all(p.equal(q) for p, q in zip(vc.build_model(w, w.seed).parameters(), vc.build_model(w, w.seed).parameters()))
 
 
+def test_held_out_loss_is_the_excess_error_the_teacher_itself_scores_zero() -> None:
+    """Training labels carry noise; held-out targets do not, so the label noise (σ² = 0.01 here)
+    does not sit under every arm's loss and squash the ratios between arms towards 1."""
+    w = vc.Workload(hidden=8, eval_samples=64)
+    task = vc.Task(w, 0)
+    assert task.eval_loss(task.teacher) == 0.0
+    x, y = task.batch()
+    assert float(((task.teacher(x) - y) ** 2).mean()) == pytest.approx(w.noise**2, rel=0.2)
+
+
 def test_crossing_times_say_when_each_arm_reached_the_others_final_loss() -> None:
     curves = {"g": [(0.0, 0, 1.0), (5.0, 0, 0.5), (10.0, 0, 0.3)], "d": [(0.0, 0, 1.0), (5.0, 0, 0.4), (10.0, 0, 0.35)]}
     finals = {"g": 0.3, "d": 0.35}

@@ -88,3 +88,26 @@ def test_training_batches_pair_each_transcript_with_its_whole_clip(corpus):
         assert t.step().extra["skipped_clips"] > 0
     finally:
         t.close()
+
+
+def test_step_trains_on_what_next_batch_returns(corpus):
+    """`next_batch` is the seam for another batch source (benchmarks replay a fixed set):
+    every step must take its batch from it."""
+
+    class Replay(TTSTrainer):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            self.batch, self.served = super().next_batch(), 0
+
+        def next_batch(self):
+            self.served += 1
+            return self.batch
+
+    a = Replay(TrainConfig(preset="tiny", device="cpu", sources=[corpus], batch_size=4, max_frames=400,
+                           max_ref_frames=32, bucket_size=8, warmup_steps=2))
+    try:
+        for _ in range(3):
+            a.step()
+        assert a.served == 3
+    finally:
+        a.close()

@@ -346,7 +346,7 @@ def arg_parser(doc: str | None) -> "argparse.ArgumentParser":
     import argparse
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--peers", type=int, default=2, help="processes per multi-process arm")
+    ap.add_argument("--peers", type=int, default=4, help="processes per multi-process arm")
     ap.add_argument("--budget", type=float, default=60.0, help="wall-clock seconds of training per arm")
     ap.add_argument("--evals", type=int, default=8, help="held-out evaluations per process during the budget")
     ap.add_argument("--target", type=float, default=None, help="loss for 't to target' (default: the single process's final loss)")

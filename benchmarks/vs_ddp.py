@@ -1,6 +1,6 @@
 """gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
 
-    python benchmarks/vs_ddp.py [--peers 2] [--budget 60] [--slow-factor 2] [--plot docs/img/bench/vs_ddp.png]
+    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--plot docs/img/bench/vs_ddp.png]
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
@@ -107,7 +107,7 @@ def run(a: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     ap = arg_parser(__doc__)
-    ap.add_argument("--slow-factor", type=float, default=2.0, help="how much slower the straggler is")
+    ap.add_argument("--slow-factor", type=float, default=4.0, help="how much slower the straggler is")
     ap.add_argument("--plot", type=Path, default=REPO / "docs/img/bench/vs_ddp_equal_samples.png",
                     help="where the equal-samples plot goes ('' for none)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -1,6 +1,6 @@
 """gossip-tts against hivemind.Optimizer and a single process: one workload, machine and budget.
 
-    python benchmarks/vs_hivemind.py [--peers 2] [--budget 60]
+    python benchmarks/vs_hivemind.py [--peers 4] [--budget 60]
 
 hivemind never enters the project's environment (its protobuf conflicts with the dac extra):
 this script builds, or reuses, a venv of its own (--venv, default

@@ -5,9 +5,10 @@ trainer in the same training loop with no peer around it (the no-gossip control)
 `gossip-tts peer` builds only the TTS trainer, so the benchmarks start this instead; the
 peer, its protocol and its defaults are the project's own, untouched.
 
-Gossip CPU is measured per thread (the peer exposes no CPU figures): the training thread
-(steps, and mixing at step boundaries), the event-loop thread `gossip-net` (HTTP, session)
-and the node worker `gossip-node_*` (compress, sign, verify, decode, apply).
+Gossip CPU is measured per thread: the training thread (steps, and mixing at step
+boundaries), the event-loop thread `gossip-net` (HTTP, session) and the node worker
+`gossip-node_*` (compress, sign, verify, decode, apply; the peer's own
+`worker_cpu_seconds_total` on /metrics, by job, is reported beside it).
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def worker(a: argparse.Namespace) -> None:
                               "mix_s": sum(m.recent("boundary_seconds")), "neighbours": m.get("neighbours"),
                               "mixed_staleness_median": _median(m.recent("mixed_staleness_steps")),
                               "mixes_clipped": m.total("mix_clipped_total"),
-                              "snapshots_sent": m.total("snapshots_sent_total")}
+                              "snapshots_sent": m.total("snapshots_sent_total"),
+                              "worker_cpu_s": m.total("worker_cpu_seconds_total")}
 
     trainer = MLPAdamTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
     original_wait = clock.wait_for_go

@@ -7,11 +7,16 @@ Thread model (docs/architecture.md):
   piece of node work (compress, sign, verify, decode, apply) here with `await call(...)`;
 - this worker thread runs that work one item at a time, so the node, its replay window and
   its outbox have exactly one user and need no lock.
+
+The CPU time of each job is counted in `worker_cpu_seconds_total{job=...}` (the job is the
+function's name: publish_pending, build_request, handle_request, handle_response, ...), so
+a running peer shows what gossip costs it without a profiler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -39,7 +44,16 @@ class NodeWorker:
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` on the worker thread; `fn` may touch the node."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, fn, args)
+
+    def _timed(self, fn: Callable[..., T], args: tuple) -> T:
+        start = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.node.metrics.inc("worker_cpu_seconds_total", time.thread_time() - start,
+                                  help="CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by job",
+                                  job=getattr(fn, "__name__", "other"))
 
     async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:
         """`call`, for work another peer asks of us: WorkerBusy when `limit` such jobs already wait.

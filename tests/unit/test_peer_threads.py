@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import torch
 
@@ -195,3 +196,28 @@ def test_mixing_in_place_gives_the_copy_out_and_back_result():
     mixed, _ = Mixer(me.cfg).mix(x, view, 10, NOW)
     delta, _ = Mixer(me.cfg).mix(None, view, 10, NOW)
     assert torch.allclose(x + delta, mixed, rtol=0, atol=1e-6) and not torch.equal(mixed, x)
+
+
+def test_the_worker_counts_each_jobs_cpu_seconds_by_name():
+    """What gossip costs a running peer is on /metrics: CPU seconds of the worker, per job."""
+    x = trainer().get_flat_params()
+    me = node(0, x)
+    me.metrics = Metrics()
+    worker = NodeWorker(me, lambda: NOW)
+
+    def burn() -> int:
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        return 7
+
+    async def run() -> int:
+        await worker.call(me.build_request, None, NOW)
+        return await worker.call(burn)
+
+    try:
+        assert asyncio.run(run()) == 7
+    finally:
+        worker.close()
+    assert me.metrics.get("worker_cpu_seconds_total", job="burn") >= 0.05
+    assert me.metrics.get("worker_cpu_seconds_total", job="build_request") > 0

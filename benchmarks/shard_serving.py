@@ -1,6 +1,6 @@
 """Training throughput of a peer while it serves corpus shards, relative to the same peer not serving.
 
-    python benchmarks/shard_serving.py [--clients 2] [--phases 6] [--steps-per-phase 8]
+    python benchmarks/shard_serving.py [--clients 2] [--phases 10] [--steps-per-phase 8] [--max-upload-mb-s 0]
 
 The measured peer (a real SwarmDataPeer: driver, node worker, HTTP server with the shard
 routes) trains the small preset on CPU in this process and holds --shards shards of
@@ -97,7 +97,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small")
     ap.add_argument("--clients", type=int, default=2, help="downloading processes, each from its own loopback address")
-    ap.add_argument("--phases", type=int, default=6, help="alternating phases after the first (even: equal counts)")
+    ap.add_argument("--phases", type=int, default=10, help="alternating phases after the first (even: equal counts)")
     ap.add_argument("--steps-per-phase", type=int, default=8)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--shard-mb", type=int, default=32)
@@ -229,7 +229,7 @@ def report(args: argparse.Namespace, peer, received: int, sd_cfg, clients_cpu: f
     print(f"training-thread CPU s/phase: quiet {' '.join(f'{t:.2f}' for t in cpu_quiet)}; "
           f"serving {' '.join(f'{t:.2f}' for t in cpu_serving)}")
     other_quiet, other_serving = peer.phase_other_cpu[False][1:n + 1], peer.phase_other_cpu[True][:n]
-    print(f"this process's other threads (server, gossip, data reader) CPU s/phase: quiet "
+    print(f"other threads of this process (torch workers, server, gossip, data reader) CPU s/phase: quiet "
           f"{' '.join(f'{t:.2f}' for t in other_quiet)}; serving {' '.join(f'{t:.2f}' for t in other_serving)}; "
           f"the clients used {clients_cpu:.1f} CPU s in all")
     print(f"throughput serving / quiet, wall clock: {ratio:.3f} (target >= 0.9)")

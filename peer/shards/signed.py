@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from peer.shards.manifest import (HEX64_RE, MAX_MANIFEST_BYTES, Manifest, ManifestError, canonical_json,
+from peer.shards.manifest import (FORMAT, HEX64_RE, MAX_MANIFEST_BYTES, Manifest, ManifestError, canonical_json,
                                   exact_fields, load_json, manifest_from_dict)
 from protocol import Identity, verify_signature
 
@@ -86,6 +86,9 @@ def read_signed_manifest(data: bytes, trusted: set[bytes]) -> SignedManifest:
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"signed manifest is {len(data)} bytes, over the limit of {MAX_MANIFEST_BYTES}")
     doc = load_json(data)
+    if isinstance(doc, dict) and doc.get("format") == FORMAT:
+        raise ManifestError(f"an unsigned manifest, where one signed by the key is needed ({SIGNED_MANIFEST_NAME}, "
+                            "written by gossip-tts manifest DIR --sign KEYFILE)")
     exact_fields(doc, _FIELDS, "signed manifest")
     if doc["format"] != SIGNED_FORMAT:
         raise ManifestError(f"signed manifest format is {doc['format']!r}, not {SIGNED_FORMAT!r}")

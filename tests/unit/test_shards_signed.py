@@ -54,6 +54,8 @@ def test_a_signed_document_covers_its_version_and_signer() -> None:
             read_signed_manifest(canonical_json({**json.loads(data), "version": version}), {OWNER.public_key})
     with pytest.raises(ManifestError, match="over the limit"):
         read_signed_manifest(b" " * (MAX_MANIFEST_BYTES + 1), {OWNER.public_key})
+    with pytest.raises(ManifestError, match="an unsigned manifest.*--sign"):
+        read_signed_manifest(V1.canonical_bytes(), {OWNER.public_key})
 
 
 def test_swarm_key_ids() -> None:

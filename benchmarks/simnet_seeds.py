@@ -12,7 +12,9 @@ Targets come from each seed's own problem: in the scenarios that compare gossip 
 synchronous baselines (stragglers, wan) a fixed `target_loss` may be out of reach for some
 seeds, so the all-reduce run goes first, over the full duration, and every run of that seed
 then uses `target_loss = 1.05 x` the all-reduce's final loss (`stop_at_target` and
-`tail_fraction` as in the scenario). The simulated figures are exact for a seed; the scale
+`tail_fraction` as in the scenario). In the single scenario the reference is the single
+process: its final loss over the full duration D is the target, and the headline is the time
+the 8 gossip peers take to reach it, over D. The simulated figures are exact for a seed; the scale
 scenario's cost ratio is real CPU time and depends on the machine's load (printed per seed).
 
 With --out DIR: DIR/seed<S>/ gets each seed's metrics.jsonl, summary.json and timing.json
@@ -40,8 +42,13 @@ from simnet.report import build_summary, build_timing, clean, table, write_outpu
 from simnet.runner import run_records  # noqa: E402
 from simnet.scenario import builtin_scenarios, read_scenario_text, scenario_from_dict  # noqa: E402
 
-TARGET_FACTOR = 1.05
-"""Target loss of a seed = this x the all-reduce's final loss over the full duration."""
+TARGET_RULES: dict[str, tuple[str, float]] = {
+    "stragglers": ("allreduce", 1.05),
+    "wan": ("allreduce", 1.05),
+    "single": ("single", 1.0),
+}
+"""Scenarios whose target loss is set per seed: (reference run, factor); the target is the
+factor x the reference run's final loss over the full duration."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class Figure:
     read: Callable[[dict, dict], float | None]
     """(summary, timing) -> value; None when the seed's results do not define it."""
     op: str | None = None
-    """'<=' or '>=': the value must be at or below / at or above `limit`."""
+    """'<=', '>=' or '>': the value must be at or below / at or above / above `limit`."""
     limit: float | None = None
 
     def holds(self, value: float | None) -> bool | None:
@@ -60,7 +67,9 @@ class Figure:
             return None
         if value is None or math.isnan(value):
             return False
-        return value <= self.limit if self.op == "<=" else value >= self.limit
+        if self.op == "<=":
+            return value <= self.limit
+        return value >= self.limit if self.op == ">=" else value > self.limit
 
 
 def final_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
@@ -80,6 +89,16 @@ def time_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
         if tb is None or tb == 0:
             return None
         return math.inf if ta is None else ta / tb
+    return read
+
+
+def time_over_duration(run: str, ref: str) -> Callable[[dict, dict], float | None]:
+    """time_to_target(run) / the simulated duration of run `ref`; infinite when run never reached it."""
+    def read(summary: dict, _timing: dict) -> float | None:
+        t, duration = summary["runs"][run]["time_to_target_s"], summary["runs"][ref]["sim_time_s"]
+        if not duration:
+            return None
+        return math.inf if t is None else t / duration
     return read
 
 
@@ -141,6 +160,21 @@ def data_figures() -> list[Figure]:
     ]
 
 
+def single_figures() -> list[Figure]:
+    """single: 8 peers, each as fast as one process, against that process's final loss at D."""
+    return [
+        Figure("target loss (single process's final loss)", target_of("gossip")),
+        Figure("gossip: time to target / D", time_over_duration("gossip", "single"), "<=", 0.5),
+        Figure("alone (control, every link cut): time to target / D", time_over_duration("alone", "single"), ">", 0.5),
+        Figure("allreduce x8: time to target / D", time_over_duration("allreduce", "single")),
+        Figure("single: time to its own final loss / D", time_over_duration("single", "single")),
+        Figure("gossip/single time to target", time_ratio("gossip", "single")),
+        Figure("gossip/single final loss", final_ratio("gossip", "single")),
+        Figure("allreduce/single final loss", final_ratio("allreduce", "single")),
+        Figure("alone/single final loss", final_ratio("alone", "single")),
+    ]
+
+
 FIGURES: dict[str, list[Figure]] = {
     "stragglers": baseline_figures(limits=True),
     "wan": baseline_figures(limits=False),
@@ -196,9 +230,8 @@ FIGURES: dict[str, list[Figure]] = {
         Figure("gossip/allreduce final loss", final_ratio("gossip", "allreduce")),
     ],
     "data": data_figures(),
+    "single": single_figures(),
 }
-TARGETED = {"stragglers", "wan"}
-"""Scenarios whose target loss is set per seed from the all-reduce run."""
 
 
 def scenario_data(name: str) -> dict[str, Any]:
@@ -233,13 +266,15 @@ def with_target(data: dict[str, Any], target: float | None, runs: list[str] | No
 
 
 def run_seed(name: str, seed: int, emit: Callable[[str], None]) -> tuple[dict, dict, list]:
-    """One seed of a scenario, with its own target where the scenario has baselines."""
+    """One seed of a scenario, with its own target where the scenario has a reference run."""
     data = scenario_data(name)
-    if name in TARGETED:
-        emit(f"seed {seed}: allreduce over the full duration, to set the target")
-        ref, _timing, _records = simulate(with_target(data, None, ["allreduce"]), seed, emit)
-        target = TARGET_FACTOR * ref["runs"]["allreduce"]["final_loss"]
-        emit(f"seed {seed}: target loss {target:.4f} (1.05 x all-reduce final {ref['runs']['allreduce']['final_loss']:.4f})")
+    if name in TARGET_RULES:
+        run, factor = TARGET_RULES[name]
+        emit(f"seed {seed}: {run} over the full duration, to set the target")
+        ref, _timing, _records = simulate(with_target(data, None, [run]), seed, emit)
+        final = ref["runs"][run]["final_loss"]
+        target = factor * final
+        emit(f"seed {seed}: target loss {target:.4f} ({factor:g} x {run} final {final:.4f})")
         data = with_target(data, target)
     summary, timing, records = simulate(data, seed, emit)
     timing["load_average"] = os.getloadavg()[0]

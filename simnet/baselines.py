@@ -5,7 +5,8 @@
   `2(n−1)/n · bytes / bandwidth + 2(n−1) · latency` (bandwidth: the slowest link on the
   ring; latency: the longest); then the replicas are averaged. For plain SGD from equal
   parameters, averaging the stepped replicas is exactly averaging the gradients:
-  mean_i(x − lr·g_i) = x − lr·mean_i(g_i).
+  mean_i(x − lr·g_i) = x − lr·mean_i(g_i). With one peer this is a single process
+  training alone: the formula's cost is 0 and the mean of one replica is that replica.
 - diloco (Douillard et al. 2023): each round every peer takes H real inner steps, the
   pseudo-gradients are all-reduced (same cost formula) and `async_opt.DiLoCoOuter` takes
   a Nesterov step on the global parameters, which every peer then starts from.

@@ -47,6 +47,7 @@ class DiLoCoConfig:
 @dataclass
 class WorldConfig:
     n_peers: int = 8
+    """Peers (processes). 1 only for `allreduce`: a single process training alone, no communication."""
     model: str = "mlp"
     """A name in simnet.models' registry (lsq, mlp, and whatever the CLI registered)."""
     model_args: dict[str, Any] = field(default_factory=dict)
@@ -87,8 +88,8 @@ class WorldConfig:
     """A corpus the peers fetch from each other before they train (`shards = 0`: none)."""
 
     def __post_init__(self) -> None:
-        if self.n_peers < 2:
-            raise ValueError(f"n_peers must be >= 2, got {self.n_peers}")
+        if self.n_peers < 1:
+            raise ValueError(f"n_peers must be >= 1, got {self.n_peers}")
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)) or not self.eval_every_s > 0:
             raise ValueError("duration_s and eval_every_s must be > 0")
         if not 0 <= self.cost_warmup_s < self.duration_s:
@@ -176,6 +177,9 @@ class SimConfig:
         self.worlds = {}
         for run in self.runs:
             world = world_from_dict(merge(self.base, run.set), where=f"run {run.name!r}")
+            if world.n_peers < 2 and run.method != "allreduce":
+                raise ValueError(f"run {run.name!r}: n_peers = 1 (a single process) is an allreduce run; "
+                                 f"{run.method} needs at least 2 peers")
             if run.method != "gossip" and (world.churn.mode != "none" or world.attack.kind != "none" or world.data.shards):
                 raise ValueError(f"run {run.name!r}: the synchronous baselines model neither churn, attacks nor data")
             self.worlds[run.name] = world

@@ -43,8 +43,8 @@ class Topology:
     """Adjacency lists (sorted) and the cluster of every peer."""
 
     def __init__(self, cfg: TopologyConfig, n: int, seed: int) -> None:
-        if n < 2:
-            raise ValueError(f"a swarm needs at least 2 peers, got {n}")
+        if n < 1:
+            raise ValueError(f"a topology needs at least 1 peer, got {n}")
         self.cfg = cfg
         self.n = n
         rng = random.Random(f"simnet-topology:{seed}")

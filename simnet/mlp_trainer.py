@@ -46,6 +46,9 @@ class MLPConfig:
     """Label noise: flip probability (classify) or Gaussian sigma (regress)."""
     shard: int = 0
     n_shards: int = 1
+    held_shards: int = 1
+    """Shards `shard`, `shard + 1`, ... whose samples this trainer holds: a single process with
+    the data of that many peers (their very samples) holds `held_shards` > 1."""
     problem_seed: int = 0
     """Seeds the teacher, the shards' means and the initial weights; shared by the swarm."""
     seed: int = 0
@@ -63,6 +66,9 @@ class MLPConfig:
             raise ValueError("a classifier needs out_dim >= 2")
         if not 0 <= self.shard < self.n_shards:
             raise ValueError(f"shard {self.shard} out of range for {self.n_shards} shards")
+        if not 1 <= self.held_shards <= self.n_shards - self.shard:
+            raise ValueError(f"held_shards {self.held_shards} must be >= 1 and end within the "
+                             f"{self.n_shards} shards (shard {self.shard})")
         if not self.lr > 0 or not 0 <= self.momentum < 1:
             raise ValueError("mlp needs lr > 0 and momentum in [0, 1)")
         if min(self.heterogeneity, self.noise, self.lr_decay_steps) < 0:
@@ -150,9 +156,10 @@ class MLPTrainer:
     def __init__(self, cfg: MLPConfig) -> None:
         self.cfg = cfg
         problem = Problem(cfg)
-        g = torch.Generator().manual_seed(cfg.seed * 7919 + cfg.shard + 3)
-        shards = torch.full((cfg.samples_per_shard,), cfg.shard, dtype=torch.long)
-        self.x, self.y = problem.sample(shards, g)
+        parts = [problem.sample(torch.full((cfg.samples_per_shard,), s, dtype=torch.long),
+                                torch.Generator().manual_seed(cfg.seed * 7919 + s + 3))
+                 for s in range(cfg.shard, cfg.shard + cfg.held_shards)]
+        self.x, self.y = torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
         self.flat = initial_params(cfg)
         self.velocity = torch.zeros_like(self.flat)
         self.generator = torch.Generator().manual_seed(cfg.seed * 7919 + cfg.shard + 4)

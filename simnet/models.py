@@ -73,7 +73,8 @@ def lsq_evaluator(n_peers: int, seed: int, **kw: Any) -> Evaluator:
 
 def _mlp_config(peer_index: int, n_peers: int, seed: int, **kw: Any) -> MLPConfig:
     kw.setdefault("problem_seed", seed)
-    return MLPConfig(shard=peer_index, n_shards=n_peers, seed=seed, **kw)
+    kw.setdefault("n_shards", n_peers)  # more: a single process given several peers' shards (held_shards)
+    return MLPConfig(shard=peer_index, seed=seed, **kw)
 
 
 def mlp_factory(peer_index: int, n_peers: int, seed: int, **kw: Any) -> Trainer:

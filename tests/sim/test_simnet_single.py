@@ -1,12 +1,13 @@
 """8 gossip peers, each on its own simulated machine, against one process training alone.
 
-The single process is an `allreduce` run with one peer: one real step per round, no
-communication. The headline (the shipped `single` scenario, seed 0): the 8 peers' mean loss
-reaches the single process's final loss (its run lasts D) within 0.5 x D. Control: the same
-8 peers with every link cut (each trains alone on its own eighth of the data) must not.
-It holds on seed 0 (0.35 x D) but on only 2 of seeds 0-4 (docs/simnet.md, "single"): at
-the same step size and per-process batch the 8 peers descend no faster than one process, as
-the 8-process all-reduce shows.
+The single process is an `allreduce` run with one peer (one real step per round, no
+communication) holding the very samples of all 8 peers' shards. The target (the shipped
+`single` scenario): the 8 peers' mean loss reaches the single process's final loss (its run
+lasts D) within 0.5 x D. It is missed: at the same step size and per-process batch the peers
+descend no faster than one process (an exact 8-process all-reduce needs 0.48-0.75 x D on
+seeds 0-4), and they end 0.4% above it on seed 0 (docs/simnet.md, "single"). The headline is
+a strict xfail, so it fails loudly the day it holds. Control: the same 8 peers with every
+link cut (each alone with its eighth of the data) end far above the single process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import simulate
 
 from simnet.models import mlp_evaluator, mlp_factory
@@ -24,6 +26,13 @@ import simnet_seeds  # noqa: E402
 
 ONE = {"n_peers": 1, "duration_s": 3.0, "eval_every_s": 1.0, "speed": {"base_step_s": 0.1},
        "model_args": {"heterogeneity": 0.0}}
+FIGURES = {f.name: f for f in simnet_seeds.FIGURES["single"]}
+
+
+@pytest.fixture(scope="module")
+def seed0() -> dict:
+    summary, _timing, _records = simnet_seeds.run_seed("single", 0, lambda line: None)
+    return summary
 
 
 def test_allreduce_with_one_peer_is_a_single_process_training_alone():
@@ -43,15 +52,31 @@ def test_a_gossip_run_needs_two_peers():
         simulate(ONE, [{"name": "gossip", "method": "gossip"}])
 
 
-def test_eight_peers_reach_the_single_process_final_loss_in_half_its_time():
-    summary, _timing, _records = simnet_seeds.run_seed("single", 0, lambda line: None)
-    figures = {f.name: f for f in simnet_seeds.FIGURES["single"]}
-    single_final = summary["runs"]["single"]["final_loss"]
-    assert summary["target_loss"]["gossip"] == pytest.approx(single_final)
-    assert summary["runs"]["single"]["sim_time_s"] == 60.0  # the single process runs its whole D
-    gossip = figures["gossip: time to target / D"]
-    alone = figures["alone (control, every link cut): time to target / D"]
-    # Measured (seed 0): gossip 0.35 x D (21 s of 60); the control never (its peers overfit their eighth).
-    assert gossip.holds(gossip.read(summary, {})), summary["runs"]["gossip"]
-    assert alone.holds(alone.read(summary, {})), summary["runs"]["alone"]
-    assert not gossip.holds(alone.read(summary, {}))  # the control fails the headline check
+def test_the_single_process_holds_the_very_samples_of_the_eight_shards():
+    peers = [mlp_factory(i, 8, 3, heterogeneity=0.0) for i in range(8)]
+    single = mlp_factory(0, 1, 3, heterogeneity=0.0, n_shards=8, held_shards=8)
+    assert torch.equal(single.x, torch.cat([p.x for p in peers]))
+    assert torch.equal(single.y, torch.cat([p.y for p in peers]))
+    assert torch.equal(single.get_flat_params(), peers[0].get_flat_params())
+    with pytest.raises(ValueError, match="held_shards"):
+        mlp_factory(1, 8, 3, held_shards=8)
+
+
+def test_the_swarm_ends_at_the_single_process_loss_and_the_cut_off_control_far_above(seed0):
+    runs = seed0["runs"]
+    single_final = runs["single"]["final_loss"]
+    assert seed0["target_loss"]["gossip"] == pytest.approx(single_final)
+    assert runs["single"]["sim_time_s"] == 60.0  # the single process runs its whole D
+    # Measured (seed 0): gossip 1.004, the 8-process all-reduce 0.999, every link cut 1.30.
+    assert runs["gossip"]["final_loss"] / single_final < 1.01
+    assert runs["allreduce"]["final_loss"] / single_final < 1.01
+    assert runs["alone"]["final_loss"] / single_final > 1.15
+    alone = FIGURES["alone (control, every link cut): time to target / D"]
+    assert alone.holds(alone.read(seed0, {})), runs["alone"]
+
+
+@pytest.mark.xfail(strict=True, reason="missed: 8 peers at the same step size descend no faster than one "
+                   "process (seed 0: the single process's final loss not reached within D)")
+def test_eight_peers_reach_the_single_process_final_loss_in_half_its_time(seed0):
+    gossip = FIGURES["gossip: time to target / D"]
+    assert gossip.holds(gossip.read(seed0, {})), seed0["runs"]["gossip"]

@@ -146,8 +146,18 @@ def eval_cmd(checkpoint, data, device, max_samples) -> None:
     _fail_cleanly(run, cfg)
 
 
+def _builtin_scenarios() -> str:
+    """The names of simnet's built-in scenarios, read from its folder without importing it (no torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("simnet")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    names = sorted(p.stem for folder in folders for p in (Path(folder) / "scenarios").glob("*.toml"))
+    return ", ".join(names) or "none found"
+
+
 @main.command()
-@click.option("--scenario", default="stragglers", show_default=True, help="Built-in name (stragglers, wan, churn, byzantine, scale, tts) or a TOML file.")
+@click.option("--scenario", default="stragglers", show_default=True, help=f"Built-in name ({_builtin_scenarios()}) or a TOML file.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Folder for metrics.jsonl, summary.json and plots.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")

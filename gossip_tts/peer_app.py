@@ -71,9 +71,9 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
         cfg.train.seed = int.from_bytes(hashlib.blake2b(identity.public_key + cfg.train.seed.to_bytes(8, "little", signed=True), digest_size=4).digest(), "little")
     trainer = None
     try:
-        if swarm_id_of(cfg.train.sources) is not None:  # --data swarm:HASH: fetch a first shard before the model reads one
+        if swarm_id_of(cfg.train.sources) is not None:  # --data swarm:/swarm-key:: fetch a first shard before the model reads one
             if group is not None:
-                raise ValueError("--data swarm:HASH is not supported with --nproc > 1 yet: fetch the shards with a "
+                raise ValueError("--data swarm:HASH / swarm-key:PUBKEY is not supported with --nproc > 1 yet: fetch the shards with a "
                                  "one-process peer, then give their folder as --data")
             swarm = start_swarm_data(cfg, identity, stop, emit)
         if group is not None:

@@ -7,7 +7,7 @@ PROBE = """
 import sys
 from click.testing import CliRunner
 from gossip_tts.cli import main
-for args in (["--help"], ["peer", "--help"], ["status", "--help"], ["pack", "--help"], ["eval", "--help"], ["keygen", "--help"]):
+for args in (["--help"], ["simnet", "--help"], ["peer", "--help"], ["status", "--help"], ["pack", "--help"], ["eval", "--help"], ["keygen", "--help"]):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
 print("torch" in sys.modules)
@@ -18,3 +18,17 @@ def test_help_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "a module imported by gossip_tts.cli imports torch at module level"
+
+
+def test_simnet_help_names_every_built_in_scenario():
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    import simnet
+    from gossip_tts.cli import main
+
+    out = " ".join(CliRunner().invoke(main, ["simnet", "--help"]).output.split())
+    names = [p.stem for p in (Path(simnet.__file__).parent / "scenarios").glob("*.toml")]
+    assert len(names) >= 9
+    assert all(name in out for name in names), (names, out)

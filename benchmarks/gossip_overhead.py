@@ -1,17 +1,21 @@
 """Training throughput of one peer with gossip on, relative to the same trainer with it off.
 
-    python benchmarks/gossip_overhead.py [--preset small] [--phases 6] [--steps-per-phase 8]
+    python benchmarks/gossip_overhead.py [--preset small] [--phases 12] [--steps-per-phase 8] [--threads 1]
 
 The measured peer trains in this process and talks to two neighbour processes over real
 HTTP on 127.0.0.1. Its training alternates between phases with gossip (mix, publish every
 --gossip-every steps, exchange) and phases without, on the same trainer in one run, so
 machine noise hits both arms alike. Every phase trains on the same `--steps-per-phase`
-batches, drawn once and replayed (`ReplayTrainer`): the corpus's clips differ in length, and
-with fresh batches one phase cost half as much CPU again as another whatever gossip did (the
-first gossip phase, the same batches for every run, looked like gossip's fault). The
+batches, drawn once and replayed (`ReplayTrainer`): the corpus's clips differ in length, so
+with fresh batches a phase's cost also depends on which clips it drew (solo phases varied
+6.9-7.5 s of CPU), and the first gossip phase always drew the same ones. The
 neighbours run the same model but do not train
 (each takes a step every few seconds, so they still publish and answer exchanges): on
 this 2-core machine two training neighbours would measure CPU contention, not gossip.
+For the same reason the measured peer trains on one torch thread by default (`--threads`):
+the neighbours' own signing and decoding, which on a real swarm runs on other machines,
+then lands on the second core instead of stalling a two-thread step, whose threads spin at
+every barrier while one of them waits for a core.
 Target: ratio >= 0.97.
 """
 
@@ -128,13 +132,13 @@ def spawn_neighbour(args, i: int, peers: list[str]) -> tuple[subprocess.Popen, s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small")
-    ap.add_argument("--phases", type=int, default=6, help="alternating phases after the first (even: equal counts)")
+    ap.add_argument("--phases", type=int, default=12, help="alternating phases after the first (even: equal counts); 12: 6 per arm, so first contacts are paid once among several phases, as in a real run")
     ap.add_argument("--steps-per-phase", type=int, default=8)
     ap.add_argument("--gossip-every", type=int, default=4)
     ap.add_argument("--compression", default="topk:0.1+int8")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-frames", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the measured trainer")
     ap.add_argument("--neighbour", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--neighbour-period", type=float, default=3.0, help=argparse.SUPPRESS)
     ap.add_argument("--peer", action="append", default=[], help=argparse.SUPPRESS)

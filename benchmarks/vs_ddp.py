@@ -1,6 +1,6 @@
 """gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
 
-    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--plot docs/img/bench/vs_ddp.png]
+    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--plot docs/img/bench/vs_ddp.png | --plot '']
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
@@ -97,7 +97,7 @@ def run(a: argparse.Namespace) -> None:
         (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
     results = run_arms(arms, "vs_ddp_", b)
-    print("\n" + plot_equal_samples(results, a.plot) if a.plot else "\nplot skipped: --plot ''")
+    print("\n" + plot_equal_samples(results, Path(a.plot)) if a.plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
                                "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
@@ -108,7 +108,7 @@ def run(a: argparse.Namespace) -> None:
 if __name__ == "__main__":
     ap = arg_parser(__doc__)
     ap.add_argument("--slow-factor", type=float, default=4.0, help="how much slower the straggler is")
-    ap.add_argument("--plot", type=Path, default=REPO / "docs/img/bench/vs_ddp_equal_samples.png",
+    ap.add_argument("--plot", default=str(REPO / "docs/img/bench/vs_ddp_equal_samples.png"),
                     help="where the equal-samples plot goes ('' for none)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -34,7 +34,7 @@ from peer.http_guard import CappedSite, QuietBadRequests, response_counter
 from peer.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.node_worker import NOW, NodeWorker
 from protocol import FrameRefused
 
 log = logging.getLogger(__name__)
@@ -235,13 +235,13 @@ class AsyncDriver:
         key = bytes.fromhex(a.peer_id) if a.peer_id else None
         t0 = self.mono()
         try:
-            body = await self.worker.call(lambda: self.node.build_request(key, self.wall()))
+            body = await self.worker.call(self.node.build_request, key, NOW)
             assert self._client is not None
             async with self._client.post(f"http://{a.address}/v1/exchange", data=body) as resp:
                 reply = await read_capped(resp, self.node.limits.max_frame_bytes * 2)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
-            result = await self.worker.call(lambda: self.node.handle_response(reply, self.wall()))
+            result = await self.worker.call(self.node.handle_response, reply, NOW)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
                 BodyTooLarge) as exc:
             if isinstance(exc, FrameRefused):
@@ -273,7 +273,7 @@ class AsyncDriver:
                 data = await read_capped(resp, self.node.limits.max_frame_bytes)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")
-            x, step = await self.worker.call(lambda: self.node.read_state(data, self.wall()))
+            x, step = await self.worker.call(self.node.read_state, data, NOW)
             # Scored off the loop: the training thread is waiting for the join, not using the trainer.
             better = await asyncio.get_running_loop().run_in_executor(None, self.probe, x) if self.probe else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
@@ -298,7 +298,7 @@ class AsyncDriver:
     async def serve_exchange(self, body: bytes | bytearray) -> bytes:
         """POST /v1/exchange: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests,
-                                                          lambda: self.node.handle_request(body, self.wall()))
+                                                          self.node.handle_request, body, NOW)
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
         return reply
 
@@ -311,5 +311,4 @@ class AsyncDriver:
 
     async def serve_state(self) -> bytes:
         """GET /v1/state: one signed snapshot per publish, built on the worker and cached (WorkerBusy: 503)."""
-        return await self.worker.call_for_others(self.net_cfg.max_queued_requests,
-                                                 lambda: self.node.state_frame(self.wall()))
+        return await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.node.state_frame, NOW)

@@ -26,6 +26,19 @@ from peer.core.node import GossipNode
 T = TypeVar("T")
 
 
+class _Now:
+    """The type of `NOW`."""
+
+    def __repr__(self) -> str:
+        return "NOW"
+
+
+NOW = _Now()
+"""An argument to `NodeWorker.call` that the worker replaces with its clock's reading when the
+job runs (a frame is stamped when it is built, not when it was queued); passing the node's
+own method rather than a lambda also names the job in `worker_cpu_seconds_total`."""
+
+
 class WorkerBusy(RuntimeError):
     """Too many requests of others already wait for the node worker."""
 
@@ -43,13 +56,13 @@ class NodeWorker:
         """Jobs of `call_for_others` queued or running."""
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` on the worker thread; `fn` may touch the node."""
+        """Run `fn(*args)` on the worker thread (`NOW` among `args`: the clock then); `fn` may touch the node."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, fn, args)
 
     def _timed(self, fn: Callable[..., T], args: tuple) -> T:
         start = time.thread_time()
         try:
-            return fn(*args)
+            return fn(*(self.clock() if a is NOW else a for a in args))
         finally:
             self.node.metrics.inc("worker_cpu_seconds_total", time.thread_time() - start,
                                   help="CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by job",

@@ -14,7 +14,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.metrics import Metrics
-from peer.node_worker import NodeWorker
+from peer.node_worker import NOW as NOW_ARG, NodeWorker
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity, TicketBook, make_update_frame, pack_bundle
 from tests.unit.exchange_helpers import push
@@ -212,7 +212,7 @@ def test_the_worker_counts_each_jobs_cpu_seconds_by_name():
         return 7
 
     async def run() -> int:
-        await worker.call(me.build_request, None, NOW)
+        await worker.call(me.build_request, None, NOW_ARG)  # NOW_ARG: the worker's clock, read when the job runs
         return await worker.call(burn)
 
     try:

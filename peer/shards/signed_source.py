@@ -83,25 +83,32 @@ class SignedManifestFinder:
         except SourceFailed as exc:  # unreachable, or over the cap (SourceLied): try the next offer
             log.info("no signed manifest from %s: %s", address, exc)
             if exc.reason == "too_long":
-                self._refuse(address, offer, "too_long", str(exc))
+                self._refuse(address, offer, "too_long", str(exc), document_bad=False)
             return None
         if hashlib.sha256(data).hexdigest() != offer.hash:
-            return self._refuse(address, offer, "hash_mismatch", "the bytes do not hash to the offered document")
+            return self._refuse(address, offer, "hash_mismatch", "the bytes do not hash to the offered document",
+                                document_bad=False)
         try:
             signed = read_signed_manifest(data, {self.key})
         except ManifestError as exc:
-            return self._refuse(address, offer, exc.reason, str(exc))
+            return self._refuse(address, offer, exc.reason, str(exc), document_bad=True)
         if signed.version != offer.version:
             return self._refuse(address, offer, "version_mismatch",
-                                f"offered as version {offer.version}, signed as version {signed.version} (a replay?)")
+                                f"offered as version {offer.version}, signed as version {signed.version} (a replay?)",
+                                document_bad=False)
         log.info("signed manifest version %d (%d shards) from %s verified", signed.version,
                  len(signed.manifest.shards), address)
         return signed
 
-    def _refuse(self, address: str, offer: SignedOffer, reason: str, detail: str) -> None:
-        if len(self.refused) >= MAX_REMEMBERED_REFUSALS:
-            self.refused.clear()
-        self.refused.add(offer.hash)
+    def _refuse(self, address: str, offer: SignedOffer, reason: str, detail: str, *, document_bad: bool) -> None:
+        """Ban the source; remember the document's hash as bad only when its own bytes failed
+        (`document_bad`). Other bytes than the hash names, too many of them, or a version the
+        offer lied about convict the source alone: the same document offered honestly by
+        another neighbour must still be fetched, or one liar could hide a genuine version."""
+        if document_bad:
+            if len(self.refused) >= MAX_REMEMBERED_REFUSALS:
+                self.refused.clear()
+            self.refused.add(offer.hash)
         self.penalties.penalise(address, time.monotonic())
         self.metrics.inc("manifests_refused_total", help="signed manifests refused (untrusted signer, bad signature, "
                          "a replayed version, bytes not matching the offer)", reason=reason)

@@ -129,6 +129,22 @@ def test_the_newest_verified_version_wins_and_a_renumbered_replay_is_refused(off
     assert honest_old.fetches == 0 and current.fetches == 1
 
 
+def test_a_liar_renumbering_a_genuine_document_cannot_hide_it_from_honest_offers(offerers) -> None:
+    """The liar offers the genuine version-3 document as version 4 (or serves other bytes for
+    its hash): it is banned, and the same document offered honestly is still taken."""
+    metrics = Metrics(process=False)
+    finder = SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0)
+    genuine = sign_manifest(V2, OWNER, 3)
+    renumbers = offerers(genuine, OWNER.peer_id, 4)
+    swaps = offerers(genuine, OWNER.peer_id, 5, served=b"{}")
+    honest = offerers(genuine, OWNER.peer_id, 3)
+    got = finder.newest([renumbers.address, swaps.address, honest.address])
+    assert got is not None and got.version == 3 and honest.fetches == 1
+    assert {r: metrics.get("manifests_refused_total", reason=r) for r in ("version_mismatch", "hash_mismatch")} \
+        == {"version_mismatch": 1, "hash_mismatch": 1}
+    assert {renumbers.address, swaps.address} <= finder.penalties.banned(time.monotonic())
+
+
 def test_documents_by_other_keys_or_other_bytes_are_refused_and_counted(offerers) -> None:
     metrics = Metrics(process=False)
     finder = SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0)

@@ -18,6 +18,7 @@ import re
 from typing import Any, NamedTuple
 
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_HEX_RE = re.compile(r"[0-9a-fA-F]*")
 
 
 class SignedOffer(NamedTuple):
@@ -38,7 +39,8 @@ def encode_have(order: list[str], held: set[str]) -> str:
 
 def decode_have(order: list[str], text: str) -> set[str]:
     """The shards a bitmap names; ValueError if it is not hex of exactly the manifest's length."""
-    if not isinstance(text, str) or len(text) != 2 * ((len(order) + 7) // 8):
+    if not isinstance(text, str) or len(text) != 2 * ((len(order) + 7) // 8) or not _HEX_RE.fullmatch(text):
+        # (fromhex alone would skip spaces: "ff  " would pass the length check and decode to 1 byte)
         raise ValueError(f"a shard bitmap for {len(order)} shards is {2 * ((len(order) + 7) // 8)} hex digits")
     bits = bytes.fromhex(text)
     return {shard for i, shard in enumerate(order) if bits[i // 8] & (0x80 >> (i % 8))}

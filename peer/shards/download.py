@@ -10,7 +10,6 @@ between reads, so a server trickling bytes cannot hold a reader for good. Nothin
 from __future__ import annotations
 
 import http.client
-import json
 import re
 import socket
 import threading
@@ -20,6 +19,7 @@ from typing import Any, Callable
 
 from peer.core.addresses import parse_address
 from peer.shards.advert import parse_advert
+from peer.shards.manifest import load_json
 
 CHUNK = 256 * 1024
 MAX_ADVERT_BYTES = 1 << 20
@@ -86,8 +86,8 @@ def get_capped(address: str, path: str, cap: int, stall_s: float, deadline_s: fl
 def read_advert_doc(address: str, stall_s: float) -> Any:
     """The parsed JSON of `address`'s GET /v1/shards (`peer.shards.advert`), read capped."""
     try:
-        return json.loads(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s, ADVERT_DEADLINE_S))
-    except ValueError as exc:
+        return load_json(get_capped(address, "/v1/shards", MAX_ADVERT_BYTES, stall_s, ADVERT_DEADLINE_S))
+    except ValueError as exc:  # ManifestError too: not JSON, NaN, or nested past the parser's depth
         raise SourceFailed("bad_advert", f"{address}: /v1/shards: {exc}") from None
 
 

@@ -226,8 +226,17 @@ def test_adverts_are_a_bitmap_over_the_manifest_order() -> None:
     body = advert_body("m" * 64, order, {order[3]})
     assert body == {"manifests": [{"hash": "m" * 64, "have": "1000"}]}
     assert parse_advert(body, "m" * 64, order) == {order[3]} and parse_advert(body, "x" * 64, order) == set()
-    for bad in ("80", "808000", "zz80", None):
+    for bad in ("80", "808000", "zz80", None, "80  ", " 8 0"):  # spaces: fromhex would skip them
         with pytest.raises(ValueError):
             decode_have(order, bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="manifests"):
         parse_advert({"shards": []}, "m" * 64, order)
+
+
+def test_an_advert_nested_past_the_parsers_depth_is_a_bad_advert(monkeypatch) -> None:
+    """A RecursionError is no ValueError: uncaught, it ended the fetcher's whole advert round."""
+    from peer.shards import download
+
+    monkeypatch.setattr(download, "get_capped", lambda *a, **k: b"[" * 200_000 + b"]" * 200_000)
+    with pytest.raises(download.SourceFailed, match="/v1/shards"):
+        download.read_advert_doc("127.0.0.1:9", 1.0)

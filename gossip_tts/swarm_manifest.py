@@ -11,7 +11,6 @@ strangers' tars, does not use it); a JSON member over MAX_JSON_BYTES is not read
 from __future__ import annotations
 
 import json
-import os
 import tarfile
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from gossip_tts.data.tars import SHARD_INFO_NAME
 from peer.shards.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, ManifestError, ShardEntry
 from peer.shards.signed import SIGNED_MANIFEST_NAME, SignedManifest, read_signed_manifest, sign_manifest
-from peer.shards.store import sha256_of
+from peer.shards.store import sha256_of, write_atomic
 from protocol import Identity
 
 MAX_JSON_BYTES = 1 << 20
@@ -68,7 +67,7 @@ def build_manifest(directory: Path) -> Manifest:
 def write_manifest(directory: Path) -> Manifest:
     """(Re)write `directory/swarm-manifest.json` (atomically) for the tars in it; returns it."""
     manifest = build_manifest(directory)
-    _write_atomic(Path(directory) / MANIFEST_NAME, manifest.canonical_bytes())
+    write_atomic(Path(directory) / MANIFEST_NAME, manifest.canonical_bytes())
     return manifest
 
 
@@ -86,7 +85,7 @@ def write_signed_manifest(directory: Path, identity: Identity, version: int | No
                          "peers would keep the older document")
     manifest = write_manifest(directory)
     data = sign_manifest(manifest, identity, version)
-    _write_atomic(Path(directory) / SIGNED_MANIFEST_NAME, data)
+    write_atomic(Path(directory) / SIGNED_MANIFEST_NAME, data)
     return read_signed_manifest(data, {identity.public_key})
 
 
@@ -97,8 +96,3 @@ def _previous_version(path: Path, identity: Identity) -> int:
     except (OSError, ManifestError):  # none yet, or signed by another key: nothing of ours to outrank
         return 0
 
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)

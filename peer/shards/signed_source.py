@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -32,6 +31,7 @@ from peer.shards.advert import SignedOffer, signed_offers
 from peer.shards.download import SourceFailed, get_capped, read_advert_doc
 from peer.shards.manifest import MAX_MANIFEST_BYTES, ManifestError
 from peer.shards.plan import Penalties
+from peer.shards.store import write_atomic
 from peer.shards.signed import SignedManifest, read_signed_manifest
 from peer.shards.ticker import Ticker
 
@@ -137,9 +137,7 @@ def save_accepted(cache_dir: Path, signed: SignedManifest) -> None:
     """Keep `signed` as the newest accepted for its key (atomically)."""
     path = accepted_path(cache_dir, bytes.fromhex(signed.signer))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(signed.data)
-    os.replace(tmp, path)
+    write_atomic(path, signed.data)
 
 
 class NewerManifestWatcher:

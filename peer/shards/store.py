@@ -82,9 +82,9 @@ class ShardStore:
         """Create the folder, write the manifest, and take stock: own shards and earlier cached
         ones whose bytes still hash right (anything else is deleted)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.dir / MANIFEST_NAME, self.manifest.canonical_bytes())
+        write_atomic(self.dir / MANIFEST_NAME, self.manifest.canonical_bytes())
         if self.signed is not None:
-            _write_atomic(self.dir / SIGNED_MANIFEST_NAME, self.signed.data)
+            write_atomic(self.dir / SIGNED_MANIFEST_NAME, self.signed.data)
         if self.own_dir is not None:
             for e in self.manifest.shards:
                 path = Path(self.own_dir) / e.name
@@ -263,10 +263,12 @@ class ShardStore:
 
     def _write_listing(self) -> None:
         with self._lock:
-            _write_atomic(self.listing, "".join(f"{line}\n" for line in self._paths()).encode())
+            write_atomic(self.listing, "".join(f"{line}\n" for line in self._paths()).encode())
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never a part
+    (the temporary name is unique per process and thread)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     tmp.write_bytes(data)
     os.replace(tmp, path)

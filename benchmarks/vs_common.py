@@ -301,7 +301,8 @@ def run_arm(name: str, launch: Callable[[ProcessGroup, Path], int], run_dir: Pat
         assert group.pgid is not None
         busy0, meter, w0 = read_busy(), GroupCPUMeter(group.pgid), time.time()
         t0 = w0 + 1.0
-        (run_dir / "go").write_text(repr(t0))
+        (run_dir / "go.tmp").write_text(repr(t0))
+        (run_dir / "go.tmp").rename(run_dir / "go")  # a worker never reads a half-written go time
         deadline = time.monotonic() + budget_s + 120
         paths = [run_dir / f"rank{r}.json" for r in range(n)]
         while not all(p.exists() for p in paths):

@@ -36,9 +36,8 @@ class DataPlane:
         self.fetch_cfg = cfg.swarm_config()
         self.manifest_order = shard_hashes(cfg.shards, seed)
         self.manifest_hash = hashlib.sha256("\n".join(self.manifest_order).encode()).hexdigest()
-        holders = {i for i in cfg.holders if 0 <= i < sim.world.n_peers}
-        self.peers = [ShardPeer(self, p.index, p.identity.peer_id, p.address,
-                                set(self.manifest_order) if p.index in holders else set()) for p in sim.peers]
+        self.peers = [ShardPeer(self, p.index, p.identity.peer_id, p.address,  # holders: checked by WorldConfig
+                                set(self.manifest_order) if p.index in cfg.holders else set()) for p in sim.peers]
         self.replicated_at: float | None = None
 
     def holds_any(self, i: int) -> bool:
@@ -59,8 +58,8 @@ class DataPlane:
 
     def totals(self) -> dict:
         corpus = self.cfg.corpus_bytes
-        holders = [p for p in self.peers if p.first_shard_at == 0.0]
-        fetchers = [p for p in self.peers if p.first_shard_at != 0.0]
+        holders = [p for p in self.peers if p.index in self.cfg.holders]
+        fetchers = [p for p in self.peers if p.index not in self.cfg.holders]
         trained = [t for p in fetchers if (t := self.sim.peers[p.index].first_trained_at) is not None]
         first = [p.first_shard_at for p in fetchers if p.first_shard_at is not None]
         counts: dict[str, int] = {}

@@ -74,6 +74,7 @@ def test_same_seed_same_summary_and_another_seed_another() -> None:
     ({"churn": {"mode": "poisson", "rate_per_min": 0.1}}, "without churn"),
     ({"data": {"shards": 8, "fetch": {"cache_gb": 0.1}}}, "simnet does not model eviction"),
     ({"data": {"shards": 8, "fetch": {"manifest": "x"}}}, "unknown data.fetch"),
+    ({"data": {"shards": 8, "fetch": {"max_upload_mb_s": 1.0}}}, "unknown data.fetch"),  # not modelled: refused, not ignored
     ({"data": {"shards": 8, "plan": "oracle"}}, "data.plan must be one of"),
     ({"data": {"shards": 8, "holders": [9]}}, "data.holders must be peer indices"),
 ])

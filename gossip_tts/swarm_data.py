@@ -216,8 +216,7 @@ def live_verified(driver: Any) -> list[str]:
         return []
 
     async def snapshot() -> list[str]:
-        table = driver.session.table
-        return [p.address for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None]
+        return [p.address for p in driver.session.table.verified()]
 
     try:
         return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(5.0)

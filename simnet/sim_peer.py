@@ -333,8 +333,7 @@ class SimPeer(SimServer):
         """Live neighbour-table entries that answered us at least once (what peer exchange found)."""
         if self.session is None:
             return []
-        table = self.session.table
-        return [p.address for p in table.live() if (h := table.health(p.address)) is not None and h.last_success is not None]
+        return [p.address for p in self.session.table.verified()]
 
     def verified_neighbours(self) -> int:
         return len(self.verified_addresses())

@@ -120,6 +120,11 @@ class NeighbourTable:
         """Entries not (yet) judged dead, sorted by address so the order never depends on history."""
         return [self._entries[a].info for a in sorted(self._entries) if not self._entries[a].dead]
 
+    def verified(self) -> list[PeerInfo]:
+        """Live entries that answered us at least once (what peer exchange has confirmed), sorted by address."""
+        return [self._entries[a].info for a in sorted(self._entries)
+                if not self._entries[a].dead and self._entries[a].last_success is not None]
+
     def static_peers(self) -> list[PeerInfo]:
         """The bootstrap entries, dead or alive: worth an occasional retry even when dead."""
         return [self._entries[a].info for a in sorted(self._entries) if self._entries[a].static]
@@ -139,12 +144,7 @@ class NeighbourTable:
         """
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        pool = [
-            self._entries[a].info
-            for a in sorted(self._entries)
-            if not self._entries[a].dead and self._entries[a].last_success is not None
-            and a not in exclude and self._entries[a].info.peer_id not in exclude
-        ]
+        pool = [p for p in self.verified() if p.address not in exclude and p.peer_id not in exclude]
         return rng.sample(pool, min(n, len(pool)))
 
     def is_self(self, info: PeerInfo) -> bool:

@@ -236,6 +236,7 @@ def test_sample_for_exchange_shares_only_live_peers_that_answered():
     t.mark_failure(peers[0].address, 2.0)  # answered once, now dead
     shared = t.sample_for_exchange(random.Random(3), n=10)
     assert sorted(p.address for p in shared) == sorted(p.address for p in peers[1:4])
+    assert [p.address for p in t.verified()] == sorted(p.address for p in peers[1:4])  # the same rule, in order
     assert len(t.sample_for_exchange(random.Random(3), n=2)) == 2
     assert t.sample_for_exchange(random.Random(3), n=10, exclude={peers[1].peer_id}) != shared
     assert t.sample_for_exchange(random.Random(3), n=2) == t.sample_for_exchange(random.Random(3), n=2)

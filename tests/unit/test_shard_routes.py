@@ -43,6 +43,7 @@ def served(tmp_path: Path, request, monkeypatch):
     srv, server = serve_store(store, SwarmDataConfig(max_uploads_per_address=1, upload_deadline_s=2.0), metrics)
     yield srv, store, metrics
     srv.close()
+    assert server._sendfile is request.param  # the sendfile variant did not quietly fall back to read-write
 
 
 def _eventually(check, timeout: float = 10.0) -> bool:

@@ -17,6 +17,7 @@ import torch
 
 from .codecs import CodecBase, TensorCodec, parse_codec
 from .errors import FrameRefused, RefusalReason
+from .finite import all_finite
 from .frame import SIGNATURE_SIZE, Frame, codec_seed, encode_frame
 from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
 from .identity import Identity
@@ -36,7 +37,7 @@ _LENGTH = struct.Struct(">Q")
 def _check_vector(name: str, x: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 1:
         raise ValueError(f"{name} must be a 1-D float32 tensor")
-    if not bool(torch.isfinite(x).all()):
+    if not all_finite(x):
         raise ValueError(f"{name} has non-finite values; receivers would refuse it")
 
 

@@ -80,7 +80,7 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     bits = np.unpackbits(hi, bitorder="little")
     if bits[nbits:].any():
         raise CodecError("index code has stray padding bits")
-    pos = np.flatnonzero(bits)
+    pos = np.flatnonzero(bits.view(bool))  # 0/1 bytes; numpy finds bools ~8x faster than uint8
     if pos.size != k:
         raise CodecError(f"index code holds {pos.size} indices, expected {k}")
     idx = (pos - np.arange(k)).astype(np.int64) << low

@@ -1,0 +1,106 @@
+"""How hard one neighbour copy pulls: staleness from our own publish, a redescending clip, mirrored stamps.
+
+Exact values on hand-built views and in-process nodes (no sockets, no threads).
+"""
+
+import math
+
+import pytest
+import torch
+
+from async_opt import mix_diffs
+from async_opt.mixing import check_power
+from peer.core.gossip_config import GossipConfig
+from peer.core.mixer import Mixer
+from peer.core.node import GossipNode
+from peer.core.view import CopyView, MixView
+from peer.metrics import Metrics
+from protocol import Identity, flat_model_spec
+from tests.unit.exchange_helpers import exchange
+
+T = 1_000_000.0
+
+
+def mixer_at_one_step_per_second(**cfg) -> Mixer:
+    mixer = Mixer(GossipConfig(swarm="test", staleness="constant,gamma=0.5", clip=False, **cfg))
+    mixer.observe_boundary(T - 1.0)
+    mixer.observe_boundary(T)  # step time 1 s: staleness in steps = seconds
+    return mixer
+
+
+def view(published_at: float | None, copies: list[tuple[float, float]]) -> MixView:
+    """Our public copy at 0 and one neighbour copy per (value, published_at)."""
+    return MixView(torch.zeros(4), tuple(CopyView(bytes([i + 1]) * 32, i + 1, torch.full((4,), v), at)
+                                         for i, (v, at) in enumerate(copies)), 0.0, published_at)
+
+
+def staleness_of(mixer: Mixer, v: MixView, now: float = T + 3.0) -> list[float]:
+    return mixer.mix(torch.zeros(4), v, 10, now)[1].staleness_steps
+
+
+def test_staleness_counts_from_our_own_last_publish():
+    """Our x̂_i was published at T − 2; a copy published after it is not stale, one published at
+    T − 10 is 8 steps older than ours, whatever the time of the mix."""
+    assert staleness_of(mixer_at_one_step_per_second(), view(T - 2.0, [(1.0, T - 1.0), (1.0, T - 10.0)])) == [0.0, 8.0]
+
+
+def test_the_control_counts_from_now():
+    """staleness_relative=False: our own copy's age (5 s here) is counted against every copy."""
+    mixer = mixer_at_one_step_per_second(staleness_relative=False)
+    assert staleness_of(mixer, view(T - 2.0, [(1.0, T - 1.0), (1.0, T - 10.0)])) == [4.0, 13.0]
+
+
+def test_before_our_first_publish_nothing_is_older_and_a_later_stamp_is_capped_at_now():
+    mixer = mixer_at_one_step_per_second()
+    assert staleness_of(mixer, view(None, [(1.0, T - 50.0)])) == [0.0]
+    mixer = mixer_at_one_step_per_second()  # our publish stamped 100 s after the mix: counted as now
+    assert staleness_of(mixer, view(T + 103.0, [(1.0, T - 7.0)])) == [10.0]
+
+
+def test_a_fresher_copy_pulls_with_the_full_rate():
+    mixer = mixer_at_one_step_per_second()
+    mixed, _ = mixer.mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 1.0)]), 10, T + 3.0)
+    assert torch.allclose(mixed, torch.full((4,), 0.5))  # gamma 0.5, weight 1
+
+
+@pytest.mark.parametrize("power, pull", [(1.0, 2.0), (2.0, 1.0), (3.0, 0.5)])
+def test_a_copy_beyond_the_radius_pulls_less_the_farther_it_is(power, pull):
+    """A difference of length 4 against a radius of 2: plain clipping pulls the radius, 2; power p
+    pulls 2 · (2/4)^(p − 1). Inside the radius every power pulls the whole difference."""
+    far = torch.tensor([4.0, 0.0])
+    out = mix_diffs(torch.zeros(2), [(far, 1.0, 4.0)], 2.0, power)
+    assert out.tolist() == pytest.approx([pull, 0.0])
+    near = torch.tensor([1.5, 0.0])
+    assert mix_diffs(torch.zeros(2), [(near, 1.0, 1.5)], 2.0, power).tolist() == pytest.approx([1.5, 0.0])
+
+
+def test_the_most_any_copy_pulls_is_the_radius_and_a_copy_ten_radii_out_pulls_a_tenth():
+    pulls = {d: mix_diffs(torch.zeros(1), [(torch.tensor([d]), 1.0, d)], 1.0, 2.0).item() for d in (0.5, 1.0, 2.0, 10.0)}
+    assert pulls == pytest.approx({0.5: 0.5, 1.0: 1.0, 2.0: 0.5, 10.0: 0.1})
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, math.inf, math.nan])
+def test_a_power_below_one_or_not_finite_is_refused(bad):
+    with pytest.raises(ValueError, match="power"):
+        check_power(bad)
+    with pytest.raises(ValueError, match="clip_power"):
+        GossipConfig(clip_power=bad)
+
+
+def node(i: int) -> GossipNode:
+    spec = flat_model_spec(4)
+    return GossipNode(GossipConfig(swarm="test"), Identity.generate(bytes([i]) * 32), spec, torch.zeros(4),
+                      now=T, metrics=Metrics())
+
+
+@pytest.mark.parametrize("lead, held_as", [(10.0, T - 10.0), (290.0, T - 290.0), (-3.0, T - 3.0), (0.0, T)])
+def test_a_stamp_after_arrival_counts_as_old_as_it_claims_to_be_new(lead, held_as):
+    """A sender stamps its frames `lead` seconds from our clock. A stamp from the past is taken as it
+    is; one from the future is mirrored about the arrival, so a liar claiming 290 s of freshness is
+    held as 290 s old (past every staleness cut-off) and a sender whose clock runs 10 s ahead loses
+    those 10 s, not everything."""
+    a, b = node(1), node(2)
+    exchange(a, b, T)  # first contact: b's ticket for a
+    a.publish(torch.ones(4), 1, T + lead)
+    b.handle_request(a.build_request(b.identity.public_key, T + lead), T)
+    assert b.neighbours[a.identity.public_key].published_at == held_as

@@ -1,6 +1,6 @@
 """gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
 
-    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--plot docs/img/bench/vs_ddp.png | --plot '']
+    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--compression int8] [--plot PNG | --plot '']
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
@@ -85,15 +85,16 @@ def run(a: argparse.Namespace) -> None:
     from vs_gossip_peer import gossip_arm_launcher
 
     w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
-          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, straggler x{a.slow_factor}", flush=True)
+          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}, straggler x{a.slow_factor}", flush=True)
     arms: list[tuple[str, Callable]] = [
         ("single", single_arm_launcher(w, b, e)),
         (f"ddp x{n}", ddp_launcher(w, n, b, e, 1.0)),
         (f"ddp x{n} straggler", ddp_launcher(w, n, b, e, a.slow_factor)),
-        (f"gossip x{n}", gossip_arm_launcher(w, n, b, e)),
-        (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor)),
+        (f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
+        (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor, gossip=codec)),
         (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
     results = run_arms(arms, "vs_ddp_", b)

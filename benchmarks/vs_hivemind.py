@@ -1,6 +1,6 @@
 """gossip-tts against hivemind.Optimizer and a single process: one workload, machine and budget.
 
-    python benchmarks/vs_hivemind.py [--peers 4] [--budget 60]
+    python benchmarks/vs_hivemind.py [--peers 4] [--budget 60] [--compression int8]
 
 hivemind never enters the project's environment (its protobuf conflicts with the dac extra):
 this script builds, or reuses, a venv of its own (--venv, default
@@ -129,15 +129,16 @@ def run(a: argparse.Namespace) -> None:
     from vs_gossip_peer import gossip_arm_launcher
 
     w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     python, why = ensure_venv(a.venv)
     print(f"hivemind venv: {why}")
     print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
-          f"{n} processes/arm, budget {b:.0f} s wall clock/arm", flush=True)
+          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}", flush=True)
     arms = [("single", single_arm_launcher(w, b, e)),
             (f"hivemind x{n} defaults", hivemind_launcher(python, why, w, n, b, e, False, a.target_batch_size)),
             (f"hivemind x{n} target_group_size={n}", hivemind_launcher(python, why, w, n, b, e, True, a.target_batch_size)),
-            (f"gossip x{n}", gossip_arm_launcher(w, n, b, e)),
+            (f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
             (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True))]
     results = run_arms(arms, "vs_hivemind_", b)
     g = f"gossip x{n}"

@@ -7,7 +7,9 @@ versions it has mixed) is touched by no other thread.
 
 The step is CHOCO-SGD's consensus step on public copies (Koloskova et al. 2019) with
 PipeMare-annealed staleness weights (Yang et al. 2021) and ClippedGossip's self-centred
-clipping (He, Karimireddy & Jaggi 2022): x += Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|.
+clipping (He, Karimireddy & Jaggi 2022): x += Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|, where a copy
+beyond ρ pulls ρ·(ρ/‖d‖)^(p − 1) (`GossipConfig.clip_power`). Staleness is counted from our own
+last publish (`GossipConfig.staleness_relative`): the difference compares two public copies.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class Mixer:
         """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
         self._last_boundary: float | None = None
         self._mixed_version: dict[bytes, int] = {}
+        self._period_of: torch.Tensor | None = None
+        """Our public copy x̂_i of the current publish period; `_spent` is within it."""
+        self._spent: dict[bytes, float] = {}
+        """Weight already given to each neighbour since our last publish."""
 
     def observe_boundary(self, now: float) -> None:
         """Record that a step ended at `now` (feeds the step-time estimate)."""
@@ -58,15 +64,16 @@ class Mixer:
         """Whether `view` holds a copy version not mixed yet (cheap: no tensor work)."""
         return any(self._mixed_version.get(c.key) != c.version for c in view.copies)
 
-    def staleness_steps(self, published_at: float, now: float) -> float:
-        """Our local steps since the copy was published, as PipeMare measures delay.
+    def staleness_steps(self, published_at: float, reference: float) -> float:
+        """Our local steps from the copy's publication to `reference`, as PipeMare measures delay.
 
-        A fast peer therefore discounts a slow link more than a slow peer does. Before the
-        step time is known it is 0.
+        `reference` is our own last publish (`GossipConfig.staleness_relative`) or now. A fast
+        peer therefore discounts a slow link more than a slow peer does. Before the step time
+        is known it is 0.
         """
         if self.step_seconds <= 0:
             return 0.0
-        return max(0.0, now - published_at) / self.step_seconds
+        return max(0.0, reference - published_at) / self.step_seconds
 
     def mix(self, x: torch.Tensor | None, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
@@ -94,17 +101,33 @@ class Mixer:
         for key in [key for key in self._mixed_version if key not in live]:
             del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
         self.radius.keep_only(live)
+        if view.public is not self._period_of:  # we published: a new consensus step begins
+            self._period_of, self._spent = view.public, {}
         if not news:
             return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
         diffs = []
+        reference = now
+        if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older
+            # min(…, now): a publish stamped later than this boundary would make every copy stale.
+            reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)
         for c, diff, distance in news:
-            tau = self.staleness_steps(c.published_at, now)
+            tau = self.staleness_steps(c.published_at, reference)
             report.staleness_steps.append(tau)
+            # One consensus step per publish of ours: x̂_i stays put until then, so every newer
+            # version of x̂_j − x̂_i would pull the whole difference again (a straggler receiving
+            # four versions per period would overshoot 4·γ). A newer version adds only what its
+            # own rate exceeds the weight that neighbour already got in this period.
+            lam = max(0.0, self.schedule.lam(tau, max(k, 0)) - self._spent.get(c.key, 0.0))
+            if lam <= 0.0:
+                continue
+            self._spent[c.key] = self._spent.get(c.key, 0.0) + lam
             report.clipped += rho is not None and not distance <= rho
-            diffs.append((diff, self.schedule.lam(tau, max(k, 0)), distance))
+            diffs.append((diff, lam, distance))
         report.mixed, report.radius = len(diffs), rho
+        if not diffs:
+            return (torch.zeros_like(view.public) if x is None else x), report
         if x is not None:
-            return mix_diffs(x, diffs, rho), report
-        delta = mix_delta(diffs, rho)
+            return mix_diffs(x, diffs, rho, self.cfg.clip_power), report
+        delta = mix_delta(diffs, rho, self.cfg.clip_power)
         return (torch.zeros_like(view.public) if delta is None else delta), report

@@ -104,3 +104,28 @@ def test_a_stamp_after_arrival_counts_as_old_as_it_claims_to_be_new(lead, held_a
     a.publish(torch.ones(4), 1, T + lead)
     b.handle_request(a.build_request(b.identity.public_key, T + lead), T)
     assert b.neighbours[a.identity.public_key].published_at == held_as
+
+
+def test_each_neighbour_pulls_once_per_publish_of_ours():
+    """x̂_i stays put until we publish, so four new versions of the same copy would pull the same
+    difference four times over (a straggler between its publishes overshoots by 4·γ). Within one
+    publish period a neighbour's versions share one rate; a second neighbour has its own; our next
+    publish starts a new consensus step."""
+    mixer = mixer_at_one_step_per_second()
+    ours = torch.zeros(4)
+    x = torch.zeros(4)
+
+    def mix(public: torch.Tensor, *copies: tuple[int, int, float]) -> torch.Tensor:
+        v = MixView(public, tuple(CopyView(bytes([key]) * 32, version, torch.full((4,), value), T)
+                                  for key, version, value in copies), 0.0, T - 1.0)
+        return mixer.mix(x, v, 10, T + 1.0)[0]
+
+    x = mix(ours, (1, 1, 1.0))
+    assert torch.allclose(x, torch.full((4,), 0.5))  # gamma 0.5 of the difference 1
+    for version in (2, 3, 4):
+        x = mix(ours, (1, version, 1.0))
+    assert torch.allclose(x, torch.full((4,), 0.5))  # newer versions, same period: nothing more
+    x = mix(ours, (1, 4, 1.0), (2, 1, -1.0))
+    assert torch.allclose(x, torch.zeros(4))  # another neighbour pulls with its own rate
+    x = mix(torch.zeros(4), (1, 5, 1.0), (2, 1, -1.0))  # we published (a new x̂_i): a new step
+    assert torch.allclose(x, torch.full((4,), 0.5))

@@ -14,7 +14,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta", "consensus_distance"]
+__all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta",
+           "check_power", "consensus_distance"]
 
 
 def safe_norm(v: Tensor) -> float:
@@ -159,6 +160,7 @@ def mix_step(
     x_hat_self: Tensor,
     neighbours: Sequence[tuple[Tensor, float]],
     rho: float | None,
+    power: float = 1.0,
 ) -> Tensor:
     """CHOCO-SGD consensus step with ClippedGossip self-centred clipping.
 
@@ -181,8 +183,25 @@ def mix_step(
     return mix_diffs(x, diffs, rho)
 
 
-def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> list[tuple[Tensor, float]]:
-    """``(x̂_j − x̂_i, λ_j · clip scale / |J|)`` for every difference that moves x."""
+def check_power(power: float) -> float:
+    """Validate a falloff power (see `_pulls`): a finite number >= 1."""
+    power = float(power)
+    if not (1.0 <= power < math.inf):
+        raise ValueError(f"clip power must be finite and >= 1, got {power!r}")
+    return power
+
+
+def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
+           power: float = 1.0) -> list[tuple[Tensor, float]]:
+    """``(x̂_j − x̂_i, λ_j · clip scale / |J|)`` for every difference that moves x.
+
+    A difference longer than ``rho`` is scaled by ``(rho / ||d||) ** power``: with ``power = 1``
+    it is ClippedGossip's clipping (every far copy pulls exactly ``rho``); with ``power > 1`` the
+    pull redescends, ``rho · (rho / ||d||) ** (power − 1)``, as the influence of a redescending
+    M-estimator does (Hampel et al. 1986): a copy far out of range barely moves x, and the most
+    any copy can pull is still ``rho``, reached at the radius.
+    """
+    power = check_power(power)
     out = []
     for idx, (d, lam, norm) in enumerate(diffs):
         lam = float(lam)
@@ -195,25 +214,28 @@ def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> l
         elif not math.isfinite(norm):
             continue  # no usable direction: contributes nothing
         else:
-            scale = 1.0 if norm <= rho else rho / norm
+            scale = 1.0 if norm <= rho else (rho / norm) ** power
         out.append((d, lam * scale / len(diffs)))
     return out
 
 
-def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor:
+def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
+              power: float = 1.0) -> Tensor:
     """`mix_step` from precomputed differences: ``diffs`` holds ``(x̂_j − x̂_i, λ_j, ||x̂_j − x̂_i||)``.
 
     The same CHOCO-SGD consensus step with ClippedGossip clipping (Koloskova et al. 2019;
     He, Karimireddy & Jaggi 2022); a caller that already computed the differences and their
-    norms (to update a clipping radius) saves a pass over every neighbour copy.
+    norms (to update a clipping radius) saves a pass over every neighbour copy. ``power`` > 1
+    makes far copies' pulls redescend (see `_pulls`).
     """
     out = x.detach().clone()
-    for d, weight in _pulls(diffs, rho):
+    for d, weight in _pulls(diffs, rho, power):
         out.add_(d.to(out.dtype), alpha=weight)
     return out
 
 
-def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -> Tensor | None:
+def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
+              power: float = 1.0) -> Tensor | None:
     """The change `mix_diffs` would add to x, ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|`` (the CHOCO-SGD
     consensus step of Koloskova et al. 2019, clipped as in He, Karimireddy & Jaggi 2022), or
     None when nothing moves x.
@@ -222,7 +244,7 @@ def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None) -
     scaled in place and the others added to it, so no parameter-sized buffer is allocated.
     The differences must be the caller's own temporaries: they are overwritten.
     """
-    pulls = _pulls(diffs, rho)
+    pulls = _pulls(diffs, rho, power)
     if not pulls:
         return None
     (first, weight), rest = pulls[0], pulls[1:]

@@ -23,6 +23,7 @@ import torch
 from .codecs import parse_codec
 from .codecs_dense import CodecBase, check_layout
 from .errors import CodecError, FrameRefused, RefusalReason
+from .finite import all_finite
 from .header import FrameHeader, HeaderError, header_from_json, header_to_json
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
@@ -224,6 +225,6 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
     except CodecError as exc:
         raise FrameRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from None
     for name, tensor in tensors.items():
-        if not bool(torch.isfinite(tensor).all()):
+        if not all_finite(tensor):
             raise FrameRefused(RefusalReason.NON_FINITE, f"tensor {name!r}")
     return Frame(header=header, tensors=tensors, raw_size=len(view))

@@ -3,8 +3,8 @@
 The attacker runs the real peer core over the real wire; only the vector its node reads
 from the trainer is manipulated, so the attack travels in genuine signed frames and the
 honest side defends with exactly the code it runs in production. The attacker still
-trains honestly and mixes in what it receives (the mixing delta is applied to its honest
-parameters), so it stays close to the swarm, as a careful adversary would.
+trains honestly and, unless `mixes = false`, mixes in what it receives (the mixing delta is
+applied to its honest parameters), so it stays close to the swarm, as a careful adversary would.
 
 Kinds (u = x − x₀ is the attacker's honest progress since the shared start x₀):
 - sign_flip: publishes x₀ − s·u (its update with the sign flipped, scaled by s);
@@ -16,6 +16,10 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
   `scale`·||x|| and growing by `growth` at every read, so the attacker is always a little
   farther than last time: against a radius taken from a window of recent distances it owns
   the window and drags the radius (and its victims) along;
+- edge: the attacker who knows the clipping rule: publishes x − r·u/||u||, straight back
+  along its progress, at r = `scale` × the median of its distances to the copies it holds
+  (what the receivers' default radius is made of): as far as a pull can go unshortened, in
+  the one direction that undoes training, at every publish;
 - nan: publishes NaN. The sender-side encoder refuses non-finite vectors, so the node
   never publishes; the attacker also appends a self-signed update frame full of NaN to
   every exchange body, which receivers' non-finite check must refuse (both are counted).
@@ -46,10 +50,10 @@ import torch
 
 from peer.trainer import ParamSpec, StepStats, Trainer
 
-KINDS = ("none", "sign_flip", "scale", "random", "alie", "nan", "steer", "future", "join_liar", "sybil")
+KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil")
 CONTROLLED = ("future", "join_liar", "sybil")
 """Attacks with an `undefended` control arm."""
-PAYLOADS = ("sign_flip", "scale", "random", "alie", "steer")
+PAYLOADS = ("sign_flip", "scale", "random", "alie", "edge", "steer")
 """What a `future` attacker may publish."""
 
 
@@ -62,7 +66,7 @@ class AttackConfig:
     peers: list[int] = field(default_factory=list)
     """Explicit attacker indices (instead of `fraction`)."""
     scale: float = 1.0
-    """s of sign_flip / scale / random / future; the noise of join_liar's offered state."""
+    """s of sign_flip / scale / random / future; edge's distance in radii; the noise of join_liar's offered state."""
     z: float = 1.0
     """z of ALIE."""
     growth: float = 1.25
@@ -77,6 +81,9 @@ class AttackConfig:
     """join_liar: the step it claims in hellos and in the state it offers."""
     sybil_rate: float = 20.0
     """sybil: control-only exchanges per second from each attacker, each from a fresh key."""
+    mixes: bool = True
+    """False: the attacker ignores what it receives, so the vector it lies with follows its own
+    training alone instead of the swarm's (a sign flip then points away from the honest copies)."""
     undefended: bool = False
     """Control arm of future, join_liar and sybil: honest peers drop the defence it targets."""
 
@@ -128,9 +135,12 @@ class AttackTrainer:
         return self._shown.clone()
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        """Apply the mixing delta (new − what we showed) to the honest parameters."""
+        """Apply the mixing delta (new − what we showed) to the honest parameters (unless it does not mix)."""
         if self._shown is None:
             self.inner.set_flat_params(flat)
+            return
+        if not self.cfg.mixes:
+            self._shown = None
             return
         delta = flat - self._shown
         delta = torch.where(torch.isfinite(delta), delta, torch.zeros_like(delta))
@@ -153,6 +163,12 @@ class AttackTrainer:
             if len(stack) < 2:
                 return x
             return stack.mean(0) - self.cfg.z * stack.std(0)
+        if kind == "edge":
+            distances = sorted(float((c - x).norm()) for c in self.peek() if c.shape == x.shape)
+            u = x - self.x0
+            if not distances or not float(u.norm()) > 0:
+                return x
+            return x - s * distances[(len(distances) - 1) // 2] * u / u.norm()
         if kind == "nan":
             return torch.full_like(x, float("nan"))
         if kind == "steer":

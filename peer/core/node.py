@@ -55,6 +55,7 @@ from protocol import (
     read_vector,
     unpack_bundle,
 )
+from protocol.finite import all_finite
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 SNAPSHOT_REUSE_S = 60.0
@@ -116,6 +117,7 @@ class GossipNode:
         self._snapshot_cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
+        self._published_at: float | None = None
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
         self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm))
 
@@ -136,7 +138,7 @@ class GossipNode:
         sane to send, and the caller decides what that means.
         """
         x = x.detach().to(torch.float32)
-        if not bool(torch.isfinite(x).all()):
+        if not all_finite(x):
             raise ValueError(f"parameters at step {step} are not finite; nothing was published")
         self.step = int(step)
         seq = self.public.seq + 1
@@ -156,6 +158,7 @@ class GossipNode:
             # our mixing reference becomes x itself.
             self.public.x_hat = x.clone()
         self.last_x = x.clone()
+        self._published_at = now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
@@ -168,6 +171,7 @@ class GossipNode:
         x = x.detach().to(torch.float32).clone()
         self.public.reset(x, 0)
         self.last_x = x
+        self._published_at = None
         self._state_cache = None
         self.tickets.renew(next_epoch(self.epoch))  # neighbours must drop what they held of our old public copy
         self.outbox.clear()
@@ -261,7 +265,7 @@ class GossipNode:
         )
         if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread
             self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
-        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm))
+        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm, self._published_at))
 
     def _control_frame(self, peer_key: bytes | None, now: float, *, to_epoch: int, ticket: int, reply: int,
                        offer: int, frames: list[bytes]) -> bytes:
@@ -361,7 +365,8 @@ class GossipNode:
         """Apply one verified frame to a neighbour copy; True when the copy changed."""
         vector = read_vector(frame)
         h = frame.header
-        published_at = min(h.timestamp, now)  # a future timestamp buys no freshness
+        # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
+        published_at = min(h.timestamp, 2 * now - h.timestamp)
         if h.kind == FrameKind.SNAPSHOT:
             if n.copy.x_hat is not None and h.seq < n.copy.seq:
                 return False

@@ -37,6 +37,8 @@ class MixView:
     copies: tuple[CopyView, ...] = ()
     public_norm: float = 0.0
     """||x̂_i||, computed by the node worker when it builds the view (bounds the clip radius)."""
+    public_published_at: float | None = None
+    """When x̂_i was last published, by our clock (None before the first publish)."""
 
 
 class ViewSlot:

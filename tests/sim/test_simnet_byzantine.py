@@ -80,14 +80,44 @@ def test_a_neighbour_that_steps_farther_each_time_cannot_steer_the_radius():
 
 def test_a_timestamp_from_the_future_buys_no_freshness(summary):
     """The sign-flip attackers' frames claim a time 290 s ahead (just inside the receivers' 300 s
-    skew window). Receivers count a copy as published at min(claimed, received), so it is never
-    fresher than on arrival; the control believes the claim and mixes those copies as never stale."""
-    r = summary["ratios"]
-    defended, trusting = r["future/clean"]["final_loss"], r["future_trusting/clean"]["final_loss"]
-    # Measured (seed 0): 1.0128 defended (1.0114 without the time lie), 1.0164 trusting.
-    assert defended <= 1.05
-    assert trusting - defended >= 0.002, (defended, trusting)
-    assert summary["runs"]["future"]["totals"]["frames_refused"].get("stale_timestamp", 0) == 0  # heard, not refused
+    skew window). Receivers mirror a stamp from after its arrival: such a copy counts as 290 s old,
+    past the staleness cut-off (tau_max 64 steps = 6.4 s here), so it weighs nothing; the control
+    believes the claim and mixes those copies as never stale. The payload itself (a sign flip x10)
+    is far outside the radius, whose pull redescends, so the loss barely tells the runs apart: the
+    weight is what the lie buys, and what is checked."""
+    runs, r = summary["runs"], summary["ratios"]
+    # Measured (seed 0): 1.0060 defended, 1.0069 trusting; p90 of mixed staleness 2,800 vs 2.6 steps.
+    assert r["future/clean"]["final_loss"] <= 1.05
+    assert runs["future"]["staleness_steps_p90"] > 64 * 10  # the liars' copies (2 of 9 neighbours) held ~290 s old
+    assert runs["future_trusting"]["staleness_steps_p90"] < 64  # the control mixes them as fresh
+    assert runs["future"]["totals"]["frames_refused"].get("stale_timestamp", 0) == 0  # heard, not refused
+
+
+def test_a_flip_from_an_attacker_that_never_mixes_is_far_out_and_barely_pulls():
+    """Sign-flip attackers that ignore what they receive: their vector follows their own training
+    alone and lands ten times its progress away from every honest copy. With plain clipping
+    (clip_power = 1, the control) each such copy still pulls a whole radius at every mix; with
+    the default redescending clip its pull falls with its distance."""
+    world = {**WORLD, "duration_s": 40.0, "attack": {**WORLD["attack"], "mixes": False}}
+    runs = [{"name": "clean", "set": {"attack": {"kind": "none"}}}, {"name": "flip"},
+            {"name": "flip_clipped", "set": {"gossip": {"clip_power": 1.0}}}]
+    s = simulate(world, runs, [["flip", "clean"], ["flip_clipped", "clean"]])
+    defended, control = s["ratios"]["flip/clean"]["final_loss"], s["ratios"]["flip_clipped/clean"]["final_loss"]
+    # Measured (40 s, seeds 0/1/2): 1.011/1.024/1.009 defended, 1.114/1.220/1.142 with plain clipping.
+    assert defended <= 1.03, defended
+    assert control >= defended + 0.03, (defended, control)
+
+
+def test_an_attacker_at_the_edge_of_the_radius_stays_within_5_percent():
+    """The attacker who knows the rule: it publishes straight back along its progress, as far as its
+    median distance to the copies it holds (what a receiver's radius is made of), at every publish.
+    Redescending does not help against it (it sits at the radius); the radius bounds it."""
+    world = {**WORLD, "duration_s": 40.0, "attack": {"kind": "edge", "fraction": 0.2, "scale": 1.0}}
+    s = simulate(world, [{"name": "clean", "set": {"attack": {"kind": "none"}}}, {"name": "edge"}], [["edge", "clean"]])
+    # Measured (40 s, seeds 0/1/2): 1.020/1.050/1.022 (without clipping 1.028/1.055/1.029): the
+    # radius is the whole defence here, and seed 1 sits on the bound.
+    assert s["ratios"]["edge/clean"]["final_loss"] <= 1.05
+    assert s["runs"]["edge"]["diverged_peers"] == 0
 
 
 SMALL = {**WORLD, "duration_s": 30.0, "attack": {"peers": [0, 1]}}

@@ -113,7 +113,6 @@ class Mixer:
             reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)
         for c, diff, distance in news:
             tau = self.staleness_steps(c.published_at, reference)
-            report.staleness_steps.append(tau)
             # One consensus step per publish of ours: x̂_i stays put until then, so every newer
             # version of x̂_j − x̂_i would pull the whole difference again (a straggler receiving
             # four versions per period would overshoot 4·γ). A newer version adds only what its
@@ -122,6 +121,7 @@ class Mixer:
             if lam <= 0.0:
                 continue
             self._spent[c.key] = self._spent.get(c.key, 0.0) + lam
+            report.staleness_steps.append(tau)  # of the copies that pull: a copy weighed 0 is not mixed
             report.clipped += rho is not None and not distance <= rho
             diffs.append((diff, lam, distance))
         report.mixed, report.radius = len(diffs), rho

@@ -86,10 +86,10 @@ def test_a_timestamp_from_the_future_buys_no_freshness(summary):
     is far outside the radius, whose pull redescends, so the loss barely tells the runs apart: the
     weight is what the lie buys, and what is checked."""
     runs, r = summary["runs"], summary["ratios"]
-    # Measured (seed 0): 1.0060 defended, 1.0069 trusting; p90 of mixed staleness 2,800 vs 2.6 steps.
+    # Measured (seed 0): 1.0062 defended, 1.0073 trusting; copies mixed by all 10 peers 2,127
+    # defended, 2,523 trusting, 2,608 clean: the liars' copies (2 of 9 neighbours) weigh nothing.
     assert r["future/clean"]["final_loss"] <= 1.05
-    assert runs["future"]["staleness_steps_p90"] > 64 * 10  # the liars' copies (2 of 9 neighbours) held ~290 s old
-    assert runs["future_trusting"]["staleness_steps_p90"] < 64  # the control mixes them as fresh
+    assert runs["future"]["totals"]["mixes"] <= 0.9 * runs["future_trusting"]["totals"]["mixes"]
     assert runs["future"]["totals"]["frames_refused"].get("stale_timestamp", 0) == 0  # heard, not refused
 
 

@@ -353,7 +353,7 @@ def arg_parser(doc: str | None) -> "argparse.ArgumentParser":
     ap.add_argument("--target", type=float, default=None, help="loss for 't to target' (default: the single process's final loss)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compression", default=None,
-                    help="the gossip peers' codec (default: the peer's own, topk:0.1+int8; on a LAN, int8)")
+                    help="the gossip peers' codec (default: the peer's own; on a LAN, int8)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
-"""One finiteness test for the hot paths (publishing a frame, building its delta).
+"""One finiteness test for the hot paths: the node's publish, the frame builders, the decoder.
 
 `torch.isfinite(x).all()` builds a bool tensor in several passes: about 2.7 ms for 1.1M
-float32 values on one thread, twice per publish. numpy's vectorised `isfinite` gives the
+float32 values on one thread, on every publish and every decoded frame. numpy's vectorised `isfinite` gives the
 same answer in about 0.1 ms, so CPU float32/float64 tensors go through it.
 """
 

@@ -15,6 +15,7 @@ last publish (`GossipConfig.staleness_relative`): the difference compares two pu
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -48,8 +49,9 @@ class Mixer:
         """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
         self._last_boundary: float | None = None
         self._mixed_version: dict[bytes, int] = {}
-        self._period_of: torch.Tensor | None = None
-        """Our public copy x̂_i of the current publish period; `_spent` is within it."""
+        self._period_of: weakref.ref | None = None
+        """Our public copy x̂_i of the current publish period (`_spent` is within it), weakly: a
+        strong reference would keep an old parameter-sized copy alive for a whole period."""
         self._spent: dict[bytes, float] = {}
         """Weight already given to each neighbour since our last publish."""
 
@@ -101,8 +103,8 @@ class Mixer:
         for key in [key for key in self._mixed_version if key not in live]:
             del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
         self.radius.keep_only(live)
-        if view.public is not self._period_of:  # we published: a new consensus step begins
-            self._period_of, self._spent = view.public, {}
+        if self._period_of is None or self._period_of() is not view.public:  # we published: a new step
+            self._period_of, self._spent = weakref.ref(view.public), {}
         if not news:
             return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None

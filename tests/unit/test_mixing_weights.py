@@ -129,3 +129,18 @@ def test_each_neighbour_pulls_once_per_publish_of_ours():
     assert torch.allclose(x, torch.zeros(4))  # another neighbour pulls with its own rate
     x = mix(torch.zeros(4), (1, 5, 1.0), (2, 1, -1.0))  # we published (a new x̂_i): a new step
     assert torch.allclose(x, torch.full((4,), 0.5))
+
+
+def test_the_mixer_keeps_no_old_public_copy_alive():
+    """The period is told by which x̂_i the view holds; holding it strongly would keep an old
+    parameter-sized copy in memory for a whole publish period after the node replaced it."""
+    import gc
+    import weakref
+
+    mixer = mixer_at_one_step_per_second()
+    old = torch.zeros(4)
+    mixer.mix(torch.zeros(4), MixView(old, (CopyView(b"\x01" * 32, 1, torch.ones(4), T),), 0.0, T - 1.0), 10, T + 1.0)
+    gone = weakref.ref(old)
+    del old
+    gc.collect()
+    assert gone() is None

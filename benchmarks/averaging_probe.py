@@ -1,24 +1,25 @@
-"""What a replica's loss is made of: Adam's step noise, and which averaging removes it.
+"""What a replica's loss is made of, and which averaging removes it, at equal steps.
 
     python benchmarks/averaging_probe.py [--steps 100] [--seeds 0,1,2]
 
 The head-to-head MLP (benchmarks/vs_common.py: 1.1M parameters, Adam, batch 1024) as 4
 replicas in ONE process, in synchronous rounds: every replica takes a step; every 4th step
 each publishes and exchanges with one random other through the real peer core (`GossipNode`,
-`Mixer`, the wire frames; no sockets, no clock but a fake one), so the figures hold no
-wall-clock, load or protocol-CPU effects: only the algorithm, at equal steps. Arms:
+`Mixer`, the wire frames, the node's averaged weights; no sockets, a fake clock), so the
+figures hold no wall-clock, load or protocol-CPU effects: only the algorithm. Arms:
 
 - alone: the 4 replicas never exchange (the head-to-head's control);
+- ddp: one model stepping on the mean gradient of the 4 replicas' batches (exact data parallelism);
 - gossip (the peer's default codec) and gossip int8: the real mixing step;
 - pull P: every 4 steps each replica moves P of the way (×4/3) to the exact mean of all four
-  (no compression, no staleness): an upper reference for mixing every 4 steps.
+  (no compression, no staleness): exact periodic averaging.
 
-Each arm's held-out loss (the teacher's clean outputs) is reported four ways: a replica as it
-trains (what the head-to-head measures), the exact mean of the 4 replicas (what data
-parallelism trains), a replica averaged with its own last 3 publishes (an iterate average any
-lone peer can keep), and, for gossip, a replica averaged with the neighbour copies it holds
-(an estimate of the swarm's mean that a peer can compute alone). Prints a table per seed and a
-last line `ratio: {json}`.
+Each arm's held-out loss (the teacher's clean outputs), averaged over the last 4 steps so that
+no arm is caught just after (or just before) its exchange, three ways: a replica as it
+trains; its averaged weights, the ones a peer hands its user (peer.core.average: a gossip
+peer's power-function EMA of its swarm estimate; for every other arm the same EMA of its own
+parameters, sampled every 4 steps); and the exact mean of the replicas. Prints a table per
+seed and a last line `ratio: {json}`.
 """
 
 from __future__ import annotations
@@ -35,16 +36,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
-from vs_common import Task, Workload, build_model  # noqa: E402
+from vs_common import AVERAGE_EVERY, AVERAGE_SIGMA_REL, Task, Workload, build_model  # noqa: E402
 
+from async_opt.averaging import PowerEma  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from protocol import Identity, flat_model_spec  # noqa: E402
 
-N, EVERY, HISTORY = 4, 4, 3
-VIEWS = ("replica", "mean of replicas", "own iterate average", "replica + held copies")
+N, EVERY = 4, AVERAGE_EVERY
+VIEWS = ("replica", "averaged weights", "mean of replicas")
 
 
 def flat(m: torch.nn.Module) -> torch.Tensor:
@@ -59,25 +61,39 @@ def exchange(a: GossipNode, b: GossipNode, now: float) -> None:
     a.handle_response(reply, now)
 
 
+def step_replicas(models: list, opts: list, tasks: list[Task], ddp: bool) -> None:
+    """One Adam step of every replica, or with `ddp` one step of the single model on the mean gradient."""
+    for i, (m, opt) in enumerate(zip(models, opts)):
+        opt.zero_grad()
+        for task in (tasks if ddp else [tasks[i]]):
+            x, y = task.batch()
+            (torch.nn.functional.mse_loss(m(x), y) / (len(tasks) if ddp else 1)).backward()
+        opt.step()
+
+
 def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
     tasks = [Task(w, r) for r in range(N)]
-    models = [build_model(w, seed=w.seed) for _ in range(N)]
+    ddp = arm.get("ddp", False)
+    models = [build_model(w, seed=w.seed) for _ in range(1 if ddp else N)]
     opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
     now = 1e6
     gossip = arm.get("gossip")
-    nodes = [GossipNode(GossipConfig(swarm="probe", **gossip), Identity.generate(bytes([i + 1]) * 32),
-                        flat_model_spec(flat(models[0]).numel()), flat(models[i]), now=now, metrics=Metrics())
+    nodes = [GossipNode(GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL, **gossip),
+                        Identity.generate(bytes([i + 1]) * 32), flat_model_spec(flat(models[0]).numel()), flat(models[i]),
+                        now=now, metrics=Metrics())
              for i in range(N)] if gossip is not None else []
     mixers = [Mixer(node.cfg) for node in nodes]
-    history: list[list[torch.Tensor]] = [[] for _ in range(N)]
-    rng = random.Random(w.seed)
+    emas = [PowerEma(AVERAGE_SIGMA_REL) for _ in models]
+    rng, probe, seen = random.Random(w.seed), build_model(w, seed=w.seed), {v: [] for v in VIEWS}
+
+    def loss_of(vector: torch.Tensor) -> float:
+        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
+        return tasks[0].eval_loss(probe)
+
     for s in range(1, steps + 1):
         now += 0.1
-        for i, (m, opt, task) in enumerate(zip(models, opts, tasks)):
-            x, y = task.batch()
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            opt.step()
+        step_replicas(models, opts, tasks, ddp)
+        for i, m in enumerate(models):
             if nodes:  # the step boundary, as BoundaryHook runs it
                 mixers[i].observe_boundary(now)
                 view = nodes[i].view_slot.current
@@ -85,32 +101,24 @@ def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
                     torch.nn.utils.vector_to_parameters(mixers[i].mix(flat(m), view, s, now)[0], m.parameters())
                 if s % EVERY == 0:
                     nodes[i].publish(flat(m), s, now)
+            elif s % EVERY == 0:
+                emas[i].update(flat(m), s)
+        if s > steps - EVERY:  # the last EVERY steps: every phase of the exchange period
+            xs = [flat(m) for m in models]
+            averaged = [n.average.current[0] for n in nodes] if nodes else [e.value for e in emas]
+            seen["replica"].append(statistics.mean(loss_of(x) for x in xs))
+            seen["averaged weights"].append(statistics.mean(loss_of(a) for a in averaged))
+            seen["mean of replicas"].append(loss_of(torch.stack(xs).mean(0)))
         if s % EVERY:
             continue
-        for i, m in enumerate(models):
-            history[i] = (history[i] + [flat(m)])[-HISTORY:]
         if "pull" in arm:
             xs = [flat(m) for m in models]
             mean = torch.stack(xs).mean(0)
             for m, xi in zip(models, xs):
                 torch.nn.utils.vector_to_parameters(xi + arm["pull"] * (mean - xi) * N / (N - 1), m.parameters())
-        for i in range(N):
-            if nodes:
-                exchange(nodes[i], nodes[rng.choice([j for j in range(N) if j != i])], now)
-    probe = build_model(w, seed=w.seed)
-
-    def loss_of(vector: torch.Tensor) -> float:
-        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
-        return tasks[0].eval_loss(probe)
-
-    xs = [flat(m) for m in models]
-    out = {"replica": statistics.mean(tasks[0].eval_loss(m) for m in models),
-           "mean of replicas": loss_of(torch.stack(xs).mean(0)),
-           "own iterate average": statistics.mean(loss_of((x + sum(h)) / (1 + len(h))) for x, h in zip(xs, history))}
-    if nodes:
-        held = [[c.x_hat for c in node.view_slot.current.copies] for node in nodes]
-        out["replica + held copies"] = statistics.mean(loss_of((x + sum(c)) / (1 + len(c))) for x, c in zip(xs, held))
-    return out
+        for i in range(len(nodes)):
+            exchange(nodes[i], nodes[rng.choice([j for j in range(N) if j != i])], now)
+    return {view: statistics.mean(values) for view, values in seen.items()}
 
 
 def main() -> None:
@@ -119,11 +127,13 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--pull", type=float, default=0.3)
     a = ap.parse_args()
+    if a.steps < 2 * EVERY:
+        raise SystemExit(f"--steps must be >= {2 * EVERY} (the scores are of the last {EVERY}, after a first publish)")
     torch.set_num_threads(1)
-    arms = {"alone": {}, "gossip (default codec)": {"gossip": {}}, "gossip int8": {"gossip": {"compression": "int8"}},
-            f"pull {a.pull:g}": {"pull": a.pull}}
+    arms = {"alone": {}, "ddp": {"ddp": True}, "gossip (default codec)": {"gossip": {}},
+            "gossip int8": {"gossip": {"compression": "int8"}}, f"pull {a.pull:g}": {"pull": a.pull}}
     print(describe())
-    print(f"{N} replicas in one process, {a.steps} steps each, exchange every {EVERY}; held-out loss at the last step")
+    print(f"{N} replicas in one process, {a.steps} steps each, exchange every {EVERY}; held-out loss, mean of the last {EVERY} steps")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     for seed in [int(s) for s in a.seeds.split(",")]:
         w = Workload(seed=seed)
@@ -131,14 +141,14 @@ def main() -> None:
         for name, arm in arms.items():
             r = run_arm(w, a.steps, arm)
             results[name].append(r)
-            print(f"| {name} | " + " | ".join(f"{r[v]:.6f}" if v in r else "–" for v in VIEWS) + " |", flush=True)
-    alone = [r["replica"] for r in results["alone"]]
+            print(f"| {name} | " + " | ".join(f"{r[v]:.6f}" for v in VIEWS) + " |", flush=True)
     ratio = {}
     for name in arms:
-        for view in VIEWS:
-            vals = [r[view] / base for r, base in zip(results[name], alone) if view in r]
-            if vals and (name, view) != ("alone", "replica"):
-                ratio[f"{name}: {view} / alone replica"] = [round(v, 3) for v in vals]
+        for view in VIEWS[:2]:  # each view against the same view of the lone replicas
+            if name != "alone":
+                ratio[f"{name}: {view} / alone's"] = [round(r[view] / base[view], 3)
+                                                      for r, base in zip(results[name], results["alone"])]
+    ratio["alone: averaged weights / replica"] = [round(r["averaged weights"] / r["replica"], 3) for r in results["alone"]]
     print("\nratio: " + json.dumps(ratio, sort_keys=True))
 
 

@@ -1,8 +1,9 @@
 """What the head-to-head benchmarks (vs_ddp.py, vs_hivemind.py) share: one seeded workload,
 arms of N OS processes in one process group, the machine load during each arm, and the table.
 
-Imports only torch and the standard library: hivemind's workers run this module from a venv
-of their own that never has the project installed.
+Imports only torch, the standard library and the project's pure `async_opt` (torch only, found
+through the repository root on sys.path): hivemind's workers run this module from a venv of
+their own that never has the project installed.
 
 The workload: an MLP (64 → 1024 → 1024 → 16, tanh, ~1.1M parameters) regressing a fixed
 random teacher net plus noise, Adam, batch 1024, one torch thread per process. Every
@@ -27,6 +28,16 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from async_opt.averaging import PowerEma  # noqa: E402
+
+AVERAGE_EVERY = 4
+AVERAGE_SIGMA_REL = 0.1
+"""How every arm keeps its averaged weights: the peer's own rule (a power-function EMA of width
+σ_rel, sampled every `gossip_every` steps; peer.core.average) at the peer's defaults
+(GossipConfig.gossip_every and average_sigma_rel; a test holds them equal). A gossip peer
+averages its swarm estimate; every other arm averages its own parameters."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,8 @@ class Record:
     cpu_s: float = 0.0
     """User + system CPU seconds of this process (all its threads) from the go signal on."""
     extra: dict = field(default_factory=dict)
+    averaged: list[tuple[float, int, float]] = field(default_factory=list)
+    """(seconds, samples, held-out loss of the averaged weights) at the same evaluations as `curve`."""
 
     def write(self, path: Path, clock: "Clock") -> None:
         self.cpu_s = cpu_seconds_self() - clock.cpu0
@@ -144,6 +157,37 @@ class Clock:
         return False
 
 
+class IterateAverage:
+    """The averaged weights of an arm without a peer: its own parameters, by the peer's rule."""
+
+    def __init__(self, model: nn.Module) -> None:
+        import copy
+
+        self.ema = PowerEma(AVERAGE_SIGMA_REL)
+        self.probe = copy.deepcopy(model)
+
+    def observe(self, model: nn.Module, step: int) -> None:
+        """After a step: sample the parameters every AVERAGE_EVERY steps."""
+        if step % AVERAGE_EVERY == 0:
+            self.ema.update(nn.utils.parameters_to_vector(model.parameters()).detach(), step)
+
+    def loss(self, task: "Task", flat: torch.Tensor | None = None) -> float:
+        """Held-out loss of `flat` (default: this average; NaN before its first sample)."""
+        flat = self.ema.value if flat is None else flat
+        if flat is None:
+            return float("nan")
+        nn.utils.vector_to_parameters(flat, self.probe.parameters())
+        return task.eval_loss(self.probe)
+
+
+def evaluate(rec: Record, t: float, task: "Task", model: nn.Module, average: IterateAverage,
+             averaged: torch.Tensor | None = None) -> None:
+    """Record the held-out loss of the live and of the averaged weights (`averaged`, else the
+    arm's own iterate average)."""
+    rec.curve.append((t, rec.samples, task.eval_loss(model)))
+    rec.averaged.append((t, rec.samples, average.loss(task, averaged)))
+
+
 def straggle(step_s: float, slow_factor: float) -> None:
     """Make this process `slow_factor` times slower than it is (a sleep after each step)."""
     if slow_factor > 1:
@@ -171,14 +215,15 @@ def plain_worker(w: Workload, run_dir: Path, rank: int, budget_s: float, evals: 
     task = Task(w, rank)
     model = build_model(w, seed=w.seed)
     opt = torch.optim.Adam(model.parameters(), lr=w.lr)
-    rec = Record(rank)
+    rec, average = Record(rank), IterateAverage(model)
     clock = Clock(run_dir, rank, budget_s, evals)
     clock.wait_for_go()
     while not clock.over():
         if clock.eval_due():
-            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+            evaluate(rec, clock.elapsed(), task, model, average)
         train_step(model, opt, task, rec, slow_factor)
-    rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+        average.observe(model, rec.steps)
+    evaluate(rec, clock.elapsed(), task, model, average)
     rec.write(run_dir / f"rank{rank}.json", clock)
 
 

@@ -29,8 +29,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
-from vs_common import (Clock, ProcessGroup, Record, Task, Workload, arg_parser, build_model, param_count,  # noqa: E402
-                       run_arms, single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, arg_parser, build_model,  # noqa: E402
+                       evaluate, param_count, run_arms, single_arm_launcher, train_step)
 from vs_report import plot_equal_samples, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, bud
     task = Task(w, rank)
     model = nn.parallel.DistributedDataParallel(build_model(w, seed=w.seed))
     opt = torch.optim.Adam(model.parameters(), lr=w.lr)
-    rec, clock = Record(rank), Clock(run_dir, rank, budget_s, evals)
+    rec, clock, average = Record(rank), Clock(run_dir, rank, budget_s, evals), IterateAverage(model.module)
     clock.wait_for_go()
     flags = torch.zeros(2)
     while True:
@@ -54,10 +54,11 @@ def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, bud
             flags[0], flags[1] = float(clock.over()), float(clock.eval_due())
         dist.broadcast(flags, 0)
         if flags[1] or flags[0]:
-            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model.module)))
+            evaluate(rec, clock.elapsed(), task, model.module, average)
         if flags[0]:
             break
         train_step(model, opt, task, rec, slow_factor)
+        average.observe(model.module, rec.steps)
     rec.write(run_dir / f"rank{rank}.json", clock)
     dist.destroy_process_group()
 

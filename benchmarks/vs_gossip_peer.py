@@ -27,7 +27,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from vs_common import Clock, ProcessGroup, Record, Task, Workload, build_model, train_step  # noqa: E402
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, build_model, evaluate,  # noqa: E402
+                       train_step)
 
 LISTEN_RE = re.compile(r"listening on http://(\S+) ")
 
@@ -74,7 +75,10 @@ class ThreadCPU:
 
 class MLPAdamTrainer:
     """The workload behind the peer's Trainer seam; waits for the common start on its first step
-    and sets `stop` once the budget is spent."""
+    and sets `stop` once the budget is spent.
+
+    Its averaged weights are the peer's own (`averaged_source`, the node's `average.current`) in
+    the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
 
     def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
                  slow_factor: float = 1.0) -> None:
@@ -86,6 +90,17 @@ class MLPAdamTrainer:
         self.rec = Record(rank)
         self._started = False
         self._at_end = evals_at_end
+        self.average = IterateAverage(self.model)
+        self.averaged_source: Callable[[], torch.Tensor | None] | None = None
+        """Set in the gossip arm: the peer's averaged weights (None before its first publish)."""
+
+    def _evaluate(self) -> None:
+        if self.averaged_source is not None:
+            averaged = self.averaged_source()
+            evaluate(self.rec, self.clock.elapsed(), self.task, self.model, self.average,
+                     averaged if averaged is not None else self.get_flat_params())
+        else:
+            evaluate(self.rec, self.clock.elapsed(), self.task, self.model, self.average)
 
     @property
     def step_count(self) -> int:
@@ -98,10 +113,12 @@ class MLPAdamTrainer:
             self._started = True
             self.clock.wait_for_go()
         if self.clock.eval_due():
-            self.rec.curve.append((self.clock.elapsed(), self.rec.samples, self.task.eval_loss(self.model)))
+            self._evaluate()
         loss = train_step(self.model, self.opt, self.task, self.rec, self.slow_factor)
+        if self.averaged_source is None:
+            self.average.observe(self.model, self.rec.steps)
         if self.clock.over():
-            self.rec.curve.append((self.clock.elapsed(), self.rec.samples, self.task.eval_loss(self.model)))
+            self._evaluate()
             self._at_end()
             self.stop.set()
         return StepStats(step=self.rec.steps, loss=loss, samples=self.w.batch_size)
@@ -170,6 +187,12 @@ def worker(a: argparse.Namespace) -> None:
         peer = GossipPeer(trainer, loop_cfg, GossipConfig(swarm="bench-vs", **json.loads(a.gossip)),
                           NetConfig(listen="127.0.0.1:0", mdns=False, peers=a.peer), Identity.generate(),
                           emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
+
+        def peer_average() -> torch.Tensor | None:  # read on the training thread: `current` is replaced, never mutated
+            current = peer.node.average.current if peer is not None and peer.node is not None else None
+            return None if current is None else current[0]
+
+        trainer.averaged_source = peer_average
         peer.run(stop)
     threads = end.get("threads", {})
     trainer.rec.extra = {**end.get("metrics", {}), "train_cpu_s": threads.get("training", 0.0),

@@ -31,8 +31,8 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from vs_common import (Clock, ProcessGroup, Record, Task, Workload, arg_parser, build_model, param_count,  # noqa: E402
-                       run_arms, single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, arg_parser, build_model,  # noqa: E402
+                       evaluate, param_count, run_arms, single_arm_launcher, train_step)
 from vs_report import report  # noqa: E402
 
 VENV = Path("/tmp/gossip-tts-hivemind-venv")
@@ -82,13 +82,14 @@ def hivemind_worker(a: argparse.Namespace) -> None:
     opt = hivemind.Optimizer(dht=dht, run_id="bench-vs", target_batch_size=a.target_batch_size or a.world * w.batch_size,
                              batch_size_per_step=w.batch_size, optimizer=partial(torch.optim.Adam, lr=w.lr),
                              params=model.parameters(), client_mode=False, verbose=False, **opts)
-    rec, clock = Record(a.rank), Clock(a.run_dir, a.rank, a.budget, a.evals)
+    rec, clock, average = Record(a.rank), Clock(a.run_dir, a.rank, a.budget, a.evals), IterateAverage(model)
     clock.wait_for_go()
     while not clock.over():
         if clock.eval_due():
-            rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+            evaluate(rec, clock.elapsed(), task, model, average)
         train_step(model, opt, task, rec)
-    rec.curve.append((clock.elapsed(), rec.samples, task.eval_loss(model)))
+        average.observe(model, rec.steps)
+    evaluate(rec, clock.elapsed(), task, model, average)
     rec.extra = {"epochs": float(opt.local_epoch)}
     rec.write(a.run_dir / f"rank{a.rank}.json", clock)
     opt.shutdown()

@@ -29,8 +29,11 @@ def mean_curve(records: Sequence[dict]) -> list[tuple[float, int, float]]:
              sum(c[i][2] for c in curves) / len(curves)) for i in range(n)]
 
 
-def final_loss(records: Sequence[dict]) -> float:
-    return sum(r["curve"][-1][2] for r in records) / len(records)
+def final_loss(records: Sequence[dict], curve: str = "curve") -> float:
+    """Mean over processes of the last evaluation of `curve`: "curve" (the live parameters) or
+    "averaged" (each arm's averaged weights; NaN when a record has none)."""
+    ends = [r[curve][-1][2] if r.get(curve) else math.nan for r in records]
+    return sum(ends) / len(ends)
 
 
 def summary_row(arm: ArmResult, target: float) -> dict:
@@ -39,7 +42,8 @@ def summary_row(arm: ArmResult, target: float) -> dict:
     curve = mean_curve(arm.records)
     samples = sum(r["samples"] for r in arm.records)
     row = {"arm": arm.name, "procs": len(arm.records), "loss": final_loss(arm.records),
-           "worst loss": max(r["curve"][-1][2] for r in arm.records), "samples": samples,
+           "worst loss": max(r["curve"][-1][2] for r in arm.records),
+           "averaged loss": final_loss(arm.records, "averaged"), "samples": samples,
            "samples/s": samples / arm.wall_s, "t to target s": time_to(curve, target),
            "last eval at s": max(r["curve"][-1][0] for r in arm.records),
            "others' load (cores)": arm.others_cores, "cpu s": arm.own_cpu_s}
@@ -97,10 +101,11 @@ def plot_equal_samples(arms: Sequence[ArmResult], path: Path) -> str:
 
 
 def ratios(by_name: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict[str, float | None]:
-    """`a / b` of final losses for each named pair; None when either arm is missing."""
+    """`a / b` of final losses for each named pair; None when either arm is missing or has no finite loss."""
     out: dict[str, float | None] = {}
     for key, (a, b) in pairs.items():
-        out[key] = round(by_name[a] / by_name[b], 4) if a in by_name and b in by_name and by_name[b] > 0 else None
+        ok = a in by_name and b in by_name and math.isfinite(by_name[a]) and math.isfinite(by_name[b]) and by_name[b] > 0
+        out[key] = round(by_name[a] / by_name[b], 4) if ok else None
     return out
 
 
@@ -127,8 +132,11 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
         if r.failed:
             print(f"\n{r.name} FAILED: {r.failed}")
     loss = {r.name: final_loss(r.records) for r in results if r.records}
+    averaged = {r.name: final_loss(r.records, "averaged") for r in results if r.records}
     crossings = crossing_times({r.name: mean_curve(r.records) for r in results if r.records}, loss, pairs)
     print("\nseconds until one arm reached the other's final loss (None: not within the budget):")
     for key, t in crossings.items():
         print(f"  {key}: {t}")
-    print("ratio: " + json.dumps({**ratios(loss, pairs), "t_to_other_final": crossings, **extra}, sort_keys=True))
+    averaged_ratios = {f"averaged_{key}": v for key, v in ratios(averaged, pairs).items()}
+    print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, "t_to_other_final": crossings, **extra},
+                                 sort_keys=True))

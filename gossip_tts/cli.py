@@ -111,14 +111,17 @@ def manifest(directory, key_file, version) -> None:
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
 @click.option("--codec-weights", type=click.Path(exists=True), default=None)
 @click.option("--guidance", type=click.Choice(["independent", "nested"]), default="independent", show_default=True)
-def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance) -> None:
+@click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
+              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
+def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance,
+               weights) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
     from gossip_tts.synth_app import SynthConfig, run
 
     cfg = _fail_cleanly(
         SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference, seconds=seconds, steps=steps,
         cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device, codec_weights=codec_weights,
-        guidance=guidance,
+        guidance=guidance, weights=weights,
     )
     _fail_cleanly(run, cfg)
 
@@ -138,11 +141,14 @@ def import_echo(src, out) -> None:
 @click.option("--data", "data", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
 @click.option("--max-samples", type=int, default=256, show_default=True)
-def eval_cmd(checkpoint, data, device, max_samples) -> None:
+@click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
+              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
+def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
     """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
     from gossip_tts.eval_app import EvalConfig, run
 
-    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data), device=device, max_samples=max_samples)
+    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data), device=device, max_samples=max_samples,
+                        weights=weights)
     _fail_cleanly(run, cfg)
 
 

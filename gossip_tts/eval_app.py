@@ -13,7 +13,7 @@ from gossip_tts.data.collate import skip_reason
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
 from gossip_tts.model import eval_loss
-from gossip_tts.train.load import load_model
+from gossip_tts.train.load import WEIGHTS, load_model
 
 
 @dataclass
@@ -24,6 +24,8 @@ class EvalConfig:
     batch_size: int = 16
     max_samples: int = 256
     """Evaluate on at most this many clips (the first ones, in file order)."""
+    weights: str = "average"
+    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.load)."""
 
     def __post_init__(self) -> None:
         self.checkpoint = Path(self.checkpoint)
@@ -31,6 +33,8 @@ class EvalConfig:
             raise ValueError("eval needs at least one --data source")
         if self.batch_size <= 0 or self.max_samples <= 0:
             raise ValueError("batch_size and max_samples must be > 0")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"--weights must be one of {WEIGHTS}, got {self.weights!r}")
 
 
 def evaluate(cfg: EvalConfig, emit=print) -> float:
@@ -39,7 +43,7 @@ def evaluate(cfg: EvalConfig, emit=print) -> float:
     Clips are whole, as in training; those over the model's limits are skipped and counted.
     """
     device = resolve_device(cfg.device)
-    model, meta = load_model(cfg.checkpoint, device)
+    model, meta = load_model(cfg.checkpoint, device, cfg.weights)
     info = CodecInfo(**meta["codec"])
     mc = model.cfg
     ref_cap = (meta.get("train_config") or {}).get("max_ref_frames", mc.max_frames)

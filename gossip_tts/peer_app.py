@@ -14,6 +14,7 @@ from gossip_tts.peer_config import PeerAppConfig
 from gossip_tts.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
 from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
+from peer.averaged_weights import SoloAverage
 from peer.group import GroupTrainer
 from peer.loop import LoopResult, run_loop
 from peer.runtime import GossipPeer
@@ -86,7 +87,9 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
             f"codec {tts.info.codec} dim {tts.info.latent_dim} @ {tts.info.frame_rate:.2f} Hz"
         )
         if cfg.solo:
-            result = run_loop(trainer, cfg.loop, stop=stop, emit=emit)
+            average = SoloAverage(cfg.gossip, trainer.param_spec())
+            result = run_loop(trainer, cfg.loop, stop=stop, emit=emit, hooks=[average], extra_state=average.state,
+                              restore_extra=average.restore)
         else:
             peer_class, extra = (GossipPeer, {}) if swarm is None else (SwarmDataPeer, {"swarm": swarm})
             result = peer_class(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session, **extra).run(stop)

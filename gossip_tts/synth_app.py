@@ -13,7 +13,7 @@ from gossip_tts.audio.io import read_wav, write_wav
 from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
 from gossip_tts.model import GuidanceConfig, sample
-from gossip_tts.train.load import load_model
+from gossip_tts.train.load import WEIGHTS, load_model
 
 
 @dataclass
@@ -35,6 +35,8 @@ class SynthConfig:
     seed: int = 0
     device: str = "cpu"
     codec_weights: str | None = None
+    weights: str = "average"
+    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.load)."""
 
     def __post_init__(self) -> None:
         self.checkpoint, self.out = Path(self.checkpoint), Path(self.out)
@@ -48,6 +50,8 @@ class SynthConfig:
             raise ValueError(f"--seconds must be in (0, 60], got {self.seconds}")
         if self.steps <= 0:
             raise ValueError(f"--steps must be > 0, got {self.steps}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"--weights must be one of {WEIGHTS}, got {self.weights!r}")
         self.sampler  # validates the guidance settings
 
     @property
@@ -76,7 +80,8 @@ def check_length(n_frames: int, limit: int, frame_rate: float) -> None:
 
 def run(cfg: SynthConfig, emit=print) -> Path:
     device = resolve_device(cfg.device)
-    model, meta = load_model(cfg.checkpoint, device)
+    model, meta = load_model(cfg.checkpoint, device, cfg.weights)
+    emit(f"{meta['weights']} weights of {cfg.checkpoint} at step {meta.get('step')}")
     codec_meta = meta["codec"]
     codec = load_codec(codec_meta["codec"], weights=cfg.codec_weights)
     if codec.latent_dim != codec_meta["latent_dim"]:

@@ -23,6 +23,9 @@ import torch
 from safetensors.torch import load_file, save
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
+AVERAGE_PREFIX = "average."
+"""Checkpoint tensors `average.<parameter name>`: a peer's averaged weights (peer.core.average),
+which synthesis prefers to the live ones."""
 KEEP = 3
 """Checkpoints kept: the newest and the ones before it, for when the newest is bad."""
 _META_KEY = "gossip_tts_meta"

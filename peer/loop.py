@@ -11,7 +11,9 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
+
+import torch
 
 from peer.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError, checkpoint_path, load_newest_good
 from peer.guard import PoisonGuard
@@ -121,13 +123,16 @@ def record_step(metrics: Metrics, stats: StepStats, step_s: float, boundary_s: f
     history_of(metrics).add(stats.step, stats.loss, time.time(), stats.audio_seconds)
 
 
-def resume_if_asked(trainer: Trainer, cfg: LoopConfig, emit: Callable[[str], None]) -> None:
-    """Load the checkpoint when `--resume` was given; a missing one starts fresh, a bad one fails loudly."""
+def resume_if_asked(trainer: Trainer, cfg: LoopConfig,
+                    emit: Callable[[str], None]) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """Load the checkpoint when `--resume` was given; a missing one starts fresh, a bad one fails loudly.
+
+    Returns what was loaded (the caller may restore more from it: a peer's averaged weights)."""
     if not cfg.resume or cfg.checkpoint_dir is None:
-        return
+        return None
     if not any(checkpoint_path(cfg.checkpoint_dir, age).exists() for age in range(KEEP)):
         emit(f"no checkpoint in {cfg.checkpoint_dir}; starting fresh")
-        return
+        return None
     tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
     for reason in skipped:
         emit(f"skipped a checkpoint: {reason}")
@@ -136,6 +141,7 @@ def resume_if_asked(trainer: Trainer, cfg: LoopConfig, emit: Callable[[str], Non
     except (KeyError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"checkpoint {path} does not fit this model: {exc}") from exc
     emit(f"resumed from {path} at step {trainer.step_count}")
+    return tensors, meta
 
 
 def run_loop(
@@ -148,14 +154,28 @@ def run_loop(
     emit: Callable[[str], None] = print,
     keep_history: bool = False,
     metrics: Metrics | None = None,
+    extra_state: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]] | None = None,
+    restore_extra: Callable[[dict[str, torch.Tensor], dict[str, Any]], Any] | None = None,
 ) -> LoopResult:
     """Train until `max_steps`, `stop` is set, or Ctrl+C; always leave a final checkpoint.
 
     With `metrics` (a gossiping peer's), progress lines carry the gossip figures and every
-    step is recorded for /metrics and /v1/status (`record_step`).
+    step is recorded for /metrics and /v1/status (`record_step`). `extra_state` adds tensors
+    and metadata to every checkpoint beside the trainer's (a peer's averaged weights), and
+    `restore_extra` is handed a resumed checkpoint to take them back.
     """
+
+    def snapshot() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors, meta = trainer.state_tensors()
+        if extra_state is not None:
+            more, more_meta = extra_state()
+            tensors, meta = {**tensors, **more}, {**meta, **more_meta}
+        return tensors, meta
+
     stop = stop or threading.Event()
-    resume_if_asked(trainer, cfg, emit)
+    resumed = resume_if_asked(trainer, cfg, emit)
+    if resumed is not None and restore_extra is not None:
+        restore_extra(*resumed)
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,
@@ -182,14 +202,14 @@ def run_loop(
                 record_step(metrics, stats, t1 - t0, time.perf_counter() - t1)
             meter.update(stats)
             if writer is not None and clock() - last_ckpt >= cfg.checkpoint_every_s:
-                writer.submit(*trainer.state_tensors())
+                writer.submit(*snapshot())
                 last_ckpt = clock()
     except KeyboardInterrupt:
         interrupted = True
         emit("interrupted; writing a final checkpoint" if writer else "interrupted")
     written = 0
     if writer is not None:
-        writer.submit(*trainer.state_tensors())
+        writer.submit(*snapshot())
         writer.flush()
         written = writer.written
         if writer.last_error is not None:

@@ -21,6 +21,9 @@ import threading
 import time
 from typing import Any, Callable, Coroutine
 
+import torch
+
+from peer import averaged_weights
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.boundary import BoundaryHook
@@ -64,12 +67,18 @@ class GossipPeer:
         return BoundaryHook(Mixer(self.gossip_cfg), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.gossip_every, time.time)
 
+    def averaged_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The node's averaged weights as checkpoint tensors (peer.averaged_weights); any thread."""
+        if self.node is None:
+            return {}, {}
+        return averaged_weights.checkpoint_tensors(self.node.average, self.trainer.param_spec())
+
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def run(self, stop: threading.Event | None = None) -> LoopResult:
         stop = stop or threading.Event()
-        resume_if_asked(self.trainer, self.loop_cfg, self.emit)
+        resumed = resume_if_asked(self.trainer, self.loop_cfg, self.emit)
         if self.net_cfg.trusted_keys:
             keys = load_trusted_keys(self.net_cfg.trusted_keys) | {self.identity.public_key}
             self.gossip_cfg = dataclasses.replace(self.gossip_cfg, allowed_keys=keys)
@@ -78,6 +87,8 @@ class GossipPeer:
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
             now=time.time(), metrics=self.metrics, entropy=secrets.token_bytes(16),
         )
+        if resumed is not None:  # before the node worker runs: this thread still owns the node
+            averaged_weights.restore(self.node.average, self.trainer.param_spec(), *resumed)
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
                                   on_adopt=self.trainer.set_flat_params, probe=getattr(self.trainer, "probe_better", None))
@@ -91,7 +102,8 @@ class GossipPeer:
             interrupted = self._wait_for_join(stop)
             if interrupted is not None:
                 return self._stop_while_joining(loop_cfg, interrupted)
-            return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics)
+            return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics,
+                            extra_state=self.averaged_state)
         finally:
             try:
                 self._stop_network()

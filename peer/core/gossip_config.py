@@ -53,6 +53,11 @@ class GossipConfig:
     error_feedback: bool = True
     """Keep the public copy x̂ (CHOCO-SGD). False drops what compression left out: the
     naive compressed gossip that experiments use as a control."""
+    average_sigma_rel: float = 0.1
+    """Width of the averaged weights' time window, as a fraction of training so far (EDM2's
+    σ_rel; peer.core.average): checkpoints carry this average of the swarm estimate as
+    `average.*`, and synthesis uses it. 0 keeps no average (saves one parameter-sized pass per
+    publish)."""
     max_clock_skew_s: float = 300.0
     allowed_keys: frozenset[bytes] | None = None
     """When set, frames from any other key are refused."""
@@ -72,6 +77,13 @@ class GossipConfig:
             raise ValueError("clip_min_neighbours must be >= 1 and clip_max_relative > 0")
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
+        if self.average_sigma_rel != 0:
+            from async_opt.averaging import power_ema_exponent
+
+            try:
+                power_ema_exponent(self.average_sigma_rel)
+            except ValueError as err:
+                raise ValueError(f"average_sigma_rel: {err} (or 0 for no average)") from None
         # Parse now so a bad spec fails at start-up with its own message, not mid-run.
         from async_opt import parse_staleness
         from async_opt.mixing import check_power

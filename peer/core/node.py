@@ -3,8 +3,9 @@
 Thread contract: a `GossipNode` belongs to exactly one thread, its owner (the node worker
 of a real peer, `peer.node_worker.NodeWorker`; simnet's event loop). Every method mutates
 state and must be called from the owner only; none takes a lock. The training thread never
-calls it: it reads the `view_slot` (immutable snapshots, see `peer.core.view`) and hands
-parameter copies to the owner to `publish`. See docs/architecture.md.
+calls it: it reads the `view_slot` and `average.current` (immutable snapshots, see
+`peer.core.view`, `peer.core.average`) and hands parameter copies to the owner to `publish`.
+See docs/architecture.md.
 
 An exchange is push-pull in one request. Each side sends a control frame (its epoch, step,
 listen address, the last seq it holds of the *other* side's public copy, tickets; see
@@ -26,6 +27,7 @@ import struct
 import torch
 
 from async_opt import NeighbourCopy, PublicCopy, safe_norm
+from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.metrics_sink import MetricsSink, NoMetrics
@@ -110,9 +112,7 @@ class GossipNode:
         self.tickets = TicketBook(identity.public_key, epoch_from(seed))
         self.held_tickets = HeldTickets()
         """Tickets others issued us: without one, a request to that peer pushes nothing."""
-        self._control_seq = 0
-        self._versions = 0
-        self.step = 0
+        self._control_seq = self._versions = self.step = 0
         self._state_cache: bytes | None = None
         self._snapshot_cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
         self.last_publish_bytes = 0
@@ -120,6 +120,7 @@ class GossipNode:
         self._published_at: float | None = None
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
         self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm))
+        self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
 
     @property
     def peer_id(self) -> str:
@@ -157,13 +158,13 @@ class GossipNode:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
             self.public.x_hat = x.clone()
-        self.last_x = x.clone()
-        self._published_at = now
+        self.last_x, self._published_at = x.clone(), now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
         self.metrics.inc("published_total", help="compressed updates published")
         self._publish_view()
+        self.average.update(x, self.view_slot.current, self.step)
         return seq
 
     def adopt(self, x: torch.Tensor) -> None:
@@ -178,6 +179,7 @@ class GossipNode:
         for n in self.neighbours.values():
             n.acked_seq = -1
         self._publish_view()
+        self.average.reset(x, self.step)
 
     def forget(self, key: bytes) -> None:
         """Drop a neighbour's copy (it was evicted)."""
@@ -332,8 +334,7 @@ class GossipNode:
             n.acked_epoch, n.acked_seq = info.have_epoch, info.have_seq
             self.held_tickets.keep(sender, info.epoch, info.offer)
         bound = info.bundle == bundle_digest(raw_frames)
-        refused = 0
-        changed = False
+        refused, changed = 0, False
         for raw in raw_frames:
             try:
                 frame = decode_frame(raw, self.policy, now=now)
@@ -353,10 +354,10 @@ class GossipNode:
                 self.metrics.inc("frames_refused_total", reason="bad_header")
                 continue
             changed |= self._apply(n, frame, now)
-        if n is not None and changed:
-            self._versions += 1
-            n.version = self._versions
         if n is not None:
+            if changed:
+                self._versions += 1
+                n.version = self._versions
             self._publish_view()
             self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
         return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)
@@ -386,7 +387,6 @@ class GossipNode:
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
             n.copy = NeighbourCopy()
             self.metrics.inc("copies_reset_total", help="neighbour copies dropped because they became non-finite")
-            return True
         return True
 
     def _neighbour(self, key: bytes) -> Neighbour:

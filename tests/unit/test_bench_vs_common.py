@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -110,3 +111,36 @@ def test_crossing_times_say_when_each_arm_reached_the_others_final_loss() -> Non
     finals = {"g": 0.3, "d": 0.35}
     out = vr.crossing_times(curves, finals, {"g/d": ("g", "d"), "g/x": ("g", "x")})
     assert out == {"g -> d final": 10.0, "d -> g final": None}
+
+
+def test_every_arm_averages_by_the_peers_own_rule_and_defaults() -> None:
+    from peer.core.gossip_config import GossipConfig
+
+    cfg = GossipConfig()
+    assert (vc.AVERAGE_EVERY, vc.AVERAGE_SIGMA_REL) == (cfg.gossip_every, cfg.average_sigma_rel)
+
+
+def test_iterate_average_samples_every_period_and_scores_its_average() -> None:
+    import torch
+
+    w = vc.Workload(hidden=8, batch_size=4, eval_samples=16)
+    model, task = vc.build_model(w, seed=0), vc.Task(w, 0)
+    avg = vc.IterateAverage(model)
+    assert math.isnan(avg.loss(task))  # nothing sampled yet
+    for step in range(1, vc.AVERAGE_EVERY):
+        avg.observe(model, step)
+    assert avg.ema.value is None
+    avg.observe(model, vc.AVERAGE_EVERY)
+    assert avg.loss(task) == pytest.approx(task.eval_loss(model))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert avg.loss(task) != pytest.approx(task.eval_loss(model))  # the average did not move with the model
+
+
+def test_averaged_final_loss_is_nan_without_records_and_its_ratio_none() -> None:
+    records = [{"curve": [(1.0, 8, 0.5)], "averaged": [(1.0, 8, 0.25)]}, {"curve": [(1.0, 8, 0.7)]}]
+    assert vr.final_loss(records) == pytest.approx(0.6)
+    assert math.isnan(vr.final_loss(records, "averaged"))
+    assert vr.final_loss(records[:1], "averaged") == 0.25
+    assert vr.ratios({"a": math.nan, "b": 1.0}, {"a/b": ("a", "b")}) == {"a/b": None}

@@ -1,0 +1,114 @@
+"""The weights a peer hands its user: a power-function EMA of its estimate of the swarm's mean.
+
+Why not the live parameters: on a noisy workload most of a replica's loss is the noise of its
+last few optimiser steps, and no mixing every few steps removes it (the head-to-head MLP,
+benchmarks/averaging_probe.py: a lone replica scores about twice what its own recent average
+scores; docs/benchmarks.md). Diffusion and flow-matching models are therefore sampled from
+averaged weights. A gossiping peer can average over its neighbours as well as over time: it
+holds their public copies, so its estimate of the swarm's mean is
+
+    x̃ = x + Σ_j clip(x̂_j − x̂_i, ρ) / (1 + m)
+
+over the m copies it holds: the mean of x and of each x̂_j + (x − x̂_i), every neighbour's copy
+carried forward by our own unpublished residual, since public copies lag the parameters they
+track (top-k sends a tenth of a change per publish). No copy moves x̃ by more than ρ / (1 + m),
+with ρ the mixer's radius (a low quantile of the neighbours' distances, capped by our own norm:
+a bound no neighbour sets). The plain mean of the copies, (x + Σ_j x̂_j) / (1 + m), was 2.7%
+better at step 100 of the head-to-head MLP but 3.7× worse at step 24, while the copies still
+lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benchmarks.md).
+
+The time average is EDM2's power-function EMA (Karras et al. 2024, "Analyzing and Improving
+the Training Dynamics of Diffusion Models", section 3.1): at step t, β_t = (1 − 1/t)^(γ+1), so
+the average covers a fixed fraction of training so far, σ_rel (its relative standard
+deviation), for a run of 300 steps or of 300,000 alike. Sampled every few steps, the betas of
+the steps in between multiply to (t_prev / t)^(γ+1), which `PowerEma` uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from .mixing import mix_delta
+
+SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
+"""σ_rel at γ = 0 (a uniform average of all of training): the widest power-function EMA."""
+
+
+def sigma_rel_of(gamma: float) -> float:
+    """The relative standard deviation of the power-function EMA profile with exponent γ."""
+    return math.sqrt((gamma + 1.0) / ((gamma + 2.0) ** 2 * (gamma + 3.0)))
+
+
+def power_ema_exponent(sigma_rel: float) -> float:
+    """The exponent γ whose power-function EMA has relative width `sigma_rel` (0 < σ_rel ≤ √(1/12))."""
+    if not (0.0 < sigma_rel <= SIGMA_REL_MAX):
+        raise ValueError(f"sigma_rel must be in (0, {SIGMA_REL_MAX:.4f}], got {sigma_rel!r}")
+    lo, hi = 0.0, 1.0
+    while sigma_rel_of(hi) > sigma_rel:  # σ_rel falls as γ grows
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if sigma_rel_of(mid) > sigma_rel else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+class PowerEma:
+    """A power-function EMA sampled at arbitrary steps; `value` is replaced, never written in place.
+
+    Readers on other threads may keep the tensor they got: an update builds a new one.
+    """
+
+    def __init__(self, sigma_rel: float) -> None:
+        self.sigma_rel = float(sigma_rel)
+        self.gamma = power_ema_exponent(self.sigma_rel)
+        self.value: Tensor | None = None
+        self.step = 0
+        """The step of the newest sample."""
+
+    def beta(self, step: int) -> float:
+        """The weight the current average keeps when a sample taken at `step` arrives."""
+        if self.value is None or step <= 0:
+            return 0.0
+        return (min(self.step, step) / step) ** (self.gamma + 1.0)
+
+    def update(self, sample: Tensor, step: int) -> Tensor:
+        """Fold in `sample` taken at `step` (a step not after the last one only replaces nothing:
+        its β is 1 at the same step and the sample is ignored)."""
+        beta = self.beta(int(step))
+        if self.value is None or beta == 0.0:
+            self.value = sample.detach().to(torch.float32).clone()
+        elif beta < 1.0:
+            self.value = torch.lerp(self.value, sample.detach().to(self.value.dtype), 1.0 - beta)
+        self.step = max(self.step, int(step))
+        return self.value
+
+    def reset(self, sample: Tensor, step: int) -> None:
+        """Start again from `sample` as the average of everything up to `step` (after a join)."""
+        self.value = sample.detach().to(torch.float32).clone()
+        self.step = int(step)
+
+
+def swarm_estimate(x: Tensor, public: Tensor, diffs: Sequence[tuple[Tensor, float]], rho: float | None,
+                   power: float = 1.0) -> Tensor:
+    """x̃ = x + Σ_j clip(x̂_j − x̂_i, ρ) / (1 + m): our parameters moved by a full consensus step
+    over the m neighbour copies, each copy's share bounded by ρ / (1 + m) (module docstring).
+
+    `diffs` holds each copy's (x̂_j − x̂_i, ||x̂_j − x̂_i||), computed once by the caller (which
+    also feeds the distances to its radius); the difference tensors are overwritten. A copy
+    farther than ρ is shortened as the mixer shortens it (`power`, see
+    `async_opt.mixing.mix_delta`); one whose distance is not finite adds nothing. Returns a new
+    tensor.
+    """
+    m = len(diffs)
+    out = x.detach().to(torch.float32).clone()
+    for idx, (d, _) in enumerate(diffs):
+        if d.shape != public.shape:
+            raise ValueError(f"copy {idx}: shape {tuple(d.shape)} does not match {tuple(public.shape)}")
+    pulled = mix_delta([(d, 1.0, norm) for d, norm in diffs], rho, power) if m else None  # Σ_j clip(d_j) / m
+    if pulled is not None:
+        out.add_(pulled, alpha=m / (1.0 + m))
+    return out

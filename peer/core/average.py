@@ -1,0 +1,51 @@
+"""The peer's averaged weights: a power-function EMA of its estimate of the swarm's mean.
+
+What users synthesise from and what checkpoints carry as `average.*` (async_opt.averaging
+says why and how). Updated by the node's owner at every publish, from the parameters just
+published and the neighbour copies held then; read by the training thread (checkpoints)
+through `current`, one attribute holding an immutable (tensor, step) pair: an update builds a
+new tensor and replaces the pair, so a reader never sees half an update and never waits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from async_opt import NeighbourRadius, safe_norm
+from async_opt.averaging import PowerEma, swarm_estimate
+from peer.core.gossip_config import GossipConfig
+from peer.core.view import MixView
+
+
+class SwarmAverage:
+    """Owned by the node's owner thread (`GossipNode.publish` calls `update`); others read `current`."""
+
+    def __init__(self, cfg: GossipConfig) -> None:
+        self.cfg = cfg
+        self.ema = PowerEma(cfg.average_sigma_rel) if cfg.average_sigma_rel > 0 else None
+        # Its own radius, with the mixer's rule and settings: the mixer's belongs to the training
+        # thread. A copy's share of x̃ is bounded as its pull is.
+        self.radius = NeighbourRadius(q=cfg.clip_quantile, multiplier=cfg.clip_multiplier,
+                                      min_neighbours=cfg.clip_min_neighbours, max_relative=cfg.clip_max_relative)
+        self.current: tuple[torch.Tensor, int] | None = None
+        """(averaged weights, the step of the newest sample), or None before the first publish."""
+
+    def update(self, x: torch.Tensor, view: MixView, step: int) -> None:
+        """Fold in the estimate at a publish: `x` just published, `view` the copies held now."""
+        if self.ema is None:
+            return
+        diffs = []
+        for c in view.copies:
+            d = c.x_hat - view.public
+            diffs.append((d, safe_norm(d)))
+            self.radius.observe(c.key, diffs[-1][1])
+        self.radius.keep_only({c.key for c in view.copies})
+        rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
+        estimate = swarm_estimate(x, view.public, diffs, rho, self.cfg.clip_power)
+        self.current = (self.ema.update(estimate, step), self.ema.step)
+
+    def reset(self, x: torch.Tensor, step: int) -> None:
+        """Start again from `x` (we adopted a neighbour's state: what we averaged is not ours)."""
+        if self.ema is not None:
+            self.ema.reset(x, step)
+            self.current = (self.ema.value, self.ema.step)  # type: ignore[assignment]

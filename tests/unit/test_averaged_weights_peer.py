@@ -1,0 +1,62 @@
+"""A real peer (and a solo one) writes its averaged weights into every checkpoint and, resumed,
+goes on averaging from them rather than from the live parameters."""
+
+from __future__ import annotations
+
+import torch
+
+from peer.averaged_weights import SoloAverage
+from peer.checkpoint import AVERAGE_PREFIX, load_checkpoint
+from peer.core.config import SessionConfig
+from peer.core.gossip_config import GossipConfig
+from peer.loop import LoopConfig, run_loop
+from peer.net_config import NetConfig
+from peer.runtime import GossipPeer
+from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from protocol import Identity
+
+GOSSIP = GossipConfig(swarm="average-test", gossip_every=2, compression="identity")
+
+
+def _trainer() -> LeastSquaresTrainer:
+    return LeastSquaresTrainer(LeastSquaresConfig(dim=16, shard=0, n_shards=1, heterogeneity=0.0, seed=3, lr=0.2))
+
+
+def _peer(tmp_path, steps: int, resume: bool) -> GossipPeer:
+    return GossipPeer(_trainer(), LoopConfig(checkpoint_dir=tmp_path, max_steps=steps, resume=resume), GOSSIP,
+                      NetConfig(listen="127.0.0.1:0", mdns=False), Identity.generate(b"\x41" * 32),
+                      emit=lambda line: None, session_cfg=SessionConfig(join=False))
+
+
+def test_a_peer_checkpoints_its_average_and_restores_it_on_resume(tmp_path) -> None:
+    _peer(tmp_path, 20, resume=False).run()
+    tensors, meta = load_checkpoint(tmp_path)
+    first, step = tensors[AVERAGE_PREFIX + "w"], meta["average"]["step"]
+    # as of the last publish the node worker finished (publishing never holds training up)
+    assert 0 < step <= 20 and step % GOSSIP.gossip_every == 0
+    assert not torch.equal(first, tensors["w"])  # it lags the live weights
+
+    resumed = _peer(tmp_path, 20, resume=True)  # already at step 20: trains nothing, publishes nothing
+    resumed.run()
+    tensors, meta = load_checkpoint(tmp_path)
+    assert meta["average"]["step"] == step and torch.equal(tensors[AVERAGE_PREFIX + "w"], first)
+
+
+def test_a_solo_peer_checkpoints_its_average_and_continues_it_after_a_resume(tmp_path) -> None:
+    def solo_run(steps: int, resume: bool) -> SoloAverage:
+        trainer = _trainer()
+        solo = SoloAverage(GOSSIP, trainer.param_spec())
+        run_loop(trainer, LoopConfig(checkpoint_dir=tmp_path, max_steps=steps, resume=resume), hooks=[solo],
+                 emit=lambda line: None, extra_state=solo.state, restore_extra=solo.restore)
+        return solo
+
+    solo_run(20, resume=False)
+    tensors, meta = load_checkpoint(tmp_path)
+    first = tensors[AVERAGE_PREFIX + "w"]
+    assert meta["average"]["step"] == 20 and not torch.equal(first, tensors["w"])
+    solo = solo_run(22, resume=True)
+    tensors, meta = load_checkpoint(tmp_path)
+    beta = (20 / 22) ** (solo.average.ema.gamma + 1)
+    # one sample after the resume, folded into the saved average (not into step 20's live weights)
+    assert meta["average"]["step"] == 22
+    torch.testing.assert_close(tensors[AVERAGE_PREFIX + "w"], beta * first + (1 - beta) * tensors["w"])

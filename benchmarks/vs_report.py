@@ -21,9 +21,10 @@ def time_to(curve: Sequence[Sequence[float]], target: float) -> float | None:
     return None
 
 
-def mean_curve(records: Sequence[dict]) -> list[tuple[float, int, float]]:
-    """Pointwise mean over processes (time, summed samples, mean loss), up to the shortest curve."""
-    curves = [r["curve"] for r in records]
+def mean_curve(records: Sequence[dict], curve: str = "curve") -> list[tuple[float, int, float]]:
+    """Pointwise mean over processes (time, summed samples, mean loss), up to the shortest curve
+    (`curve`: "curve", the live parameters, or "averaged", the averaged weights)."""
+    curves = [r.get(curve) or [] for r in records]
     n = min(len(c) for c in curves)
     return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves),
              sum(c[i][2] for c in curves) / len(curves)) for i in range(n)]
@@ -83,16 +84,20 @@ def plot_equal_samples(arms: Sequence[ArmResult], path: Path) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "plot skipped: matplotlib is not installed"
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for arm in arms:
         if arm.failed or not arm.records:
             continue
         curve = mean_curve(arm.records)
-        ax.plot([c[1] for c in curve], [c[2] for c in curve], marker=".", label=arm.name)
+        line, = ax.plot([c[1] for c in curve], [c[2] for c in curve], marker=".", label=arm.name)
+        averaged = [c for c in mean_curve(arm.records, "averaged") if math.isfinite(c[2])]
+        if averaged:
+            ax.plot([c[1] for c in averaged], [c[2] for c in averaged], linestyle="--", color=line.get_color(),
+                    label=f"{arm.name}, averaged weights")
     ax.set_xlabel("samples consumed, all processes together")
-    ax.set_ylabel("held-out MSE (mean over processes)")
+    ax.set_ylabel("held-out MSE, mean over processes\n(dashed: averaged weights)")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, ncol=2)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

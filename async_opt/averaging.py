@@ -32,7 +32,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .mixing import mix_delta
+from .mixing import pull_scale
 
 SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
 """σ_rel at γ = 0 (a uniform average of all of training): the widest power-function EMA."""
@@ -92,23 +92,27 @@ class PowerEma:
         self.step = int(step)
 
 
-def swarm_estimate(x: Tensor, public: Tensor, diffs: Sequence[tuple[Tensor, float]], rho: float | None,
+def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, float]], rho: float | None,
                    power: float = 1.0) -> Tensor:
     """x̃ = x + Σ_j clip(x̂_j − x̂_i, ρ) / (1 + m): our parameters moved by a full consensus step
     over the m neighbour copies, each copy's share bounded by ρ / (1 + m) (module docstring).
 
-    `diffs` holds each copy's (x̂_j − x̂_i, ||x̂_j − x̂_i||), computed once by the caller (which
-    also feeds the distances to its radius); the difference tensors are overwritten. A copy
-    farther than ρ is shortened as the mixer shortens it (`power`, see
-    `async_opt.mixing.mix_delta`); one whose distance is not finite adds nothing. Returns a new
-    tensor.
+    `copies` holds each copy x̂_j with its distance ||x̂_j − x̂_i|| (the caller measured it, to
+    feed its radius too). A copy farther than ρ is shortened as the mixer shortens it
+    (`async_opt.mixing.pull_scale`); one whose distance is not finite adds nothing. Built as
+    x + (Σ_j s_j·x̂_j − (Σ_j s_j)·x̂_i) / (1 + m), so the only parameter-sized tensor allocated
+    is the result, however many copies there are. Returns a new tensor.
     """
-    m = len(diffs)
+    m = len(copies)
     out = x.detach().to(torch.float32).clone()
-    for idx, (d, _) in enumerate(diffs):
-        if d.shape != public.shape:
-            raise ValueError(f"copy {idx}: shape {tuple(d.shape)} does not match {tuple(public.shape)}")
-    pulled = mix_delta([(d, 1.0, norm) for d, norm in diffs], rho, power) if m else None  # Σ_j clip(d_j) / m
-    if pulled is not None:
-        out.add_(pulled, alpha=m / (1.0 + m))
+    total = 0.0
+    for idx, (c, norm) in enumerate(copies):
+        if c.shape != public.shape:
+            raise ValueError(f"copy {idx}: shape {tuple(c.shape)} does not match {tuple(public.shape)}")
+        share = pull_scale(norm, rho, power) / (1.0 + m)
+        if share > 0.0:
+            out.add_(c, alpha=share)
+            total += share
+    if total > 0.0:
+        out.add_(public, alpha=-total)
     return out

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["clip", "safe_norm", "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta",
-           "check_power", "consensus_distance"]
+           "check_power", "pull_scale", "consensus_distance"]
 
 
 def safe_norm(v: Tensor) -> float:
@@ -207,16 +207,21 @@ def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
         lam = float(lam)
         if not (0.0 <= lam <= 1.0):
             raise ValueError(f"neighbour {idx}: mixing rate must be in [0, 1], got {lam!r}")
-        if lam == 0.0:
+        scale = pull_scale(norm, rho, power)
+        if lam == 0.0 or scale == 0.0:
             continue
-        if rho is None or rho == math.inf:
-            scale = 1.0
-        elif not math.isfinite(norm):
-            continue  # no usable direction: contributes nothing
-        else:
-            scale = 1.0 if norm <= rho else (rho / norm) ** power
         out.append((d, lam * scale / len(diffs)))
     return out
+
+
+def pull_scale(norm: float, rho: float | None, power: float = 1.0) -> float:
+    """What share of a difference of length `norm` pulls (`_pulls`): 1 within `rho` (or with no
+    radius), ``(rho / norm) ** power`` beyond it, 0 for a non-finite length (no usable direction)."""
+    if rho is None or rho == math.inf:
+        return 1.0
+    if not math.isfinite(norm):
+        return 0.0
+    return 1.0 if norm <= rho else (rho / norm) ** power
 
 
 def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,

@@ -34,14 +34,13 @@ class SwarmAverage:
         """Fold in the estimate at a publish: `x` just published, `view` the copies held now."""
         if self.ema is None:
             return
-        diffs = []
-        for c in view.copies:
-            d = c.x_hat - view.public
-            diffs.append((d, safe_norm(d)))
-            self.radius.observe(c.key, diffs[-1][1])
+        copies = []
+        for c in view.copies:  # one difference at a time: at most one parameter-sized temporary
+            copies.append((c.x_hat, safe_norm(c.x_hat - view.public)))
+            self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
-        estimate = swarm_estimate(x, view.public, diffs, rho, self.cfg.clip_power)
+        estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power)
         self.current = (self.ema.update(estimate, step), self.ema.step)
 
     def reset(self, x: torch.Tensor, step: int) -> None:

@@ -83,7 +83,7 @@ def test_an_update_replaces_the_tensor_a_reader_holds_instead_of_writing_into_it
 
 # ---------------------------------------------------------------- the swarm estimate
 def _diffs(public: torch.Tensor, copies: list[torch.Tensor]) -> list[tuple[torch.Tensor, float]]:
-    return [(c - public, safe_norm(c - public)) for c in copies]
+    return [(c, safe_norm(c - public)) for c in copies]
 
 
 def test_with_no_copy_the_estimate_is_our_parameters() -> None:
@@ -125,6 +125,11 @@ def test_a_copy_with_no_finite_distance_adds_nothing() -> None:
     x, public = torch.ones(3), torch.zeros(3)
     got = swarm_estimate(x, public, [(torch.full((3,), math.inf), math.inf)], rho=1.0)
     assert torch.equal(got, x)
+
+
+def test_a_copy_of_the_wrong_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match="copy 0"):
+        swarm_estimate(torch.zeros(3), torch.zeros(3), [(torch.zeros(4), 1.0)], rho=1.0)
 
 
 # ---------------------------------------------------------------- the node keeps it

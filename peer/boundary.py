@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from peer.core.cadence import PublishCadence
 from peer.core.mixer import Mixer
 from peer.core.view import ViewSlot
 from peer.metrics import Metrics
@@ -74,9 +75,12 @@ class BoundaryHook:
 
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
                  notify: Callable[[int, bool], None], metrics: Metrics, gossip_every: int,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], catch_up: float = 0.0) -> None:
+        """`catch_up`: GossipConfig.publish_catch_up (peer.core.cadence); 0, counting steps only,
+        unless a caller passes the peer's setting."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
-        self.metrics, self.gossip_every, self.clock = metrics, gossip_every, clock
+        self.metrics, self.clock = metrics, clock
+        self.cadence = PublishCadence(gossip_every, catch_up)
         self.last_mixed = 0
         """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
 
@@ -91,6 +95,7 @@ class BoundaryHook:
         now = self.clock()
         self.mixer.observe_boundary(now)
         view = self.view_slot.current
+        self.cadence.observe(view)
         self.last_mixed = 0
         if self.mixer.has_news(view):
             add = getattr(trainer, "add_to_flat_params", None)  # in place: no parameter copy
@@ -107,7 +112,8 @@ class BoundaryHook:
                     self.metrics.observe("mixed_staleness_steps", tau)
                 for key, distance in report.distances.items():
                     self.metrics.set("neighbour_distance", distance, peer=key.hex()[:16])
-        due = k % self.gossip_every == 0
+        due = self.cadence.due(k, now)
         if due:  # a copy: the worker compresses it while training goes on
+            self.cadence.published(k, now)
             self.pending.put(trainer.get_flat_params(), stats.step)
         self.notify(stats.step, due)

@@ -11,6 +11,11 @@ class GossipConfig:
     """Peers only talk to peers of the same swarm (and the same model fingerprint)."""
     gossip_every: int = 4
     """Local steps between publishing an update and starting an exchange."""
+    publish_catch_up: float = 1.5
+    """Also publish (and exchange) once this many times the median neighbour's publish period
+    has passed since our last publish, however few steps we took: a peer much slower than the
+    swarm then mixes at the swarm's pace instead of falling behind (peer.core.cadence). Peers of
+    about equal speed never wait that long. 0 counts steps only."""
     compression: str = "topk:0.1+int8"
     """Tensor codec spec for published updates (see protocol.parse_codec). Top-10% + int8
     rather than top-1%: top-1% forces the consensus step down to γ=0.02, and three tiny-TTS
@@ -67,6 +72,8 @@ class GossipConfig:
             raise ValueError(f"swarm name must be 1..64 characters, got {self.swarm!r}")
         if self.gossip_every < 1:
             raise ValueError(f"gossip_every must be >= 1, got {self.gossip_every}")
+        if not 0 <= self.publish_catch_up < float("inf"):
+            raise ValueError(f"publish_catch_up must be finite and >= 0 (0: off), got {self.publish_catch_up!r}")
         if self.max_neighbours < 1:
             raise ValueError(f"max_neighbours must be >= 1, got {self.max_neighbours}")
         if self.outbox_bytes < 0:

@@ -26,7 +26,10 @@ class CopyView:
     """Changes whenever x̂_j changes (node-wide counter): the mixer mixes each version once."""
     x_hat: torch.Tensor
     published_at: float
-    """When what we hold was published, by our clock: min(sender's timestamp, our receive time)."""
+    """When what we hold was published, by our clock (the sender's stamp, mirrored about our
+    receive time when it claims to be later: `GossipNode._apply`)."""
+    seq: int = 0
+    """The copy's own publish counter, from its newest update (tells the sender's publish rate)."""
 
 
 @dataclass(frozen=True)

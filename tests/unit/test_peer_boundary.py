@@ -35,3 +35,24 @@ def test_trainer_figures_become_gauges_and_a_copy_is_handed_over_when_due():
     assert "lr" not in metrics.render()  # only the listed figures become series
     assert told == [(1, False), (2, True)]
     assert pending.take()[1] == 2
+
+
+def test_a_peer_much_slower_than_its_neighbours_publishes_at_their_pace():
+    """Steps of 4 s; the neighbours' copies say they publish every second: after its first
+    publish the hook hands a copy over at every step (the real clock and view, no cadence stub)."""
+    from peer.core.view import CopyView
+
+    x, now = torch.zeros(4), [0.0]
+    slot = ViewSlot(MixView(x))
+    told: list[tuple[int, bool]] = []
+    cfg = GossipConfig(swarm="t")
+    hook = BoundaryHook(Mixer(cfg), slot, PendingPublish(), lambda step, due: told.append((step, due)), Metrics(),
+                        cfg.gossip_every, lambda: now[0], catch_up=cfg.publish_catch_up)
+    tr = Flat()
+    for k in range(1, 9):
+        now[0] = 4.0 * k
+        seq = int(now[0])  # each neighbour published once a second up to now
+        slot.publish(MixView(x, tuple(CopyView(bytes([j]) * 32, seq, x, float(seq), seq) for j in (1, 2, 3))))
+        tr.step_count = k
+        hook(tr, StepStats(k, 0.5, 8))
+    assert [k for k, due in told if due] == [4, 5, 6, 7, 8]

@@ -1,0 +1,77 @@
+"""When to publish: every `gossip_every` steps, and sooner when we are much slower than the swarm.
+
+A peer publishes, exchanges and lets each neighbour pull once per publish of its own
+(`peer.core.mixer`). Counted in its own steps alone, a peer 4× slower than the others mixes
+4× less often per second while they run away from it: in the head-to-head's straggler arm
+(benchmarks/vs_ddp.py, 4 peers, one 4× slower) its averaged weights stayed 5× worse than the
+fast peers' for half the run. So a publish is also due once `catch_up` × the median
+neighbour's publish period has passed since our last one: a peer slower than that publishes
+at the swarm's pace (at most once per step), and peers of about equal speed, which never fall
+that far behind, keep their own step count.
+
+The neighbours' periods come from their copies: the seq and publication time of each newer
+version (`CopyView.seq`, `CopyView.published_at`), over their last few versions. The median
+over neighbours means a minority that claims to publish very often cannot make us publish more;
+the most it could make us do is publish once per step. Owned by the training thread.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from peer.core.view import MixView
+
+HISTORY = 8
+"""Versions kept per neighbour to measure its publish period."""
+
+
+class PublishCadence:
+    """Decides at each step boundary whether a publish is due."""
+
+    def __init__(self, gossip_every: int, catch_up: float) -> None:
+        if gossip_every < 1:
+            raise ValueError(f"gossip_every must be >= 1, got {gossip_every}")
+        if not catch_up >= 0:
+            raise ValueError(f"catch_up must be >= 0 (0: off), got {catch_up!r}")
+        self.gossip_every, self.catch_up = gossip_every, catch_up
+        self._seen: dict[bytes, deque[tuple[int, float]]] = {}
+        self._last_publish: tuple[int, float] | None = None
+        """(step, time) of our last publish."""
+
+    def observe(self, view: MixView) -> None:
+        """Record the newest version of each copy (cheap: no tensor work)."""
+        live = set()
+        for c in view.copies:
+            live.add(c.key)
+            seen = self._seen.setdefault(c.key, deque(maxlen=HISTORY))
+            if seen and c.seq < seen[-1][0]:  # a new run of that neighbour: its seq starts again
+                seen.clear()
+            if not seen or c.seq > seen[-1][0]:
+                seen.append((c.seq, c.published_at))
+        for key in [k for k in self._seen if k not in live]:
+            del self._seen[key]
+
+    def swarm_period(self) -> float | None:
+        """The median neighbour's seconds per publish, None before any neighbour published twice."""
+        periods = []
+        for seen in self._seen.values():
+            (seq0, t0), (seq1, t1) = seen[0], seen[-1]
+            if seq1 > seq0 and t1 > t0:
+                periods.append((t1 - t0) / (seq1 - seq0))
+        return statistics.median(periods) if periods else None
+
+    def due(self, step: int, now: float) -> bool:
+        """Whether to publish at this boundary (then call `published`): every `gossip_every` steps
+        (at multiples of it until a publish comes sooner, then counted from that publish), or
+        once `catch_up` × the swarm's period has passed."""
+        if self._last_publish is None:
+            return step % self.gossip_every == 0
+        last_step, last_time = self._last_publish
+        if step - last_step >= self.gossip_every:
+            return True
+        period = self.swarm_period() if self.catch_up > 0 else None
+        return period is not None and step > last_step and now - last_time >= self.catch_up * period
+
+    def published(self, step: int, now: float) -> None:
+        self._last_publish = (step, now)

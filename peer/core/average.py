@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from async_opt import NeighbourRadius, safe_norm
+from async_opt import safe_norm
 from async_opt.averaging import PowerEma, swarm_estimate
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
@@ -23,10 +23,9 @@ class SwarmAverage:
     def __init__(self, cfg: GossipConfig) -> None:
         self.cfg = cfg
         self.ema = PowerEma(cfg.average_sigma_rel) if cfg.average_sigma_rel > 0 else None
-        # Its own radius, with the mixer's rule and settings: the mixer's belongs to the training
-        # thread. A copy's share of x̃ is bounded as its pull is.
-        self.radius = NeighbourRadius(q=cfg.clip_quantile, multiplier=cfg.clip_multiplier,
-                                      min_neighbours=cfg.clip_min_neighbours, max_relative=cfg.clip_max_relative)
+        # Its own radius, by the mixer's rule and settings (the mixer's belongs to the training
+        # thread): a copy's share of x̃ is bounded as its pull is.
+        self.radius = cfg.clip_radius()
         self.current: tuple[torch.Tensor, int] | None = None
         """(averaged weights, the step of the newest sample), or None before the first publish."""
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from async_opt import NeighbourRadius
 
 
 @dataclass
@@ -103,6 +107,14 @@ class GossipConfig:
 
         parse_codec(self.compression)
         parse_staleness(self.resolved_staleness)
+
+    def clip_radius(self) -> "NeighbourRadius":
+        """A fresh clipping radius with these settings: the mixer's and the averaged weights' each
+        own one (on different threads), built by this one rule."""
+        from async_opt import NeighbourRadius
+
+        return NeighbourRadius(q=self.clip_quantile, multiplier=self.clip_multiplier,
+                               min_neighbours=self.clip_min_neighbours, max_relative=self.clip_max_relative)
 
     @property
     def resolved_staleness(self) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import NeighbourRadius, mix_delta, mix_diffs, parse_staleness, safe_norm
+from async_opt import mix_delta, mix_diffs, parse_staleness, safe_norm
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
 
@@ -43,8 +43,7 @@ class Mixer:
     def __init__(self, cfg: GossipConfig) -> None:
         self.cfg = cfg
         self.schedule = parse_staleness(cfg.resolved_staleness)
-        self.radius = NeighbourRadius(q=cfg.clip_quantile, multiplier=cfg.clip_multiplier,
-                                      min_neighbours=cfg.clip_min_neighbours, max_relative=cfg.clip_max_relative)
+        self.radius = cfg.clip_radius()
         self.step_seconds = 0.0
         """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
         self._last_boundary: float | None = None

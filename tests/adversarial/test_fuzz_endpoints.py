@@ -59,12 +59,12 @@ KINDS = {"mutated_bundle": 37, "mutated_frame": 3, "random_body": 15, "empty_bod
 
 
 def _mutate(rng: random.Random, body: bytes) -> bytes:
-    """1 to 4 bytes changed (never to themselves), or the body cut short, or bytes inserted."""
+    """1 to 4 distinct bytes changed (never to themselves), or the body cut short, or bytes
+    inserted. Distinct: two changes to one byte could cancel and send the signed body intact."""
     b = bytearray(body)
     roll = rng.random()
     if roll < 0.8:
-        for _ in range(rng.randint(1, 4)):
-            i = rng.randrange(len(b))
+        for i in rng.sample(range(len(b)), min(len(b), rng.randint(1, 4))):
             b[i] ^= rng.randint(1, 255)
     elif roll < 0.9:
         del b[rng.randrange(1, len(b)) :]

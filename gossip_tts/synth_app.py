@@ -81,7 +81,7 @@ def check_length(n_frames: int, limit: int, frame_rate: float) -> None:
 def run(cfg: SynthConfig, emit=print) -> Path:
     device = resolve_device(cfg.device)
     model, meta = load_model(cfg.checkpoint, device, cfg.weights)
-    emit(f"{meta['weights']} weights of {cfg.checkpoint} at step {meta.get('step')}")
+    emit(f"{'averaged' if meta['weights'] == 'average' else 'live'} weights of {cfg.checkpoint} at step {meta.get('step')}")
     codec_meta = meta["codec"]
     codec = load_codec(codec_meta["codec"], weights=cfg.codec_weights)
     if codec.latent_dim != codec_meta["latent_dim"]:

@@ -31,6 +31,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from async_opt.averaging import PowerEma  # noqa: E402
+from vs_load import GroupCPUMeter, others_load, read_busy  # noqa: E402
 
 AVERAGE_EVERY = 4
 AVERAGE_SIGMA_REL = 0.1
@@ -225,66 +226,6 @@ def plain_worker(w: Workload, run_dir: Path, rank: int, budget_s: float, evals: 
         average.observe(model, rec.steps)
     evaluate(rec, clock.elapsed(), task, model, average)
     rec.write(run_dir / f"rank{rank}.json", clock)
-
-
-# ---------------------------------------------------------------------------- machine load
-def busy_cpu_seconds(proc_stat: str) -> float:
-    """CPU seconds all cores spent busy (not idle, not iowait) since boot, from /proc/stat text."""
-    for line in proc_stat.splitlines():
-        if line.startswith("cpu "):
-            v = [int(x) for x in line.split()[1:]]
-            busy = sum(v[:8]) - v[3] - (v[4] if len(v) > 4 else 0)  # user nice system idle iowait irq softirq steal
-            return busy / os.sysconf("SC_CLK_TCK")
-    raise ValueError("no aggregate 'cpu ' line in /proc/stat")
-
-
-def read_busy() -> float:
-    with open("/proc/stat") as f:
-        return busy_cpu_seconds(f.read())
-
-
-def parse_pid_stat(text: str) -> tuple[int, float]:
-    """(process group, user + system CPU seconds) from one /proc/<pid>/stat line."""
-    rest = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
-    return int(rest[2]), (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def group_cpu(pgid: int) -> dict[int, float]:
-    """CPU seconds of every live process of one process group (hivemind's p2pd daemon included)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    group, cpu = parse_pid_stat(f.read())
-            except (OSError, ValueError, IndexError):
-                continue
-            if group == pgid:
-                out[int(entry)] = cpu
-    return out
-
-
-class GroupCPUMeter:
-    """The CPU a process group used since `start()`, sampled while its processes live (one that
-    exits keeps its last sample)."""
-
-    def __init__(self, pgid: int) -> None:
-        self.pgid = pgid
-        self.base = group_cpu(pgid)
-        self.last = dict(self.base)
-
-    def sample(self) -> None:
-        self.last.update(group_cpu(self.pgid))
-
-    def seconds(self) -> float:
-        return sum(cpu - self.base.get(pid, 0.0) for pid, cpu in self.last.items())
-
-
-def others_load(busy_s: float, own_cpu_s: float, wall_s: float) -> float:
-    """Cores kept busy by everything else on the machine while an arm ran (never below 0)."""
-    if wall_s <= 0:
-        raise ValueError(f"wall time must be > 0, got {wall_s}")
-    return max(0.0, busy_s - own_cpu_s) / wall_s
 
 
 # ---------------------------------------------------------------------------- one arm

@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import vs_common as vc  # noqa: E402
+import vs_load as vl  # noqa: E402
 import vs_report as vr  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -19,29 +20,29 @@ TICK = os.sysconf("SC_CLK_TCK")
 def test_busy_cpu_seconds_leaves_out_idle_and_iowait() -> None:
     # user nice system idle iowait irq softirq steal guest guest_nice
     text = f"cpu  {TICK * 3} {TICK} {TICK * 2} {TICK * 100} {TICK * 50} 0 {TICK} 0 0 0\ncpu0 1 1 1 1 1 1 1 1 0 0\n"
-    assert vc.busy_cpu_seconds(text) == pytest.approx(7.0)
+    assert vl.busy_cpu_seconds(text) == pytest.approx(7.0)
 
 
 def test_busy_cpu_seconds_refuses_text_without_the_aggregate_line() -> None:
     with pytest.raises(ValueError, match="cpu"):
-        vc.busy_cpu_seconds("cpu0 1 2 3 4\n")
+        vl.busy_cpu_seconds("cpu0 1 2 3 4\n")
 
 
 def test_others_load_subtracts_the_arm_and_never_goes_negative() -> None:
-    assert vc.others_load(busy_s=30.0, own_cpu_s=10.0, wall_s=10.0) == pytest.approx(2.0)
-    assert vc.others_load(busy_s=5.0, own_cpu_s=9.0, wall_s=10.0) == 0.0
+    assert vl.others_load(busy_s=30.0, own_cpu_s=10.0, wall_s=10.0) == pytest.approx(2.0)
+    assert vl.others_load(busy_s=5.0, own_cpu_s=9.0, wall_s=10.0) == 0.0
     with pytest.raises(ValueError, match="wall"):
-        vc.others_load(1.0, 0.0, 0.0)
+        vl.others_load(1.0, 0.0, 0.0)
 
 
 def test_parse_pid_stat_reads_group_and_cpu_past_a_name_with_spaces_and_parens() -> None:
     fields = ["S", "1", "4242", "4242", "0", "-1", "0", "0", "0", "0", "0", str(TICK * 2), str(TICK), "0", "0"]
-    group, cpu = vc.parse_pid_stat(f"123 (py (x) y) {' '.join(fields)}")
+    group, cpu = vl.parse_pid_stat(f"123 (py (x) y) {' '.join(fields)}")
     assert group == 4242 and cpu == pytest.approx(3.0)
 
 
 def test_group_cpu_sees_this_process_in_its_own_group() -> None:
-    assert os.getpid() in vc.group_cpu(os.getpgrp())
+    assert os.getpid() in vl.group_cpu(os.getpgrp())
 
 
 def test_time_to_is_the_first_point_at_or_below_target() -> None:

@@ -76,8 +76,8 @@ class PowerEma:
         return (min(self.step, step) / step) ** (self.gamma + 1.0)
 
     def update(self, sample: Tensor, step: int) -> Tensor:
-        """Fold in `sample` taken at `step` (a step not after the last one only replaces nothing:
-        its β is 1 at the same step and the sample is ignored)."""
+        """Fold in `sample` taken at `step`. A sample at or before the newest one's step has β = 1
+        and is ignored (nothing new happened since)."""
         beta = self.beta(int(step))
         if self.value is None or beta == 0.0:
             self.value = sample.detach().to(torch.float32).clone()

@@ -133,7 +133,8 @@ class GossipPeer:
         self._stop_network()
         done = threading.Event()
         done.set()  # run_loop then trains no step and only writes its final checkpoint
-        result = run_loop(self.trainer, loop_cfg, stop=done, emit=self.emit, metrics=self.metrics)
+        result = run_loop(self.trainer, loop_cfg, stop=done, emit=self.emit, metrics=self.metrics,
+                          extra_state=self.averaged_state)  # a resumed or adopted average is not dropped
         return dataclasses.replace(result, interrupted=interrupted)
 
     def _stop_network(self) -> None:

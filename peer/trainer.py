@@ -6,6 +6,7 @@ The peer never imports the TTS code; it drives whatever object satisfies this pr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -85,19 +86,12 @@ def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
 def split_flat(flat: torch.Tensor, spec: "ParamSpec", prefix: str = "") -> dict[str, torch.Tensor]:
     """A flat vector laid out as `spec` (names in flat order) as named tensors of its shapes, each
     its own copy (safetensors refuses tensors that share storage)."""
-    total = sum(_numel(shape) for shape, _ in spec.values())
+    total = sum(math.prod(shape) for shape, _ in spec.values())
     if flat.numel() != total:
         raise ValueError(f"flat vector has {flat.numel()} values, the parameters need {total}")
     out, offset = {}, 0
     for name, (shape, _) in spec.items():
-        n = _numel(shape)
+        n = math.prod(shape)
         out[prefix + name] = flat[offset : offset + n].reshape(shape).clone()
         offset += n
     return out
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for dim in shape:
-        n *= int(dim)
-    return n

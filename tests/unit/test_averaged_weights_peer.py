@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from peer.averaged_weights import SoloAverage
+from peer.averaged_weights import SoloAverage, restore
 from peer.checkpoint import AVERAGE_PREFIX, load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
+from peer.core.node import GossipNode
 from peer.loop import LoopConfig, run_loop
 from peer.net_config import NetConfig
 from peer.runtime import GossipPeer
@@ -60,3 +61,14 @@ def test_a_solo_peer_checkpoints_its_average_and_continues_it_after_a_resume(tmp
     # one sample after the resume, folded into the saved average (not into step 20's live weights)
     assert meta["average"]["step"] == 22
     torch.testing.assert_close(tensors[AVERAGE_PREFIX + "w"], beta * first + (1 - beta) * tensors["w"])
+
+
+def test_a_peer_stopped_while_joining_keeps_the_average_it_resumed_with(tmp_path) -> None:
+    _peer(tmp_path, 20, resume=False).run()
+    saved = load_checkpoint(tmp_path)[0][AVERAGE_PREFIX + "w"]
+    peer = _peer(tmp_path, 20, resume=True)
+    peer.node = GossipNode(GOSSIP, Identity.generate(b"\x41" * 32), peer.trainer.param_spec(), peer.trainer.get_flat_params(),
+                           now=0.0)
+    restore(peer.node.average, peer.trainer.param_spec(), *load_checkpoint(tmp_path))
+    peer._stop_while_joining(LoopConfig(checkpoint_dir=tmp_path), interrupted=False)  # its final checkpoint
+    assert torch.equal(load_checkpoint(tmp_path)[0][AVERAGE_PREFIX + "w"], saved)

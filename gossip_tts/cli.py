@@ -98,6 +98,11 @@ def manifest(directory, key_file, version) -> None:
         click.echo(written.swarm_id)
 
 
+WEIGHTS_OPTION = click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
+                              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
+"""synthesize's and eval's choice (gossip_tts.train.load.WEIGHTS; not imported here: it pulls in torch)."""
+
+
 @main.command()
 @click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--text", required=True)
@@ -111,8 +116,7 @@ def manifest(directory, key_file, version) -> None:
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
 @click.option("--codec-weights", type=click.Path(exists=True), default=None)
 @click.option("--guidance", type=click.Choice(["independent", "nested"]), default="independent", show_default=True)
-@click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
-              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
+@WEIGHTS_OPTION
 def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance,
                weights) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
@@ -141,8 +145,7 @@ def import_echo(src, out) -> None:
 @click.option("--data", "data", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
 @click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
 @click.option("--max-samples", type=int, default=256, show_default=True)
-@click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
-              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
+@WEIGHTS_OPTION
 def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
     """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
     from gossip_tts.eval_app import EvalConfig, run

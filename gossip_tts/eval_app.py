@@ -13,7 +13,7 @@ from gossip_tts.data.collate import skip_reason
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
 from gossip_tts.model import eval_loss
-from gossip_tts.train.load import WEIGHTS, load_model
+from gossip_tts.train.load import check_weights, load_model
 
 
 @dataclass
@@ -33,8 +33,7 @@ class EvalConfig:
             raise ValueError("eval needs at least one --data source")
         if self.batch_size <= 0 or self.max_samples <= 0:
             raise ValueError("batch_size and max_samples must be > 0")
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"--weights must be one of {WEIGHTS}, got {self.weights!r}")
+        check_weights(self.weights)
 
 
 def evaluate(cfg: EvalConfig, emit=print) -> float:

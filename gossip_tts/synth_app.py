@@ -13,7 +13,7 @@ from gossip_tts.audio.io import read_wav, write_wav
 from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
 from gossip_tts.model import GuidanceConfig, sample
-from gossip_tts.train.load import WEIGHTS, load_model
+from gossip_tts.train.load import check_weights, load_model
 
 
 @dataclass
@@ -50,8 +50,7 @@ class SynthConfig:
             raise ValueError(f"--seconds must be in (0, 60], got {self.seconds}")
         if self.steps <= 0:
             raise ValueError(f"--steps must be > 0, got {self.steps}")
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"--weights must be one of {WEIGHTS}, got {self.weights!r}")
+        check_weights(self.weights)
         self.sampler  # validates the guidance settings
 
     @property

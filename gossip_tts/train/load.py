@@ -16,11 +16,16 @@ WEIGHTS = ("average", "live")
 checkpoint has none, such as one written without gossip) or the live parameters as they trained."""
 
 
+def check_weights(weights: str) -> None:
+    """Refuse a `--weights` value that is not one of WEIGHTS."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"--weights must be one of {WEIGHTS}, got {weights!r}")
+
+
 def load_model(path: str | Path, device: torch.device, weights: str = "average") -> tuple[EchoDiT, dict[str, Any]]:
     """The checkpoint's model in eval mode, with the checkpoint's metadata (`meta["weights"]` says
     which weights were loaded)."""
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+    check_weights(weights)
     tensors, meta = load_checkpoint(path)
     if "model_config" not in meta:
         raise CheckpointError(f"{path} holds no model config; was it written by a TTS peer?")

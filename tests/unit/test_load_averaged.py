@@ -55,3 +55,12 @@ def test_an_average_of_something_that_is_not_a_parameter_is_refused(tmp_path) ->
         load_model(tmp_path, CPU)
     with pytest.raises(ValueError, match="weights must be"):
         load_model(tmp_path, CPU, "best")
+
+
+def test_the_cli_offers_exactly_the_weights_load_model_knows() -> None:
+    from gossip_tts.cli import main
+    from gossip_tts.train.load import WEIGHTS
+
+    for command in ("synthesize", "eval"):
+        (option,) = [p for p in main.commands[command].params if p.name == "weights"]
+        assert tuple(option.type.choices) == WEIGHTS and option.default == "average"

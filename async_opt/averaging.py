@@ -17,6 +17,17 @@ a bound no neighbour sets). The plain mean of the copies, (x + Σ_j x̂_j) / (1 
 better at step 100 of the head-to-head MLP but 3.7× worse at step 24, while the copies still
 lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benchmarks.md).
 
+A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
+how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x counts 1/(1 + m·r)
+and each copy r/(1 + m·r), and the copies carry only c = min(1, 1/r) of our residual forward.
+At r = 1 both rules are the estimate above. A straggler's residual is mostly the pulls it took
+towards those very copies (its own steps are few), so carried in full it counts them twice; and
+its own lagging parameters would otherwise weigh as much as any of the swarm's. In process,
+one 4×-slow replica among the head-to-head MLP's three fast ones (seeds 0-1, mean over steps
+60-120), its averaged weights scored 1.16-1.20× the fast replicas' with the weighting alone and
+0.98-0.99× with both rules (docs/benchmarks.md). No copy's share ever exceeds 1/m, so no copy moves x̃ by more than ρ/m, and only a
+majority of neighbours can raise r.
+
 The time average is EDM2's power-function EMA (Karras et al. 2024, "Analyzing and Improving
 the Training Dynamics of Diffusion Models", section 3.1): at step t, β_t = (1 − 1/t)^(γ+1), so
 the average covers a fixed fraction of training so far, σ_rel (its relative standard
@@ -92,27 +103,50 @@ class PowerEma:
         self.step = int(step)
 
 
+def progress_ratio(own_step: int, neighbour_steps: Sequence[int]) -> float:
+    """How far ahead the neighbours are: the lower median of their steps over ours, never below 1
+    (1.0 with none).
+
+    The lower median, so only a majority of neighbours can raise it. Never below 1: the copies
+    we hold were published up to a period ago, so their steps trail ours even in a swarm of
+    equal peers, and a peer ahead of its neighbours keeps counting them as much as itself.
+    Our own step counts as at least 1.
+    """
+    if not neighbour_steps:
+        return 1.0
+    steps = sorted(int(s) for s in neighbour_steps)
+    return max(1.0, steps[(len(steps) - 1) // 2] / max(int(own_step), 1))
+
+
 def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, float]], rho: float | None,
-                   power: float = 1.0) -> Tensor:
-    """x̃ = x + Σ_j clip(x̂_j − x̂_i, ρ) / (1 + m): our parameters moved by a full consensus step
-    over the m neighbour copies, each copy's share bounded by ρ / (1 + m) (module docstring).
+                   power: float = 1.0, progress: float = 1.0) -> Tensor:
+    """x̃ = x + r·Σ_j clip(x̂_j − x̂_i, ρ) / (1 + m·r) − (1 − c)·S·(x − x̂_i): our parameters moved
+    by a consensus step over the m neighbour copies, r = `progress` (`progress_ratio`; 1: every
+    model counts alike), each copy's share bounded by ρ·r / (1 + m·r) < ρ / m; the copies carry
+    c = min(1, 1/r) of our residual x − x̂_i forward (S: the copies' shares together; module
+    docstring).
 
     `copies` holds each copy x̂_j with its distance ||x̂_j − x̂_i|| (the caller measured it, to
     feed its radius too). A copy farther than ρ is shortened as the mixer shortens it
     (`async_opt.mixing.pull_scale`); one whose distance is not finite adds nothing. Built as
-    x + (Σ_j s_j·x̂_j − (Σ_j s_j)·x̂_i) / (1 + m), so the only parameter-sized tensor allocated
+    (1 − (1 − c)·S)·x + Σ_j s_j·x̂_j − c·S·x̂_i, so the only parameter-sized tensor allocated
     is the result, however many copies there are. Returns a new tensor.
     """
+    if not (0.0 <= progress < math.inf):
+        raise ValueError(f"progress ratio must be finite and >= 0, got {progress!r}")
     m = len(copies)
-    out = x.detach().to(torch.float32).clone()
-    total = 0.0
+    shares = []
     for idx, (c, norm) in enumerate(copies):
         if c.shape != public.shape:
             raise ValueError(f"copy {idx}: shape {tuple(c.shape)} does not match {tuple(public.shape)}")
-        share = pull_scale(norm, rho, power) / (1.0 + m)
+        shares.append(pull_scale(norm, rho, power) * progress / (1.0 + m * progress))
+    total, carry = sum(shares), min(1.0, 1.0 / progress) if progress > 0 else 1.0
+    out = x.detach().to(torch.float32).clone()
+    if total <= 0.0:
+        return out
+    out.mul_(1.0 - (1.0 - carry) * total)  # x·(1 − S) + carry·S·(x − x̂_i), as one scaling of x
+    for (c, _), share in zip(copies, shares):
         if share > 0.0:
             out.add_(c, alpha=share)
-            total += share
-    if total > 0.0:
-        out.add_(public, alpha=-total)
+    out.add_(public, alpha=-carry * total)
     return out

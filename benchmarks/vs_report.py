@@ -139,9 +139,13 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
     loss = {r.name: final_loss(r.records) for r in results if r.records}
     averaged = {r.name: final_loss(r.records, "averaged") for r in results if r.records}
     crossings = crossing_times({r.name: mean_curve(r.records) for r in results if r.records}, loss, pairs)
-    print("\nseconds until one arm reached the other's final loss (None: not within the budget):")
-    for key, t in crossings.items():
-        print(f"  {key}: {t}")
+    averaged_curves = {r.name: [c for c in mean_curve(r.records, "averaged") if math.isfinite(c[2])]
+                       for r in results if r.records}
+    averaged_crossings = crossing_times(averaged_curves, averaged, pairs)
+    for title, found in (("", crossings), (", averaged weights", averaged_crossings)):
+        print(f"\nseconds until one arm reached the other's final loss{title} (None: not within the budget):")
+        for key, t in found.items():
+            print(f"  {key}: {t}")
     averaged_ratios = {f"averaged_{key}": v for key, v in ratios(averaged, pairs).items()}
-    print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, "t_to_other_final": crossings, **extra},
-                                 sort_keys=True))
+    print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, "t_to_other_final": crossings,
+                                  "averaged_t_to_other_final": averaged_crossings, **extra}, sort_keys=True))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from async_opt import safe_norm
-from async_opt.averaging import PowerEma, swarm_estimate
+from async_opt.averaging import PowerEma, progress_ratio, swarm_estimate
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
 
@@ -39,7 +39,8 @@ class SwarmAverage:
             self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
-        estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power)
+        progress = progress_ratio(step, [c.step for c in view.copies])
+        estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
         self.current = (self.ema.update(estimate, step), self.ema.step)
 
     def reset(self, x: torch.Tensor, step: int) -> None:

@@ -262,7 +262,7 @@ class GossipNode:
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
         copies = tuple(
-            CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq)
+            CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step)
             for key, n in self.neighbours.items() if n.copy.x_hat is not None
         )
         if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread

@@ -30,6 +30,8 @@ class CopyView:
     receive time when it claims to be later: `GossipNode._apply`)."""
     seq: int = 0
     """The copy's own publish counter, from its newest update (tells the sender's publish rate)."""
+    step: int = 0
+    """The sender's training step at the copy's newest update (as it claims: tells how far ahead it is)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from async_opt.averaging import SIGMA_REL_MAX, PowerEma, power_ema_exponent, sigma_rel_of, swarm_estimate
+from async_opt.averaging import (SIGMA_REL_MAX, PowerEma, power_ema_exponent, progress_ratio, sigma_rel_of,
+                                 swarm_estimate)
 from async_opt.mixing import safe_norm
 from peer.averaged_weights import SoloAverage, checkpoint_tensors, restore
 from peer.checkpoint import AVERAGE_PREFIX
@@ -132,6 +133,58 @@ def test_a_copy_of_the_wrong_shape_is_refused() -> None:
         swarm_estimate(torch.zeros(3), torch.zeros(3), [(torch.zeros(4), 1.0)], rho=1.0)
 
 
+@pytest.mark.parametrize("own, theirs, ratio", [
+    (10, [], 1.0), (10, [10, 20, 30], 2.0), (10, [30, 20, 10], 2.0),
+    (10, [10, 10**9], 1.0),  # the lower median: one of two cannot raise it
+    (10, [10, 10, 10**9, 10**9], 1.0), (10, [-5, 20, 20], 2.0), (0, [3, 3, 3], 3.0),
+    (10, [0, 0, 40], 1.0), (100, [96, 96, 96], 1.0)])  # neighbours behind (or trailing a period): 1
+def test_progress_ratio_is_the_lower_median_step_over_ours_at_least_one(own: int, theirs: list[int], ratio: float) -> None:
+    assert progress_ratio(own, theirs) == ratio
+
+
+@pytest.mark.parametrize("r, expected", [(1.0, 3.0 / 4), (2.0, 6.0 / 7), (5.0, 15.0 / 16), (0.0, 0.0)])
+def test_a_straggler_weighs_itself_by_how_far_behind_it_is(r: float, expected: float) -> None:
+    """x counts 1/(1 + m·r), each copy r/(1 + m·r): at r = 1 every model alike, r = 0 ours alone."""
+    x = public = torch.zeros(2)
+    got = swarm_estimate(x, public, _diffs(public, [torch.ones(2)] * 3), rho=None, progress=r)
+    assert torch.allclose(got, torch.full((2,), expected))
+
+
+@pytest.mark.parametrize("r, expected", [(1.0, 1.0), (2.0, 1.0 - 0.5 * 6.0 / 7), (5.0, 1.0 - 0.8 * 15.0 / 16),
+                                         (0.5, 1.0)])
+def test_a_straggler_carries_only_one_over_r_of_its_residual_to_the_copies(r: float, expected: float) -> None:
+    """Residual x − x̂_i = 1, copies where our public copy is: at r ≤ 1 every copy is carried
+    forward by all of it; r× behind, by 1/r of it (x̃ = x − (1 − 1/r)·S·(x − x̂_i), S = m·r/(1 + m·r))."""
+    x, public = torch.ones(2), torch.zeros(2)
+    got = swarm_estimate(x, public, _diffs(public, [torch.zeros(2)] * 3), rho=None, progress=r)
+    assert torch.allclose(got, torch.full((2,), expected))
+
+
+def test_however_far_ahead_copies_claim_to_be_none_moves_the_estimate_past_rho_over_m() -> None:
+    x = public = torch.zeros(1000)
+    copies = [torch.full((1000,), 1.0), torch.full((1000,), 1.0)]
+    rho = safe_norm(copies[0])  # both within the radius: each pulls its whole length
+    got = swarm_estimate(x, public, _diffs(public, copies), rho, progress=1e12)
+    assert float(got.norm()) <= rho + 1e-3  # each copy's share is below 1/m = 1/2
+    assert float(got.norm()) == pytest.approx(rho, rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan])
+def test_a_progress_ratio_that_is_not_finite_and_non_negative_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="progress ratio"):
+        swarm_estimate(torch.zeros(2), torch.zeros(2), [], rho=None, progress=bad)
+
+
+def test_a_straggler_node_averages_mostly_what_its_neighbours_reached() -> None:
+    """Neighbours at step 20 while we are at 4 (r = 5): x counts 1/16, each of the 3 copies 5/16."""
+    cfg = GossipConfig(compression="identity", clip=False)
+    x = torch.zeros(8)
+    copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 20) for k in (1, 2, 3))
+    avg = SwarmAverage(cfg)
+    avg.update(x, MixView(x, copies, 0.0), 4)
+    assert torch.allclose(avg.current[0], torch.full((8,), 15.0 / 16))
+
+
 # ---------------------------------------------------------------- the node keeps it
 def _node(cfg: GossipConfig | None = None, n: int = 6) -> GossipNode:
     return GossipNode(cfg or GossipConfig(compression="identity"), Identity.generate(b"\x05" * 32), flat_model_spec(n),
@@ -160,8 +213,8 @@ def test_adopting_a_state_restarts_the_average_from_it() -> None:
 def test_a_liar_far_away_does_not_move_the_swarm_average() -> None:
     cfg = GossipConfig(compression="identity", clip_min_neighbours=3)
     x = torch.ones(100)  # ||x̂_i|| = 10: the radius cap, 5, is far above the honest distances
-    honest = [CopyView(bytes([k]) * 32, 1, x + 0.01 * v, 0.0) for k, v in ((1, 1), (2, 2), (3, 2))]
-    liar = CopyView(b"\x09" * 32, 1, x + 1e4, 0.0)
+    honest = [CopyView(bytes([k]) * 32, 1, x + 0.01 * v, 0.0, 1, 4) for k, v in ((1, 1), (2, 2), (3, 2))]
+    liar = CopyView(b"\x09" * 32, 1, x + 1e4, 0.0, 1, 10**12)  # and it claims to be far ahead
     avg, avg2 = SwarmAverage(cfg), SwarmAverage(cfg)
     avg.update(x, MixView(x, tuple(honest), 10.0), 4)
     avg2.update(x, MixView(x, tuple(honest + [liar]), 10.0), 4)

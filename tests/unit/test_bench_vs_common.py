@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -112,6 +113,23 @@ def test_crossing_times_say_when_each_arm_reached_the_others_final_loss() -> Non
     finals = {"g": 0.3, "d": 0.35}
     out = vr.crossing_times(curves, finals, {"g/d": ("g", "d"), "g/x": ("g", "x")})
     assert out == {"g -> d final": 10.0, "d -> g final": None}
+
+
+def test_report_says_when_each_arm_reached_the_others_final_loss_on_averaged_weights_too(capsys) -> None:
+    """The straggler target is read on averaged weights: the ratio line carries those crossings
+    (an evaluation before the first sample, NaN, is skipped)."""
+    def arm(name: str, live: list[float], averaged: list[float]) -> vc.ArmResult:
+        rec = {"curve": [(5.0 * i, 0, v) for i, v in enumerate(live)],
+               "averaged": [(5.0 * i, 0, v) for i, v in enumerate(averaged)], "samples": 1}
+        return vc.ArmResult(name, [rec], 10.0, 0.0, 1.0)
+
+    vr.report([arm("d", [1.0, 0.5, 0.4], [math.nan, 0.3, 0.2]), arm("g", [1.0, 0.6, 0.5], [math.nan, 0.2, 0.1])],
+              None, {"g/d": ("g", "d")}, {})
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    got = json.loads(line.removeprefix("ratio: "))
+    assert got["t_to_other_final"] == {"g -> d final": None, "d -> g final": 5.0}
+    assert got["averaged_t_to_other_final"] == {"g -> d final": 5.0, "d -> g final": None}
+    assert got["averaged_g/d"] == pytest.approx(0.5)
 
 
 def test_every_arm_averages_by_the_peers_own_rule_and_defaults() -> None:

@@ -116,6 +116,8 @@ def test_snapshot_for_new_pair_then_only_updates():
     a.handle_response(reply, clock())
     held = b.neighbours[a.identity.public_key].copy
     assert torch.equal(held.x_hat, a.public.x_hat) and held.seq == 1
+    (seen,) = b.view_slot.current.copies  # the mixer and the averaged weights see its seq and step
+    assert (seen.seq, seen.step) == (1, a.step) and a.step == 2
     # next round: b has a's seq 1, so a sends only the new update
     for _ in range(2):
         trainers[0].step()

@@ -18,15 +18,17 @@ better at step 100 of the head-to-head MLP but 3.7× worse at step 24, while the
 lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benchmarks.md).
 
 A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
-how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x counts 1/(1 + m·r)
-and each copy r/(1 + m·r), and the copies carry only c = min(1, 1/r) of our residual forward.
+how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x
+counts 1/(1 + m·r) and each copy r/(1 + m·r), and the copies carry only c = 1/r of our
+residual forward.
 At r = 1 both rules are the estimate above. A straggler's residual is mostly the pulls it took
 towards those very copies (its own steps are few), so carried in full it counts them twice; and
 its own lagging parameters would otherwise weigh as much as any of the swarm's. In process,
-one 4×-slow replica among the head-to-head MLP's three fast ones (seeds 0-1, mean over steps
-60-120), its averaged weights scored 1.16-1.20× the fast replicas' with the weighting alone and
-0.98-0.99× with both rules (docs/benchmarks.md). No copy's share ever exceeds 1/m, so no copy moves x̃ by more than ρ/m, and only a
-majority of neighbours can raise r.
+one 4×-slow replica among the head-to-head MLP's three fast ones, each publishing on the peer's
+own cadence (`benchmarks/averaging_probe.py --straggler --steps 120`, seeds 0-1, the second
+half), its averaged weights scored 1.65-2.00× the fast replicas' with every model counted
+alike and 1.05-1.08× with both rules. No copy's share ever exceeds 1/m, so no copy moves x̃ by
+more than ρ/m, and only a majority of neighbours can raise r.
 
 The time average is EDM2's power-function EMA (Karras et al. 2024, "Analyzing and Improving
 the Training Dynamics of Diffusion Models", section 3.1): at step t, β_t = (1 − 1/t)^(γ+1), so

@@ -1,6 +1,6 @@
 """What a replica's loss is made of, and which averaging removes it, at equal steps.
 
-    python benchmarks/averaging_probe.py [--steps 100] [--seeds 0,1,2]
+    python benchmarks/averaging_probe.py [--steps 100] [--seeds 0,1,2] [--straggler]
 
 The head-to-head MLP (benchmarks/vs_common.py: 1.1M parameters, Adam, batch 1024) as 4
 replicas in ONE process, in synchronous rounds: every replica takes a step; every 4th step
@@ -13,6 +13,11 @@ figures hold no wall-clock, load or protocol-CPU effects: only the algorithm. Ar
 - gossip (the peer's default codec) and gossip int8: the real mixing step;
 - pull P: every 4 steps each replica moves P of the way (×4/3) to the exact mean of all four
   (no compression, no staleness): exact periodic averaging.
+
+With `--straggler` (`--steps` then counts rounds): one replica steps once every 4 rounds, every
+replica publishes when the peer's own `PublishCadence` says so, and the straggler's averaged
+weights are scored against the fast replicas', with the peer's progress weighting and with
+every model counted alike (the control).
 
 Each arm's held-out loss (the teacher's clean outputs), averaged over the last 4 steps so that
 no arm is caught just after (or just before) its exchange, three ways: a replica as it
@@ -41,6 +46,7 @@ from vs_common import AVERAGE_EVERY, AVERAGE_SIGMA_REL, Task, Workload, build_mo
 from async_opt.averaging import PowerEma  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
+from peer.core.cadence import PublishCadence  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from protocol import Identity, flat_model_spec  # noqa: E402
@@ -121,15 +127,80 @@ def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
     return {view: statistics.mean(values) for view, values in seen.items()}
 
 
+def run_straggler_arm(w: Workload, steps: int, weigh_progress: bool, slow: int = 4) -> tuple[float, float]:
+    """Replica N−1 steps once every `slow` rounds; every replica publishes when the peer's own
+    `PublishCadence` says so (a fake clock, 0.1 s a round) and exchanges with a random other.
+    Returns the averaged weights' held-out loss over the second half (every 8 rounds): the fast
+    replicas' mean and the straggler's. `weigh_progress` False is the control: every model
+    counts alike in the swarm estimate, as a peer of equal speed counts them."""
+    tasks = [Task(w, r) for r in range(N)]
+    models = [build_model(w, seed=w.seed) for _ in range(N)]
+    opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
+    now = 1e6
+    cfg = GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL)
+    nodes = [GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), flat_model_spec(flat(models[0]).numel()),
+                        flat(models[i]), now=now, metrics=Metrics()) for i in range(N)]
+    for node in nodes:
+        node.average.weigh_progress = weigh_progress
+    mixers = [Mixer(cfg) for _ in nodes]
+    cadences = [PublishCadence(cfg.gossip_every, cfg.publish_catch_up) for _ in nodes]
+    rng, probe, own, fast, lagging = random.Random(w.seed), build_model(w, seed=w.seed), [0] * N, [], []
+
+    def loss_of(vector: torch.Tensor) -> float:
+        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
+        return tasks[0].eval_loss(probe)
+
+    for s in range(1, steps + 1):
+        now += 0.1
+        for i, m in enumerate(models):
+            if i == N - 1 and s % slow:
+                continue
+            step_replicas([m], [opts[i]], [tasks[i]], ddp=False)
+            own[i] += 1
+            mixers[i].observe_boundary(now)
+            view = nodes[i].view_slot.current
+            cadences[i].observe(view)
+            if mixers[i].has_news(view):
+                torch.nn.utils.vector_to_parameters(mixers[i].mix(flat(m), view, own[i], now)[0], m.parameters())
+            if cadences[i].due(own[i], now):
+                nodes[i].publish(flat(m), own[i], now)
+                cadences[i].published(own[i], now)
+                exchange(nodes[i], nodes[rng.choice([j for j in range(N) if j != i])], now)
+        if s % 8 == 0 and s > steps // 2:
+            scores = [loss_of(n.average.current[0]) for n in nodes]
+            fast.append(statistics.mean(scores[:-1]))
+            lagging.append(scores[-1])
+    return statistics.mean(fast), statistics.mean(lagging)
+
+
+def straggler_main(a: argparse.Namespace) -> None:
+    print(f"{N} replicas in one process, replica {N - 1} 4x slower, {a.steps} rounds; averaged weights' held-out "
+          "loss, mean over the second half", flush=True)
+    print("\n| seed | arm | fast replicas | straggler | straggler / fast |\n|---|---|---|---|---|")
+    ratio: dict[str, list[float]] = {"progress-weighted: straggler / fast": [], "equal weights: straggler / fast": []}
+    for seed in [int(s) for s in a.seeds.split(",")]:
+        for name, weigh in (("progress-weighted", True), ("equal weights", False)):
+            f, lag = run_straggler_arm(Workload(seed=seed), a.steps, weigh)
+            ratio[f"{name}: straggler / fast"].append(round(lag / f, 3))
+            print(f"| {seed} | {name} | {f:.6f} | {lag:.6f} | {lag / f:.3f} |", flush=True)
+    print("\nratio: " + json.dumps(ratio, sort_keys=True))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--pull", type=float, default=0.3)
+    ap.add_argument("--straggler", action="store_true",
+                    help="one replica 4x slower: its averaged weights with and without progress weighting")
     a = ap.parse_args()
     if a.steps < 2 * EVERY:
         raise SystemExit(f"--steps must be >= {2 * EVERY} (the scores are of the last {EVERY}, after a first publish)")
     torch.set_num_threads(1)
+    if a.straggler:
+        print(describe())
+        straggler_main(a)
+        return
     arms = {"alone": {}, "ddp": {"ddp": True}, "gossip (default codec)": {"gossip": {}},
             "gossip int8": {"gossip": {"compression": "int8"}}, f"pull {a.pull:g}": {"pull": a.pull}}
     print(describe())

@@ -28,6 +28,9 @@ class SwarmAverage:
         self.radius = cfg.clip_radius()
         self.current: tuple[torch.Tensor, int] | None = None
         """(averaged weights, the step of the newest sample), or None before the first publish."""
+        self.weigh_progress = True
+        """False counts every model alike however far ahead its owner is (the control arm of
+        `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
 
     def update(self, x: torch.Tensor, view: MixView, step: int) -> None:
         """Fold in the estimate at a publish: `x` just published, `view` the copies held now."""
@@ -39,7 +42,7 @@ class SwarmAverage:
             self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
-        progress = progress_ratio(step, [c.step for c in view.copies])
+        progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0
         estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
         self.current = (self.ema.update(estimate, step), self.ema.step)
 

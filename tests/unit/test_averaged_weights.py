@@ -180,9 +180,28 @@ def test_a_straggler_node_averages_mostly_what_its_neighbours_reached() -> None:
     cfg = GossipConfig(compression="identity", clip=False)
     x = torch.zeros(8)
     copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 20) for k in (1, 2, 3))
-    avg = SwarmAverage(cfg)
+    avg, control = SwarmAverage(cfg), SwarmAverage(cfg)
+    control.weigh_progress = False  # the benchmarks' control: every model counts alike
     avg.update(x, MixView(x, copies, 0.0), 4)
+    control.update(x, MixView(x, copies, 0.0), 4)
     assert torch.allclose(avg.current[0], torch.full((8,), 15.0 / 16))
+    assert torch.allclose(control.current[0], torch.full((8,), 3.0 / 4))
+
+
+def test_the_straggler_probe_runs_the_peer_cadence_and_scores_both_rules() -> None:
+    """benchmarks/averaging_probe.py --straggler on a tiny workload: the rounds run through the
+    real cadence, node and mixer, and the fast replicas score alike under both rules (r = 1)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import averaging_probe
+    from vs_common import Workload
+
+    w = Workload(hidden=8, batch_size=16, eval_samples=32)
+    weighted, control = (averaging_probe.run_straggler_arm(w, 32, weigh) for weigh in (True, False))
+    assert all(math.isfinite(v) and v > 0 for v in weighted + control)
+    assert weighted[0] == pytest.approx(control[0], rel=1e-6)
 
 
 # ---------------------------------------------------------------- the node keeps it

@@ -20,8 +20,7 @@ lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benc
 A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
 how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x
 counts 1/(1 + m·r) and each copy r/(1 + m·r), and the copies carry only c = 1/r of our
-residual forward.
-At r = 1 both rules are the estimate above. A straggler's residual is mostly the pulls it took
+residual forward. At r = 1 both rules are the estimate above. A straggler's residual is mostly the pulls it took
 towards those very copies (its own steps are few), so carried in full it counts them twice; and
 its own lagging parameters would otherwise weigh as much as any of the swarm's. In process,
 one 4×-slow replica among the head-to-head MLP's three fast ones, each publishing on the peer's

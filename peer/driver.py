@@ -287,7 +287,7 @@ class AsyncDriver:
         x = self._fetched.pop(a.token)
         self._fetched.clear()
         self.on_adopt(x)  # the training thread is waiting on `joined`: it is not stepping
-        await self.worker.call(self.node.adopt, x)
+        await self.worker.call(self.node.adopt, x, a.step)
 
     async def _join_done(self) -> None:
         if self._adopting is not None:

@@ -259,7 +259,7 @@ class SimPeer(SimServer):
         self._fetched.clear()
         assert self.trainer is not None
         self.trainer.set_flat_params(x)
-        self._node().adopt(x)
+        self._node().adopt(x, a.step)
         if self.sim.peers[self.sim.index_of[a.address]].attacker:  # what joining must never do
             self.metrics.inc("adopted_from_attacker_total")
         return self.sim.cost.op_s, None

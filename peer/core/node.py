@@ -167,8 +167,8 @@ class GossipNode:
         self.average.update(x, self.view_slot.current, self.step)
         return seq
 
-    def adopt(self, x: torch.Tensor) -> None:
-        """Start our public copy afresh from `x` (after joining from a neighbour's state)."""
+    def adopt(self, x: torch.Tensor, step: int | None = None) -> None:
+        """Start our public copy afresh from `x`, a neighbour's state (at its `step`, when known)."""
         x = x.detach().to(torch.float32).clone()
         self.public.reset(x, 0)
         self.last_x = x
@@ -179,7 +179,7 @@ class GossipNode:
         for n in self.neighbours.values():
             n.acked_seq = -1
         self._publish_view()
-        self.average.reset(x, self.step)
+        self.average.reset(x, self.step, step)
 
     def forget(self, key: bytes) -> None:
         """Drop a neighbour's copy (it was evicted)."""

@@ -101,3 +101,21 @@ def test_both_drivers_turn_one_trace_into_the_same_actions():
     kinds = {type(x).__name__ for x in a}
     assert {"SendHello", "FetchState", "Adopt", "JoinDone", "Publish", "Exchange", "Forget"} <= kinds, kinds
     assert a == b
+
+
+def test_both_drivers_adopt_a_state_at_the_step_it_was_at() -> None:
+    """A joiner's steps start again at 0 while the state it adopted was trained for many: both
+    drivers hand the node that step, so its averaged weights do not count it behind for good."""
+    import asyncio
+
+    from peer.core.actions import Adopt
+
+    driver, _ = real_driver(Clock())
+    driver._fetched[9] = torch.full((4,), 3.0)
+    asyncio.run(driver._adopt(Adopt(token=9, address=PEERS[0], step=123)))
+    assert driver.node.average.step_offset == 123 - driver.node.step == 123
+    sim, _ = sim_driver(Clock())
+    node = sim._node()
+    sim._fetched[9] = node.public.x_hat.clone()
+    sim._adopt_job(Adopt(token=9, address=sim.sim.peers[1].address, step=123))
+    assert node.average.step_offset == 123 - node.step == 123

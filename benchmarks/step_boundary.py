@@ -30,6 +30,7 @@ from machine import describe  # noqa: E402
 
 from async_opt import mix_step  # noqa: E402
 from peer.boundary import BoundaryHook  # noqa: E402
+from peer.core.cadence import PublishCadence  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
@@ -110,7 +111,8 @@ def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compr
             worker._executor.submit(worker.publish_pending)
             publishes[0] += 1
 
-    hook = BoundaryHook(Mixer(cfg), me.view_slot, worker.pending, notify, Metrics(), gossip_every, time.time)
+    hook = BoundaryHook(Mixer(cfg), me.view_slot, worker.pending, notify, Metrics(), PublishCadence(gossip_every, 0.0),
+                        time.time)
     hook_s, mix_s = [], []
     try:
         while len(hook_s) < boundaries and not stop.is_set():

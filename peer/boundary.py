@@ -74,13 +74,11 @@ class BoundaryHook:
     """
 
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
-                 notify: Callable[[int, bool], None], metrics: Metrics, gossip_every: int,
-                 clock: Callable[[], float], catch_up: float = 0.0) -> None:
-        """`catch_up`: GossipConfig.publish_catch_up (peer.core.cadence); 0, counting steps only,
-        unless a caller passes the peer's setting."""
+                 notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
+                 clock: Callable[[], float]) -> None:
+        """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
-        self.metrics, self.clock = metrics, clock
-        self.cadence = PublishCadence(gossip_every, catch_up)
+        self.metrics, self.cadence, self.clock = metrics, cadence, clock
         self.last_mixed = 0
         """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
 

@@ -65,8 +65,7 @@ class GossipPeer:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
         assert self.node is not None and self.worker is not None and self.driver is not None
         return BoundaryHook(Mixer(self.gossip_cfg), self.node.view_slot, self.worker.pending,
-                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.gossip_every, time.time,
-                            catch_up=self.gossip_cfg.publish_catch_up)
+                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time)
 
     def averaged_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """The node's averaged weights as checkpoint tensors (peer.averaged_weights); any thread."""

@@ -82,7 +82,7 @@ class SimPeer(SimServer):
         self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
                                peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg), self.node.view_slot, self.pending, self.on_boundary,
-                                 self.metrics, cfg.gossip_every, self.sim.clock, catch_up=cfg.publish_catch_up)
+                                 self.metrics, cfg.publish_cadence(), self.sim.clock)
         if isinstance(trainer, AttackTrainer):
             view_slot = self.node.view_slot
             trainer.peek = lambda: [c.x_hat for c in view_slot.current.copies]

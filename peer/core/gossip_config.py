@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from async_opt import NeighbourRadius
+    from peer.core.cadence import PublishCadence
 
 
 @dataclass
@@ -115,6 +116,13 @@ class GossipConfig:
 
         return NeighbourRadius(q=self.clip_quantile, multiplier=self.clip_multiplier,
                                min_neighbours=self.clip_min_neighbours, max_relative=self.clip_max_relative)
+
+    def publish_cadence(self) -> "PublishCadence":
+        """A fresh publish cadence with these settings (`gossip_every`, `publish_catch_up`): the one
+        rule both drivers' step-boundary hooks use."""
+        from peer.core.cadence import PublishCadence
+
+        return PublishCadence(self.gossip_every, self.publish_catch_up)
 
     @property
     def resolved_staleness(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
+from peer.core.cadence import PublishCadence
 from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.view import MixView, ViewSlot
@@ -26,7 +27,7 @@ class Flat:
 def test_trainer_figures_become_gauges_and_a_copy_is_handed_over_when_due():
     metrics, pending, told = Metrics(), PendingPublish(), []
     hook = BoundaryHook(Mixer(GossipConfig(swarm="t")), ViewSlot(MixView(torch.zeros(4))), pending,
-                        lambda step, due: told.append((step, due)), metrics, 2, lambda: 0.0)
+                        lambda step, due: told.append((step, due)), metrics, PublishCadence(2, 0.0), lambda: 0.0)
     tr = Flat()
     for k in (1, 2):
         tr.step_count = k
@@ -47,7 +48,7 @@ def test_a_peer_much_slower_than_its_neighbours_publishes_at_their_pace():
     told: list[tuple[int, bool]] = []
     cfg = GossipConfig(swarm="t")
     hook = BoundaryHook(Mixer(cfg), slot, PendingPublish(), lambda step, due: told.append((step, due)), Metrics(),
-                        cfg.gossip_every, lambda: now[0], catch_up=cfg.publish_catch_up)
+                        cfg.publish_cadence(), lambda: now[0])
     tr = Flat()
     for k in range(1, 9):
         now[0] = 4.0 * k

@@ -10,6 +10,7 @@ import time
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
+from peer.core.cadence import PublishCadence
 from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
@@ -46,7 +47,8 @@ def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
         return real_get()
 
     tr.get_flat_params = get_flat_params_slowly  # type: ignore[method-assign]
-    hook = BoundaryHook(Mixer(me.cfg), me.view_slot, PendingPublish(), lambda s, d: None, Metrics(), 1000, lambda: NOW)
+    hook = BoundaryHook(Mixer(me.cfg), me.view_slot, PendingPublish(), lambda s, d: None, Metrics(),
+                        PublishCadence(1000, 0.0), lambda: NOW)
     errors: list[BaseException] = []
 
     def training() -> None:

@@ -20,14 +20,15 @@ lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benc
 A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
 how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x
 counts 1/(1 + m·r) and each copy r/(1 + m·r), and the copies carry only c = 1/r of our
-residual forward. At r = 1 both rules are the estimate above. A straggler's residual is mostly the pulls it took
-towards those very copies (its own steps are few), so carried in full it counts them twice; and
-its own lagging parameters would otherwise weigh as much as any of the swarm's. In process,
+residual forward. At r = 1 both rules are the estimate above. A straggler's residual is
+mostly the pulls it took towards those very copies (its own steps are few), so carried in
+full it counts them twice; and its own lagging parameters would otherwise weigh as much as
+any of the swarm's. In process,
 one 4×-slow replica among the head-to-head MLP's three fast ones, each publishing on the peer's
 own cadence (`benchmarks/averaging_probe.py --straggler --steps 120`, seeds 0-1, the second
 half), its averaged weights scored 1.65-2.00× the fast replicas' with every model counted
 alike and 1.05-1.08× with both rules. No copy's share ever exceeds 1/m, so no copy moves x̃ by
-more than ρ/m, and only a majority of neighbours can raise r.
+more than ρ/m, and only a majority of at least two neighbours can raise r.
 
 The time average is EDM2's power-function EMA (Karras et al. 2024, "Analyzing and Improving
 the Training Dynamics of Diffusion Models", section 3.1): at step t, β_t = (1 − 1/t)^(γ+1), so
@@ -106,14 +107,15 @@ class PowerEma:
 
 def progress_ratio(own_step: int, neighbour_steps: Sequence[int]) -> float:
     """How far ahead the neighbours are: the lower median of their steps over ours, never below 1
-    (1.0 with none).
+    (1.0 with fewer than two neighbours).
 
-    The lower median, so only a majority of neighbours can raise it. Never below 1: the copies
-    we hold were published up to a period ago, so their steps trail ours even in a swarm of
-    equal peers, and a peer ahead of its neighbours keeps counting them as much as itself.
-    Our own step counts as at least 1.
+    The lower median, so only a majority of neighbours can raise it, and never one neighbour
+    alone: a lone neighbour's claim would set its own weight (with two, the lower median is the
+    smaller claim). Never below 1: the copies we hold were published up to a period ago, so
+    their steps trail ours even in a swarm of equal peers, and a peer ahead of its neighbours
+    keeps counting them as much as itself. Our own step counts as at least 1.
     """
-    if not neighbour_steps:
+    if len(neighbour_steps) < 2:
         return 1.0
     steps = sorted(int(s) for s in neighbour_steps)
     return max(1.0, steps[(len(steps) - 1) // 2] / max(int(own_step), 1))

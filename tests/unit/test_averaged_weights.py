@@ -135,6 +135,7 @@ def test_a_copy_of_the_wrong_shape_is_refused() -> None:
 
 @pytest.mark.parametrize("own, theirs, ratio", [
     (10, [], 1.0), (10, [10, 20, 30], 2.0), (10, [30, 20, 10], 2.0),
+    (10, [10**9], 1.0),  # a lone neighbour does not set its own weight
     (10, [10, 10**9], 1.0),  # the lower median: one of two cannot raise it
     (10, [10, 10, 10**9, 10**9], 1.0), (10, [-5, 20, 20], 2.0), (0, [3, 3, 3], 3.0),
     (10, [0, 0, 40], 1.0), (100, [96, 96, 96], 1.0)])  # neighbours behind (or trailing a period): 1

@@ -5,6 +5,9 @@ says why and how). Updated by the node's owner at every publish, from the parame
 published and the neighbour copies held then; read by the training thread (checkpoints)
 through `current`, one attribute holding an immutable (tensor, step) pair: an update builds a
 new tensor and replaces the pair, so a reader never sees half an update and never waits.
+Checkpoints also read `step_offset`, an int the owner replaces at an adoption; one taken while
+a join is adopting may pair the old offset with the new average (or the reverse), which only
+shifts how far behind the restored peer first counts itself.
 """
 
 from __future__ import annotations

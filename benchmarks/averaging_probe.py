@@ -46,7 +46,6 @@ from vs_common import AVERAGE_EVERY, AVERAGE_SIGMA_REL, Task, Workload, build_mo
 from async_opt.averaging import PowerEma  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
-from peer.core.cadence import PublishCadence  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from protocol import Identity, flat_model_spec  # noqa: E402
@@ -77,6 +76,23 @@ def step_replicas(models: list, opts: list, tasks: list[Task], ddp: bool) -> Non
         opt.step()
 
 
+def make_nodes(cfg: GossipConfig, models: list, now: float) -> list[GossipNode]:
+    """One real gossip node per replica, starting from its parameters."""
+    return [GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), flat_model_spec(flat(models[0]).numel()),
+                       flat(m), now=now, metrics=Metrics()) for i, m in enumerate(models)]
+
+
+def held_out_scorer(w: Workload, task: Task):
+    """A function from a parameter vector to its held-out loss on `task` (one probe model, reloaded)."""
+    probe = build_model(w, seed=w.seed)
+
+    def loss_of(vector: torch.Tensor) -> float:
+        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
+        return task.eval_loss(probe)
+
+    return loss_of
+
+
 def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
     tasks = [Task(w, r) for r in range(N)]
     ddp = arm.get("ddp", False)
@@ -84,17 +100,11 @@ def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
     opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
     now = 1e6
     gossip = arm.get("gossip")
-    nodes = [GossipNode(GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL, **gossip),
-                        Identity.generate(bytes([i + 1]) * 32), flat_model_spec(flat(models[0]).numel()), flat(models[i]),
-                        now=now, metrics=Metrics())
-             for i in range(N)] if gossip is not None else []
+    nodes = make_nodes(GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL, **gossip), models, now) \
+        if gossip is not None else []
     mixers = [Mixer(node.cfg) for node in nodes]
     emas = [PowerEma(AVERAGE_SIGMA_REL) for _ in models]
-    rng, probe, seen = random.Random(w.seed), build_model(w, seed=w.seed), {v: [] for v in VIEWS}
-
-    def loss_of(vector: torch.Tensor) -> float:
-        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
-        return tasks[0].eval_loss(probe)
+    rng, loss_of, seen = random.Random(w.seed), held_out_scorer(w, tasks[0]), {v: [] for v in VIEWS}
 
     for s in range(1, steps + 1):
         now += 0.1
@@ -138,17 +148,12 @@ def run_straggler_arm(w: Workload, steps: int, weigh_progress: bool, slow: int =
     opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
     now = 1e6
     cfg = GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL)
-    nodes = [GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), flat_model_spec(flat(models[0]).numel()),
-                        flat(models[i]), now=now, metrics=Metrics()) for i in range(N)]
+    nodes = make_nodes(cfg, models, now)
     for node in nodes:
         node.average.weigh_progress = weigh_progress
     mixers = [Mixer(cfg) for _ in nodes]
-    cadences = [PublishCadence(cfg.gossip_every, cfg.publish_catch_up) for _ in nodes]
-    rng, probe, own, fast, lagging = random.Random(w.seed), build_model(w, seed=w.seed), [0] * N, [], []
-
-    def loss_of(vector: torch.Tensor) -> float:
-        torch.nn.utils.vector_to_parameters(vector, probe.parameters())
-        return tasks[0].eval_loss(probe)
+    cadences = [cfg.publish_cadence() for _ in nodes]
+    rng, loss_of, own, fast, lagging = random.Random(w.seed), held_out_scorer(w, tasks[0]), [0] * N, [], []
 
     for s in range(1, steps + 1):
         now += 0.1

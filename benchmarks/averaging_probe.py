@@ -41,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
-from vs_common import AVERAGE_EVERY, AVERAGE_SIGMA_REL, Task, Workload, build_model  # noqa: E402
+from vs_common import AVERAGE_EVERY, AVERAGE_SIGMA_REL  # noqa: E402
+from vs_workloads import MLPTask, MLPWorkload  # noqa: E402
 
 from async_opt.averaging import PowerEma  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
@@ -66,7 +67,7 @@ def exchange(a: GossipNode, b: GossipNode, now: float) -> None:
     a.handle_response(reply, now)
 
 
-def step_replicas(models: list, opts: list, tasks: list[Task], ddp: bool) -> None:
+def step_replicas(models: list, opts: list, tasks: list[MLPTask], ddp: bool) -> None:
     """One Adam step of every replica, or with `ddp` one step of the single model on the mean gradient."""
     for i, (m, opt) in enumerate(zip(models, opts)):
         opt.zero_grad()
@@ -82,9 +83,9 @@ def make_nodes(cfg: GossipConfig, models: list, now: float) -> list[GossipNode]:
                        flat(m), now=now, metrics=Metrics()) for i, m in enumerate(models)]
 
 
-def held_out_scorer(w: Workload, task: Task):
+def held_out_scorer(w: MLPWorkload, task: MLPTask):
     """A function from a parameter vector to its held-out loss on `task` (one probe model, reloaded)."""
-    probe = build_model(w, seed=w.seed)
+    probe = w.build_model()
 
     def loss_of(vector: torch.Tensor) -> float:
         torch.nn.utils.vector_to_parameters(vector, probe.parameters())
@@ -93,10 +94,10 @@ def held_out_scorer(w: Workload, task: Task):
     return loss_of
 
 
-def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
-    tasks = [Task(w, r) for r in range(N)]
+def run_arm(w: MLPWorkload, steps: int, arm: dict) -> dict[str, float]:
+    tasks = [w.task(r) for r in range(N)]
     ddp = arm.get("ddp", False)
-    models = [build_model(w, seed=w.seed) for _ in range(1 if ddp else N)]
+    models = [w.build_model() for _ in range(1 if ddp else N)]
     opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
     now = 1e6
     gossip = arm.get("gossip")
@@ -137,14 +138,14 @@ def run_arm(w: Workload, steps: int, arm: dict) -> dict[str, float]:
     return {view: statistics.mean(values) for view, values in seen.items()}
 
 
-def run_straggler_arm(w: Workload, steps: int, weigh_progress: bool, slow: int = 4) -> tuple[float, float]:
+def run_straggler_arm(w: MLPWorkload, steps: int, weigh_progress: bool, slow: int = 4) -> tuple[float, float]:
     """Replica N−1 steps once every `slow` rounds; every replica publishes when the peer's own
     `PublishCadence` says so (a fake clock, 0.1 s a round) and exchanges with a random other.
     Returns the averaged weights' held-out loss over the second half (every 8 rounds): the fast
     replicas' mean and the straggler's. `weigh_progress` False is the control: every model
     counts alike in the swarm estimate, as a peer of equal speed counts them."""
-    tasks = [Task(w, r) for r in range(N)]
-    models = [build_model(w, seed=w.seed) for _ in range(N)]
+    tasks = [w.task(r) for r in range(N)]
+    models = [w.build_model() for _ in range(N)]
     opts = [torch.optim.Adam(m.parameters(), lr=w.lr) for m in models]
     now = 1e6
     cfg = GossipConfig(swarm="probe", average_sigma_rel=AVERAGE_SIGMA_REL)
@@ -185,7 +186,7 @@ def straggler_main(a: argparse.Namespace) -> None:
     ratio: dict[str, list[float]] = {"progress-weighted: straggler / fast": [], "equal weights: straggler / fast": []}
     for seed in [int(s) for s in a.seeds.split(",")]:
         for name, weigh in (("progress-weighted", True), ("equal weights", False)):
-            f, lag = run_straggler_arm(Workload(seed=seed), a.steps, weigh)
+            f, lag = run_straggler_arm(MLPWorkload(seed=seed), a.steps, weigh)
             ratio[f"{name}: straggler / fast"].append(round(lag / f, 3))
             print(f"| {seed} | {name} | {f:.6f} | {lag:.6f} | {lag / f:.3f} |", flush=True)
     print("\nratio: " + json.dumps(ratio, sort_keys=True))
@@ -212,7 +213,7 @@ def main() -> None:
     print(f"{N} replicas in one process, {a.steps} steps each, exchange every {EVERY}; held-out loss, mean of the last {EVERY} steps")
     results: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     for seed in [int(s) for s in a.seeds.split(",")]:
-        w = Workload(seed=seed)
+        w = MLPWorkload(seed=seed)
         print(f"\nseed {seed}\n\n| arm | " + " | ".join(VIEWS) + " |\n" + "|---" * (len(VIEWS) + 1) + "|", flush=True)
         for name, arm in arms.items():
             r = run_arm(w, a.steps, arm)

@@ -1,17 +1,10 @@
-"""What the head-to-head benchmarks (vs_ddp.py, vs_hivemind.py) share: one seeded workload,
-arms of N OS processes in one process group, the machine load during each arm, and the table.
+"""What the head-to-head benchmarks (vs_ddp.py, vs_hivemind.py) share: arms of N OS processes
+in one process group, the common start, the training step and the averaged weights every arm
+keeps, and the machine load during each arm. The workloads themselves are in vs_workloads.py.
 
 Imports only torch, the standard library and the project's pure `async_opt` (torch only, found
 through the repository root on sys.path): hivemind's workers run this module from a venv of
 their own that never has the project installed.
-
-The workload: an MLP (64 → 1024 → 1024 → 16, tanh, ~1.1M parameters) regressing a fixed
-random teacher net plus noise, Adam, batch 1024, one torch thread per process. Every
-process draws its own i.i.d. batches (seed, rank) and all start from the same weights; the
-loss reported is on one fixed held-out set, so arms compare on the same number. Held-out
-targets are the teacher's clean outputs: the loss is the excess error a model can still
-remove. With noisy held-out targets, the noise's σ² = 0.01 (about 90% of every arm's loss)
-made every ratio between arms look close to 1.
 """
 
 from __future__ import annotations
@@ -32,6 +25,9 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from async_opt.averaging import PowerEma  # noqa: E402
 from vs_load import GroupCPUMeter, others_load, read_busy  # noqa: E402
+from vs_workloads import KINDS, MLPWorkload, Task, TTSWorkload, load_workload, workload_json  # noqa: E402
+
+Workload = MLPWorkload | TTSWorkload
 
 AVERAGE_EVERY = 4
 AVERAGE_SIGMA_REL = 0.1
@@ -39,60 +35,6 @@ AVERAGE_SIGMA_REL = 0.1
 σ_rel, sampled every `gossip_every` steps; peer.core.average) at the peer's defaults
 (GossipConfig.gossip_every and average_sigma_rel; a test holds them equal). A gossip peer
 averages its swarm estimate; every other arm averages its own parameters."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    in_dim: int = 64
-    hidden: int = 1024
-    out_dim: int = 16
-    batch_size: int = 1024
-    lr: float = 1e-3
-    noise: float = 0.1
-    seed: int = 0
-    eval_samples: int = 2048
-
-    def __post_init__(self) -> None:
-        if min(self.in_dim, self.hidden, self.out_dim, self.batch_size, self.eval_samples) <= 0:
-            raise ValueError("workload sizes must be > 0")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-
-
-def build_model(w: Workload, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(w.in_dim, w.hidden), nn.Tanh(), nn.Linear(w.hidden, w.hidden), nn.Tanh(),
-                         nn.Linear(w.hidden, w.out_dim))
-
-
-def param_count(w: Workload) -> int:
-    return w.in_dim * w.hidden + w.hidden + w.hidden * w.hidden + w.hidden + w.hidden * w.out_dim + w.out_dim
-
-
-class Task:
-    """The teacher (fixed by the workload's seed), one process's batch stream and the held-out set."""
-
-    def __init__(self, w: Workload, rank: int) -> None:
-        self.w = w
-        self.teacher = build_model(w, seed=10_007 * w.seed + 1).requires_grad_(False)
-        self.stream = torch.Generator().manual_seed(10_007 * w.seed + 1000 + rank)
-        g = torch.Generator().manual_seed(10_007 * w.seed + 2)
-        self.eval_x = torch.randn(w.eval_samples, w.in_dim, generator=g)
-        with torch.no_grad():
-            self.eval_y = self.teacher(self.eval_x)
-
-    def _label(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        with torch.no_grad():
-            y = self.teacher(x)
-        return y + self.w.noise * torch.randn(y.shape, generator=g)
-
-    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(self.w.batch_size, self.w.in_dim, generator=self.stream)
-        return x, self._label(x, self.stream)
-
-    def eval_loss(self, model: nn.Module) -> float:
-        with torch.no_grad():
-            return float(nn.functional.mse_loss(model(self.eval_x), self.eval_y))
 
 
 # ---------------------------------------------------------------------------- one worker's record
@@ -172,7 +114,7 @@ class IterateAverage:
         if step % AVERAGE_EVERY == 0:
             self.ema.update(nn.utils.parameters_to_vector(model.parameters()).detach(), step)
 
-    def loss(self, task: "Task", flat: torch.Tensor | None = None) -> float:
+    def loss(self, task: Task, flat: torch.Tensor | None = None) -> float:
         """Held-out loss of `flat` (default: this average; NaN before its first sample)."""
         flat = self.ema.value if flat is None else flat
         if flat is None:
@@ -181,7 +123,7 @@ class IterateAverage:
         return task.eval_loss(self.probe)
 
 
-def evaluate(rec: Record, t: float, task: "Task", model: nn.Module, average: IterateAverage,
+def evaluate(rec: Record, t: float, task: Task, model: nn.Module, average: IterateAverage,
              averaged: torch.Tensor | None = None) -> None:
     """Record the held-out loss of the live and of the averaged weights (`averaged`, else the
     arm's own iterate average)."""
@@ -195,34 +137,37 @@ def straggle(step_s: float, slow_factor: float) -> None:
         time.sleep((slow_factor - 1) * step_s)
 
 
-def train_step(model: nn.Module, opt: Any, task: Task, rec: Record, slow_factor: float = 1.0) -> float:
-    """One Adam step on a fresh batch (any optimiser with zero_grad/step: torch's or hivemind's);
-    the straggler then sleeps. Returns the batch loss."""
+def train_step(model: nn.Module, opt: Any, task: Task, rec: Record, w: Workload, slow_factor: float = 1.0) -> float:
+    """One optimiser step on a fresh batch (any optimiser with zero_grad/step: torch's or
+    hivemind's), the gradient clipped where the workload says; the straggler then sleeps.
+    Returns the batch loss."""
     t = time.perf_counter()
-    x, y = task.batch()
+    batch = task.batch()
     opt.zero_grad()
-    loss = nn.functional.mse_loss(model(x), y)
+    loss = task.loss(model, batch)
     loss.backward()
+    if w.grad_clip:
+        nn.utils.clip_grad_norm_(model.parameters(), w.grad_clip)
     opt.step()
-    rec.samples += task.w.batch_size
+    rec.samples += w.batch_size
     rec.steps += 1
     straggle(time.perf_counter() - t, slow_factor)
-    return float(loss)
+    return float(loss.detach())
 
 
 def plain_worker(w: Workload, run_dir: Path, rank: int, budget_s: float, evals: int, slow_factor: float = 1.0) -> None:
-    """One process training alone with Adam: the single-process arm."""
+    """One process training alone: the single-process arm."""
     torch.set_num_threads(1)
-    task = Task(w, rank)
-    model = build_model(w, seed=w.seed)
-    opt = torch.optim.Adam(model.parameters(), lr=w.lr)
+    task = w.task(rank)
+    model = w.build_model()
+    opt = w.optimizer()(model.parameters())
     rec, average = Record(rank), IterateAverage(model)
     clock = Clock(run_dir, rank, budget_s, evals)
     clock.wait_for_go()
     while not clock.over():
         if clock.eval_due():
             evaluate(rec, clock.elapsed(), task, model, average)
-        train_step(model, opt, task, rec, slow_factor)
+        train_step(model, opt, task, rec, w, slow_factor)
         average.observe(model, rec.steps)
     evaluate(rec, clock.elapsed(), task, model, average)
     rec.write(run_dir / f"rank{rank}.json", clock)
@@ -338,24 +283,26 @@ def arg_parser(doc: str | None) -> "argparse.ArgumentParser":
     ap.add_argument("--evals", type=int, default=8, help="held-out evaluations per process during the budget")
     ap.add_argument("--target", type=float, default=None, help="loss for 't to target' (default: the single process's final loss)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workload", choices=KINDS, default="mlp",
+                    help="what every arm trains: the ~1M-parameter MLP, or the tiny TTS preset on the built-in corpus")
     ap.add_argument("--compression", default=None,
                     help="the gossip peers' codec (default: the peer's own; on a LAN, int8)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--workload", help=argparse.SUPPRESS)
+    ap.add_argument("--workload-json", help=argparse.SUPPRESS)
     return ap
 
 
 def single_arm_launcher(w: Workload, budget_s: float, evals: int) -> Callable[[ProcessGroup, Path], int]:
     def launch(group: ProcessGroup, run_dir: Path) -> int:
         group.spawn([sys.executable, __file__, "--worker", "--run-dir", str(run_dir), "--budget", str(budget_s),
-                     "--evals", str(evals), "--workload", json.dumps(asdict(w))], run_dir / "single.log")
+                     "--evals", str(evals), "--workload-json", workload_json(w)], run_dir / "single.log")
         return 1
     return launch
 
 
 if __name__ == "__main__":  # the single-process worker
     a = arg_parser(None).parse_args()
-    plain_worker(Workload(**json.loads(a.workload)), a.run_dir, 0, a.budget, a.evals)
+    plain_worker(load_workload(a.workload_json), a.run_dir, 0, a.budget, a.evals)

@@ -1,13 +1,14 @@
 """gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
 
-    python benchmarks/vs_ddp.py [--peers 4] [--budget 60] [--slow-factor 4] [--compression int8] [--plot PNG | --plot '']
+    python benchmarks/vs_ddp.py [--workload mlp|tts] [--peers 4] [--budget 60] [--slow-factor 4] [--compression int8] [--plot PNG | --plot '']
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
 times (a sleep after each step); N real gossip-tts peers, with and without that straggler;
-and the same N peers training alone (no gossip). Every arm trains the MLP of vs_common.py
-with Adam, batch 1024 per process, one torch thread per process, for `--budget` seconds of
-wall clock after a common start. Loss is on one held-out set, mean over processes.
+and the same N peers training alone (no gossip). Every arm trains the same `--workload`
+(vs_workloads.py: the ~1M-parameter MLP, or the tiny TTS preset on the built-in corpus), one
+torch thread per process, for `--budget` seconds of wall clock after a common start. Loss is
+on one held-out set, mean over processes.
 
 Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
 consumed by all processes; skipped without matplotlib), and a last line `ratio: {json}`.
@@ -16,11 +17,10 @@ consumed by all processes; skipped without matplotlib), and a last line `ratio: 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
-from dataclasses import asdict
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -29,8 +29,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
-from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, arg_parser, build_model,  # noqa: E402
-                       evaluate, param_count, run_arms, single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, run_arms,  # noqa: E402
+                       single_arm_launcher, train_step)
+from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import plot_equal_samples, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,9 +44,9 @@ def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, bud
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    task = Task(w, rank)
-    model = nn.parallel.DistributedDataParallel(build_model(w, seed=w.seed))
-    opt = torch.optim.Adam(model.parameters(), lr=w.lr)
+    task = w.task(rank)
+    model = nn.parallel.DistributedDataParallel(w.build_model())
+    opt = w.optimizer()(model.parameters())
     rec, clock, average = Record(rank), Clock(run_dir, rank, budget_s, evals), IterateAverage(model.module)
     clock.wait_for_go()
     flags = torch.zeros(2)
@@ -57,7 +58,7 @@ def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, bud
             evaluate(rec, clock.elapsed(), task, model.module, average)
         if flags[0]:
             break
-        train_step(model, opt, task, rec, slow_factor)
+        train_step(model, opt, task, rec, w, slow_factor)
         average.observe(model.module, rec.steps)
     rec.write(run_dir / f"rank{rank}.json", clock)
     dist.destroy_process_group()
@@ -75,7 +76,7 @@ def ddp_launcher(w: Workload, n: int, budget_s: float, evals: int, slow_factor: 
         for rank in range(n):
             group.spawn([sys.executable, __file__, "--worker", "--run-dir", str(run_dir), "--rank", str(rank),
                          "--world", str(n), "--port", str(port), "--budget", str(budget_s), "--evals", str(evals),
-                         "--workload", json.dumps(asdict(w)),
+                         "--workload-json", workload_json(w),
                          "--slow-factor", str(slow_factor if rank == n - 1 else 1.0)], run_dir / f"ddp{rank}.log")
         return n
     return launch
@@ -85,10 +86,10 @@ def run(a: argparse.Namespace) -> None:
     from machine import describe
     from vs_gossip_peer import gossip_arm_launcher
 
-    w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    w, n, b, e = make_workload(a.workload, a.seed, Path(tempfile.mkdtemp(prefix="vs_ddp_data_"))), a.peers, a.budget, a.evals
     codec = {"compression": a.compression} if a.compression else {}
     print(describe())
-    print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
+    print(f"workload: {w.describe()}, 1 torch thread/process; "
           f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}, straggler x{a.slow_factor}", flush=True)
     arms: list[tuple[str, Callable]] = [
         ("single", single_arm_launcher(w, b, e)),
@@ -115,7 +116,7 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        ddp_worker(Workload(**json.loads(args.workload)), args.run_dir, args.rank, args.world, args.port,
+        ddp_worker(load_workload(args.workload_json), args.run_dir, args.rank, args.world, args.port,
                    args.budget, args.evals, args.slow_factor)
     else:
         run(args)

@@ -1,9 +1,10 @@
 """One real gossip-tts peer (GossipPeer: driver, node worker, HTTP on 127.0.0.1, `--peer`
-bootstrap, no mDNS) around the head-to-head MLP workload with Adam, or, with --alone, the same
+bootstrap, no mDNS) around a head-to-head workload (vs_workloads.py), or, with --alone, the same
 trainer in the same training loop with no peer around it (the no-gossip control).
 
-`gossip-tts peer` builds only the TTS trainer, so the benchmarks start this instead; the
-peer, its protocol and its defaults are the project's own, untouched.
+`gossip-tts peer` builds only the TTS trainer, whose data stream, schedule and checkpoints
+no other arm has, so the benchmarks start this instead, every arm on one training step
+(vs_common.train_step); the peer, its protocol and its defaults are the project's own, untouched.
 
 Gossip CPU is measured per thread: the training thread (steps, and mixing at step
 boundaries), the event-loop thread `gossip-net` (HTTP, session) and the node worker
@@ -20,15 +21,14 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, build_model, evaluate,  # noqa: E402
-                       train_step)
+from vs_common import Clock, IterateAverage, ProcessGroup, Record, Workload, evaluate, train_step  # noqa: E402
+from vs_workloads import load_workload, workload_json  # noqa: E402
 
 LISTEN_RE = re.compile(r"listening on http://(\S+) ")
 
@@ -73,7 +73,7 @@ class ThreadCPU:
         return kinds
 
 
-class MLPAdamTrainer:
+class WorkloadTrainer:
     """The workload behind the peer's Trainer seam; waits for the common start on its first step
     and sets `stop` once the budget is spent.
 
@@ -83,10 +83,10 @@ class MLPAdamTrainer:
     def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
                  slow_factor: float = 1.0) -> None:
         self.w, self.clock, self.stop, self.slow_factor = w, clock, stop, slow_factor
-        self.task = Task(w, rank)
-        self.model = build_model(w, seed=w.seed)
+        self.task = w.task(rank)
+        self.model = w.build_model()
         self.params = list(self.model.parameters())
-        self.opt = torch.optim.Adam(self.params, lr=w.lr)
+        self.opt = w.optimizer()(self.params)
         self.rec = Record(rank)
         self._started = False
         self._at_end = evals_at_end
@@ -114,7 +114,7 @@ class MLPAdamTrainer:
             self.clock.wait_for_go()
         if self.clock.eval_due():
             self._evaluate()
-        loss = train_step(self.model, self.opt, self.task, self.rec, self.slow_factor)
+        loss = train_step(self.model, self.opt, self.task, self.rec, self.w, self.slow_factor)
         if self.averaged_source is None:
             self.average.observe(self.model, self.rec.steps)
         if self.clock.over():
@@ -155,7 +155,7 @@ def worker(a: argparse.Namespace) -> None:
     from protocol import Identity
 
     torch.set_num_threads(1)
-    w = Workload(**json.loads(a.workload))
+    w = load_workload(a.workload_json)
     clock, stop, cpu = Clock(a.run_dir, a.rank, a.budget, a.evals), threading.Event(), ThreadCPU()
     end: dict[str, Any] = {}
     peer: GossipPeer | None = None
@@ -172,7 +172,7 @@ def worker(a: argparse.Namespace) -> None:
                               "snapshots_sent": m.total("snapshots_sent_total"),
                               "worker_cpu_s": m.total("worker_cpu_seconds_total")}
 
-    trainer = MLPAdamTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
+    trainer = WorkloadTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
     original_wait = clock.wait_for_go
 
     def wait_then_sample() -> None:
@@ -214,7 +214,7 @@ def gossip_arm_launcher(w: Workload, n: int, budget_s: float, evals: int, alone:
         first = ""
         for rank in range(n):
             cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--rank", str(rank), "--budget", str(budget_s),
-                   "--evals", str(evals), "--workload", json.dumps(asdict(w)),
+                   "--evals", str(evals), "--workload-json", workload_json(w),
                    "--slow-factor", str(slow_factor if rank == n - 1 else 1.0), "--gossip", json.dumps(gossip or {})]
             cmd += ["--alone"] if alone else (["--peer", first] if first else [])
             log = run_dir / f"peer{rank}.log"
@@ -243,7 +243,7 @@ if __name__ == "__main__":
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--budget", type=float, required=True)
     ap.add_argument("--evals", type=int, required=True)
-    ap.add_argument("--workload", required=True)
+    ap.add_argument("--workload-json", required=True)
     ap.add_argument("--slow-factor", type=float, default=1.0)
     ap.add_argument("--alone", action="store_true")
     ap.add_argument("--gossip", default="{}", help="GossipConfig fields to change, as JSON")

@@ -1,6 +1,6 @@
 """gossip-tts against hivemind.Optimizer and a single process: one workload, machine and budget.
 
-    python benchmarks/vs_hivemind.py [--peers 4] [--budget 60] [--compression int8]
+    python benchmarks/vs_hivemind.py [--workload mlp|tts] [--peers 4] [--budget 60] [--compression int8]
 
 hivemind never enters the project's environment (its protobuf conflicts with the dac extra):
 this script builds, or reuses, a venv of its own (--venv, default
@@ -12,7 +12,8 @@ saying why, and the other arms still run.
 Arms, one at a time, each in a process group of its own on 127.0.0.1: a single process;
 N hivemind.Optimizer peers with hivemind's defaults (target_batch_size = N × batch, so one
 hivemind epoch is one DDP step's worth of samples) and again with target_group_size=N; N
-gossip-tts peers; the same N peers alone. hivemind peers listen on /ip4/127.0.0.1 only, with
+gossip-tts peers; the same N peers alone. Every arm trains the same `--workload`
+(vs_workloads.py). hivemind peers listen on /ip4/127.0.0.1 only, with
 no IPFS, relays or NAT probing, client_mode off, bootstrapped from the first peer.
 """
 
@@ -22,17 +23,17 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Task, Workload, arg_parser, build_model,  # noqa: E402
-                       evaluate, param_count, run_arms, single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, run_arms,  # noqa: E402
+                       single_arm_launcher, train_step)
+from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import report  # noqa: E402
 
 VENV = Path("/tmp/gossip-tts-hivemind-venv")
@@ -63,11 +64,12 @@ def ensure_venv(venv: Path) -> tuple[Path | None, str]:
 
 
 def hivemind_worker(a: argparse.Namespace) -> None:
-    """One hivemind peer (run by the venv's python; the project is not importable here)."""
+    """One hivemind peer, run by the venv's python: the project is not installed there (the tts
+    workload imports only gossip_tts.model, torch only, through the repository root on sys.path)."""
     import hivemind
 
     torch.set_num_threads(1)
-    w = Workload(**json.loads(a.workload))
+    w = load_workload(a.workload_json)
     initial = json.loads(a.initial_peers)
     dht = hivemind.DHT(initial_peers=initial, start=True, host_maddrs=["/ip4/127.0.0.1/tcp/0"], use_ipfs=False,
                        use_relay=False, use_auto_relay=False, auto_nat=False, nat_port_map=False,
@@ -76,18 +78,18 @@ def hivemind_worker(a: argparse.Namespace) -> None:
         maddrs = [str(m) for m in dht.get_visible_maddrs()]
         (a.run_dir / (MADDR_FILE + ".tmp")).write_text(json.dumps(maddrs))
         (a.run_dir / (MADDR_FILE + ".tmp")).rename(a.run_dir / MADDR_FILE)
-    task = Task(w, a.rank)
-    model = build_model(w, seed=w.seed)
+    task = w.task(a.rank)
+    model = w.build_model()
     opts = {"averager_opts": {"target_group_size": a.world}} if a.group_size else {}
     opt = hivemind.Optimizer(dht=dht, run_id="bench-vs", target_batch_size=a.target_batch_size or a.world * w.batch_size,
-                             batch_size_per_step=w.batch_size, optimizer=partial(torch.optim.Adam, lr=w.lr),
+                             batch_size_per_step=w.batch_size, optimizer=w.optimizer(),
                              params=model.parameters(), client_mode=False, verbose=False, **opts)
     rec, clock, average = Record(a.rank), Clock(a.run_dir, a.rank, a.budget, a.evals), IterateAverage(model)
     clock.wait_for_go()
     while not clock.over():
         if clock.eval_due():
             evaluate(rec, clock.elapsed(), task, model, average)
-        train_step(model, opt, task, rec)
+        train_step(model, opt, task, rec, w)
         average.observe(model, rec.steps)
     evaluate(rec, clock.elapsed(), task, model, average)
     rec.extra = {"epochs": float(opt.local_epoch)}
@@ -104,7 +106,7 @@ def hivemind_launcher(python: Path | None, why: str, w: Workload, n: int, budget
         initial: list[str] = []
         for rank in range(n):
             cmd = [str(python), __file__, "--worker", "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(n),
-                   "--budget", str(budget_s), "--evals", str(evals), "--workload", json.dumps(asdict(w)),
+                   "--budget", str(budget_s), "--evals", str(evals), "--workload-json", workload_json(w),
                    "--initial-peers", json.dumps(initial)] + (["--group-size"] if group_size else [])
             cmd += ["--target-batch-size", str(target_batch_size)] if target_batch_size else []
             group.spawn(cmd, run_dir / f"hivemind{rank}.log")
@@ -129,12 +131,12 @@ def run(a: argparse.Namespace) -> None:
     from machine import describe
     from vs_gossip_peer import gossip_arm_launcher
 
-    w, n, b, e = Workload(seed=a.seed), a.peers, a.budget, a.evals
+    w, n, b, e = make_workload(a.workload, a.seed, Path(tempfile.mkdtemp(prefix="vs_hivemind_data_"))), a.peers, a.budget, a.evals
     codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     python, why = ensure_venv(a.venv)
     print(f"hivemind venv: {why}")
-    print(f"workload: MLP {param_count(w):,} parameters, Adam lr {w.lr}, batch {w.batch_size}/process, 1 torch thread/process; "
+    print(f"workload: {w.describe()}, 1 torch thread/process; "
           f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}", flush=True)
     arms = [("single", single_arm_launcher(w, b, e)),
             (f"hivemind x{n} defaults", hivemind_launcher(python, why, w, n, b, e, False, a.target_batch_size)),
@@ -153,7 +155,7 @@ if __name__ == "__main__":
     ap = arg_parser(__doc__)
     ap.add_argument("--venv", type=Path, default=VENV, help="hivemind's own venv (built when missing)")
     ap.add_argument("--target-batch-size", type=int, default=None,
-                    help="hivemind's samples per epoch (default: peers x 1024, one DDP step's worth)")
+                    help="hivemind's samples per epoch (default: peers x the batch, one DDP step's worth)")
     ap.add_argument("--initial-peers", default="[]", help=argparse.SUPPRESS)
     ap.add_argument("--group-size", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

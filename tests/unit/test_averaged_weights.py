@@ -197,9 +197,9 @@ def test_the_straggler_probe_runs_the_peer_cadence_and_scores_both_rules() -> No
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import averaging_probe
-    from vs_common import Workload
+    from vs_workloads import MLPWorkload
 
-    w = Workload(hidden=8, batch_size=16, eval_samples=32)
+    w = MLPWorkload(hidden=8, batch_size=16, eval_samples=32)
     weighted, control = (averaging_probe.run_straggler_arm(w, 32, weigh) for weigh in (True, False))
     assert all(math.isfinite(v) and v > 0 for v in weighted + control)
     assert weighted[0] == pytest.approx(control[0], rel=1e-6)

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import vs_common as vc  # noqa: E402
 import vs_load as vl  # noqa: E402
 import vs_report as vr  # noqa: E402
+import vs_workloads as vw  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -83,26 +84,26 @@ def test_ratios_divide_named_arms_and_skip_missing_ones() -> None:
 
 
 def test_workload_has_about_a_million_parameters_and_refuses_bad_sizes() -> None:
-    w = vc.Workload()
-    assert vc.param_count(w) == sum(p.numel() for p in vc.build_model(w, 0).parameters())
-    assert 0.9e6 < vc.param_count(w) < 1.5e6
+    w = vw.MLPWorkload()
+    assert w.param_count() == sum(p.numel() for p in w.build_model(0).parameters())
+    assert 0.9e6 < w.param_count() < 1.5e6
     with pytest.raises(ValueError):
-        vc.Workload(batch_size=0)
+        vw.MLPWorkload(batch_size=0)
 
 
 def test_every_rank_starts_from_the_same_weights_but_draws_its_own_batches() -> None:
-    w = vc.Workload(hidden=8, batch_size=4, eval_samples=4)
-    a, b = vc.Task(w, 0), vc.Task(w, 1)
+    w = vw.MLPWorkload(hidden=8, batch_size=4, eval_samples=4)
+    a, b = w.task(0), w.task(1)
     assert not a.batch()[0].equal(b.batch()[0])
     assert a.eval_x.equal(b.eval_x)
-    assert all(p.equal(q) for p, q in zip(vc.build_model(w, w.seed).parameters(), vc.build_model(w, w.seed).parameters()))
+    assert all(p.equal(q) for p, q in zip(w.build_model().parameters(), w.build_model().parameters()))
 
 
 def test_held_out_loss_is_the_excess_error_the_teacher_itself_scores_zero() -> None:
     """Training labels carry noise; held-out targets do not, so the label noise (σ² = 0.01 here)
     does not sit under every arm's loss and squash the ratios between arms towards 1."""
-    w = vc.Workload(hidden=8, eval_samples=64)
-    task = vc.Task(w, 0)
+    w = vw.MLPWorkload(hidden=8, eval_samples=64)
+    task = w.task(0)
     assert task.eval_loss(task.teacher) == 0.0
     x, y = task.batch()
     assert float(((task.teacher(x) - y) ** 2).mean()) == pytest.approx(w.noise**2, rel=0.2)
@@ -142,8 +143,8 @@ def test_every_arm_averages_by_the_peers_own_rule_and_defaults() -> None:
 def test_iterate_average_samples_every_period_and_scores_its_average() -> None:
     import torch
 
-    w = vc.Workload(hidden=8, batch_size=4, eval_samples=16)
-    model, task = vc.build_model(w, seed=0), vc.Task(w, 0)
+    w = vw.MLPWorkload(hidden=8, batch_size=4, eval_samples=16)
+    model, task = w.build_model(seed=0), w.task(0)
     avg = vc.IterateAverage(model)
     assert math.isnan(avg.loss(task))  # nothing sampled yet
     for step in range(1, vc.AVERAGE_EVERY):

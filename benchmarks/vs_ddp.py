@@ -35,6 +35,7 @@ from vs_workloads import load_workload, make_workload, workload_json  # noqa: E4
 from vs_report import plot_equal_samples, report  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+PLOT_SUFFIX = {"mlp": "", "tts": "_tts"}
 
 
 def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, budget_s: float, evals: int,
@@ -100,7 +101,8 @@ def run(a: argparse.Namespace) -> None:
         (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
     results = run_arms(arms, "vs_ddp_", b)
-    print("\n" + plot_equal_samples(results, Path(a.plot)) if a.plot else "\nplot skipped: --plot ''")
+    plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
+    print("\n" + plot_equal_samples(results, Path(plot), f"workload: {w.describe()}") if plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
                                "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
@@ -111,8 +113,8 @@ def run(a: argparse.Namespace) -> None:
 if __name__ == "__main__":
     ap = arg_parser(__doc__)
     ap.add_argument("--slow-factor", type=float, default=4.0, help="how much slower the straggler is")
-    ap.add_argument("--plot", default=str(REPO / "docs/img/bench/vs_ddp_equal_samples.png"),
-                    help="where the equal-samples plot goes ('' for none)")
+    ap.add_argument("--plot", default=None,
+                    help="where the equal-samples plot goes ('' for none; default docs/img/bench/vs_ddp_equal_samples[_tts].png)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

@@ -76,7 +76,7 @@ def _cell(v: object) -> str:
     return str(v)
 
 
-def plot_equal_samples(arms: Sequence[ArmResult], path: Path) -> str:
+def plot_equal_samples(arms: Sequence[ArmResult], path: Path, title: str = "") -> str:
     """Held-out loss against total samples consumed, one line per arm; says why when skipped."""
     try:
         import matplotlib
@@ -95,7 +95,8 @@ def plot_equal_samples(arms: Sequence[ArmResult], path: Path) -> str:
             ax.plot([c[1] for c in averaged], [c[2] for c in averaged], linestyle="--", color=line.get_color(),
                     label=f"{arm.name}, averaged weights")
     ax.set_xlabel("samples consumed, all processes together")
-    ax.set_ylabel("held-out MSE, mean over processes\n(dashed: averaged weights)")
+    ax.set_ylabel("held-out loss, mean over processes\n(dashed: averaged weights)")
+    ax.set_title(title, fontsize=8)
     ax.set_yscale("log")
     ax.legend(fontsize=6, ncol=2)
     path.parent.mkdir(parents=True, exist_ok=True)

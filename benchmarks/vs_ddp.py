@@ -102,7 +102,7 @@ def run(a: argparse.Namespace) -> None:
     ]
     results = run_arms(arms, "vs_ddp_", b)
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
-    print("\n" + plot_equal_samples(results, Path(plot), f"workload: {w.describe()}") if plot else "\nplot skipped: --plot ''")
+    print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
                                "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),

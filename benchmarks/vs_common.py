@@ -2,9 +2,10 @@
 in one process group, the common start, the training step and the averaged weights every arm
 keeps, and the machine load during each arm. The workloads themselves are in vs_workloads.py.
 
-Imports only torch, the standard library and the project's pure `async_opt` (torch only, found
-through the repository root on sys.path): hivemind's workers run this module from a venv of
-their own that never has the project installed.
+Imports only torch, the standard library, the project's pure `async_opt` and, through
+vs_workloads for the tts workload, `gossip_tts.model` (both torch only, found through the
+repository root on sys.path): hivemind's workers run this module from a venv of their own that
+never has the project installed.
 """
 
 from __future__ import annotations

@@ -26,9 +26,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from async_opt.averaging import PowerEma  # noqa: E402
 from vs_load import GroupCPUMeter, others_load, read_busy  # noqa: E402
-from vs_workloads import KINDS, MLPWorkload, Task, TTSWorkload, load_workload, workload_json  # noqa: E402
-
-Workload = MLPWorkload | TTSWorkload
+from vs_workloads import KINDS, Task, Workload, load_workload, workload_json  # noqa: E402
 
 AVERAGE_EVERY = 4
 AVERAGE_SIGMA_REL = 0.1

@@ -20,7 +20,6 @@ import argparse
 import os
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -87,7 +86,7 @@ def run(a: argparse.Namespace) -> None:
     from machine import describe
     from vs_gossip_peer import gossip_arm_launcher
 
-    w, n, b, e = make_workload(a.workload, a.seed, Path(tempfile.mkdtemp(prefix="vs_ddp_data_"))), a.peers, a.budget, a.evals
+    w, n, b, e = make_workload(a.workload, a.seed), a.peers, a.budget, a.evals
     codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     print(f"workload: {w.describe()}, 1 torch thread/process; "

@@ -23,7 +23,6 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -131,7 +130,7 @@ def run(a: argparse.Namespace) -> None:
     from machine import describe
     from vs_gossip_peer import gossip_arm_launcher
 
-    w, n, b, e = make_workload(a.workload, a.seed, Path(tempfile.mkdtemp(prefix="vs_hivemind_data_"))), a.peers, a.budget, a.evals
+    w, n, b, e = make_workload(a.workload, a.seed), a.peers, a.budget, a.evals
     codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     python, why = ensure_venv(a.venv)

@@ -34,9 +34,6 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-KINDS = ("mlp", "tts")
-
-
 class Task(Protocol):
     """One process's view of a workload: its own batch stream and the shared held-out set."""
 
@@ -246,24 +243,31 @@ def prepare_tts(out: Path, seed: int = 0, cache_dir: Path | None = None, **corpu
 
 
 # ---------------------------------------------------------------------------- to and from the workers
-def workload_json(w: MLPWorkload | TTSWorkload) -> str:
+Workload = MLPWorkload | TTSWorkload
+WORKLOADS: dict[str, type[MLPWorkload] | type[TTSWorkload]] = {"mlp": MLPWorkload, "tts": TTSWorkload}
+KINDS = tuple(WORKLOADS)
+
+
+def workload_json(w: Workload) -> str:
     return json.dumps(asdict(w))
 
 
-def load_workload(text: str) -> MLPWorkload | TTSWorkload:
+def load_workload(text: str) -> Workload:
     fields = json.loads(text)
     kind = fields.get("kind", "mlp")
-    if kind == "mlp":
-        return MLPWorkload(**fields)
-    if kind == "tts":
-        return TTSWorkload(**fields)
-    raise ValueError(f"unknown workload kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if kind not in WORKLOADS:
+        raise ValueError(f"unknown workload kind {kind!r}; choose one of {', '.join(KINDS)}")
+    return WORKLOADS[kind](**fields)
 
 
-def make_workload(kind: str, seed: int, scratch: Path) -> MLPWorkload | TTSWorkload:
-    """What a script's `--workload` names: `tts` writes its corpus file under `scratch`."""
+def make_workload(kind: str, seed: int, scratch: Path | None = None) -> Workload:
+    """What a script's `--workload` names: `tts` writes its corpus file under `scratch` (default:
+    a fresh temporary folder, left beside the run's records)."""
     if kind == "mlp":
         return MLPWorkload(seed=seed)
     if kind == "tts":
+        import tempfile
+
+        scratch = scratch if scratch is not None else Path(tempfile.mkdtemp(prefix="vs_tts_corpus_"))
         return prepare_tts(scratch / "tts_corpus.pt", seed=seed)
     raise ValueError(f"unknown workload {kind!r}; choose one of {', '.join(KINDS)}")

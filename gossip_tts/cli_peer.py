@@ -95,7 +95,9 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
         logs.configure(quiet=True)  # its warnings still show
 
         run(cfg, emit=emit)
-        return
+        from gossip_tts.group_app import leave
+
+        leave(0)
     if cfg.parallel.nproc > 1 and torchrun_env() is None:
         preflight.check_device(cfg.train.device)
         from gossip_tts.group_app import launch
@@ -123,6 +125,10 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
             lock.release()
         else:
             _nothing_saved()
+    if torchrun_env() is not None:  # rank 0 of a group: ended like the other ranks (group_app.leave says why)
+        from gossip_tts.group_app import leave
+
+        leave(0)
 
 
 def _nothing_saved() -> None:

@@ -8,10 +8,11 @@ the same trainer and follow (`peer.group.follow`).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from gossip_tts.train.parallel import Group
@@ -76,3 +77,22 @@ def close_group() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def leave(status: int = 0) -> NoReturn:
+    """End a group rank's process after a run that closed everything: flush, then `os._exit`.
+
+    Every rank has by then closed its trainer (rank 0 also its network and checkpoint) and
+    destroyed the process group; what is left is interpreter teardown, which has nothing to
+    save and is where torch.distributed can take a finished rank down: C++ threads (gloo's
+    workers) that touch Python objects while the interpreter is being torn down abort the
+    process ("terminate called without an active exception", SIGABRT), and torchrun then
+    reports the whole group as failed. Skipping teardown leaves no window for that.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can be said there
+            pass
+    os._exit(status)

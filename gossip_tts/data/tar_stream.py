@@ -21,7 +21,8 @@ _NO_BODY = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, 
 _LONG_NAME, _LONG_LINK = b"L", b"K"
 _PAX_ONE, _PAX_ALL, _PAX_SOLARIS = b"x", b"g", b"X"
 _SPARSE = b"S"
-_PAX_RECORD = re.compile(rb"(\d+) ([^=\n]+)=")
+_PAX_RECORD = re.compile(rb"([0-9]{1,19}) ([^=\n]+)=")  # bounded: int() of thousands of digits raises
+_PAX_SIZE = re.compile(r"[0-9]{1,19}")
 
 
 class TarFormatError(ValueError):
@@ -179,12 +180,9 @@ class TarReader:
         if block[257:263] == b"ustar\0" and block[345:346] != b"\0" and long_name is None and "path" not in pax:
             name = _text(block[345:500]) + "/" + name
         if "size" in pax:
-            try:
-                size = int(pax["size"])
-            except ValueError:
-                raise TarFormatError(f"pax size {pax['size']!r} of {name!r} is not a number") from None
-            if size < 0:
-                raise TarFormatError(f"pax size of {name!r} is negative")
+            if not _PAX_SIZE.fullmatch(pax["size"]):  # int() would take "+5", " 5", "1_0" and "٣"
+                raise TarFormatError(f"pax size {pax['size'][:40]!r} of {name!r} is not a decimal number")
+            size = int(pax["size"])
         is_file = kind in _REGULAR and not (kind == b"\0" and name.endswith("/"))
         body = 0 if kind in _NO_BODY or (kind == b"\0" and name.endswith("/")) else size
         self._unread, self._padding = body, _padded(body)

@@ -133,9 +133,24 @@ def test_pax_sparse_and_malformed_records_are_refused():
     with pytest.raises(TarFormatError, match="sparse"):
         list(TarReader(CountingSource(header("p", len(sparse), tarfile.XHDTYPE) + sparse.ljust(512, b"\0")
                                       + header("k.npy", 0, tarfile.REGTYPE) + bytes(1024)), 1024))
-    for bad in (b"99 path=x\n", b"nonsense\n", b"5 a=b\n"):
+    for bad in (b"99 path=x\n", b"nonsense\n", b"5 a=b\n", b"1" * 5000 + b" path=x\n"):  # 5000 digits: past int()'s limit
+        padded = bad.ljust(-(-len(bad) // 512) * 512, b"\0")
         with pytest.raises(TarFormatError, match="pax header record"):
-            list(TarReader(CountingSource(header("p", len(bad), tarfile.XHDTYPE) + bad.ljust(512, b"\0")), 1024))
+            list(TarReader(CountingSource(header("p", len(bad), tarfile.XHDTYPE) + padded), 1 << 16))
+
+
+@pytest.mark.parametrize("size", ["+5", " 5", "1_0", "\u0663", "9" * 5000, "-1"])
+def test_a_pax_size_that_is_not_plain_decimal_digits_is_refused(size):
+    record = f"path=k.npy\n".encode()
+    body = f"size={size}\n".encode()
+    records = b""
+    for rec in (record, body):
+        n = len(rec) + 2
+        n += len(str(n + len(str(n)))) - 1  # the length counts its own digits
+        records += f"{n} ".encode() + rec
+    data = header("p", len(records), tarfile.XHDTYPE) + records.ljust(-(-len(records) // 512) * 512, b"\0")
+    with pytest.raises(TarFormatError, match="pax size|pax header record"):
+        list(TarReader(CountingSource(data + header("k.npy", 5, tarfile.REGTYPE) + bytes(1536)), 1 << 16))
 
 
 def test_a_stream_cut_inside_a_body_or_header_is_an_eof_error():

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_vs_ddp_runs_every_arm_on_the_tts_workload() -> None:
     out = subprocess.run([sys.executable, str(REPO / "benchmarks/vs_ddp.py"), "--workload", "tts", "--peers", "2",
-                          "--budget", "4", "--evals", "2", "--plot", ""],
+                          "--budget", "10", "--evals", "2", "--plot", ""],
                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "FAILED" not in out.stdout, out.stdout[-3000:]

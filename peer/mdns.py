@@ -45,6 +45,7 @@ STAT_KEYS = (
     "filtered_version",  # resolutions refused: another protocol version
     "malformed",  # resolutions refused: missing or invalid TXT, no usable address
     "resolve_failed",  # no complete answer within resolve_timeout_s
+    "over_limit",  # announcements ignored: max_services names already tracked
 )
 
 
@@ -76,6 +77,10 @@ class MdnsConfig:
     non-loopback IPv4 addresses when `interfaces` is None."""
     resolve_timeout_s: float = 3.0
     """How long to wait for a browsed service's SRV/TXT/A records before giving up."""
+    max_services: int = 256
+    """Service names tracked at once (reported or being resolved). Anyone on the LAN can announce
+    names without end; past this many, a new name is ignored (counted `over_limit`) until a
+    tracked one goes away, so what we hold stays bounded."""
 
     def __post_init__(self) -> None:
         if not is_peer_id(self.peer_id):
@@ -97,6 +102,8 @@ class MdnsConfig:
             self.advertise_ips = [_check_ip(ip, "advertised address", v4_only=False) for ip in self.advertise_ips]
         if not self.resolve_timeout_s > 0:
             raise ValueError(f"resolve_timeout_s must be > 0, got {self.resolve_timeout_s}")
+        if not isinstance(self.max_services, int) or self.max_services < 1:
+            raise ValueError(f"max_services must be an integer >= 1, got {self.max_services!r}")
 
 
 def _check_ip(ip: str, what: str, v4_only: bool) -> str:
@@ -197,6 +204,9 @@ class MdnsDiscovery:
     def _async_schedule_resolve(self, name: str) -> None:
         if name in self._resolving:
             self._resolve_again.add(name)  # resolve once more when the current one ends
+            return
+        if name not in self._reported and len(self._reported.keys() | self._resolving.keys()) >= self.cfg.max_services:
+            self.stats["over_limit"] += 1
             return
         assert self._aiozc is not None
         coro = self._async_resolve(self._aiozc.zeroconf, name)

@@ -91,7 +91,8 @@ def test_mdns_config_is_validated():
     MdnsConfig(**ok)
     for bad in ({"peer_id": "x"}, {"port": 0}, {"port": 70000}, {"swarm": ""}, {"swarm": "s" * 250},
                 {"fingerprint": ""}, {"interfaces": []}, {"interfaces": "127.0.0.1"}, {"interfaces": ["eth0"]},
-                {"interfaces": ["0.0.0.0"]}, {"advertise_ips": ["nope"]}, {"resolve_timeout_s": 0}):
+                {"interfaces": ["0.0.0.0"]}, {"advertise_ips": ["nope"]}, {"resolve_timeout_s": 0},
+                {"max_services": 0}, {"max_services": 2.5}):
         with pytest.raises(ValueError):
             MdnsConfig(**{**ok, **bad})
 
@@ -135,6 +136,42 @@ def make(i: int, rec: Recorder, swarm: str = "a", fingerprint: str = "fp-1") -> 
 
 
 @pytest.mark.timeout(60)
+def test_announcements_past_max_services_are_ignored_and_counted():
+    """Anyone on the LAN can announce names without end: what we track stays bounded."""
+    from types import SimpleNamespace
+
+    from zeroconf import ServiceStateChange
+
+    from peer.mdns import SERVICE_TYPE
+
+    async def scenario() -> None:
+        rec = Recorder(time.monotonic())
+        disc = MdnsDiscovery(MdnsConfig(peer_id=pid(1), port=9000, swarm="s", fingerprint="fp", interfaces=LOOPBACK,
+                                        max_services=8), on_found=rec.on_found, on_lost=rec.on_lost)
+        never = asyncio.Event()
+
+        async def resolve_slowly(zc, name):  # a resolution that waits for an answer
+            await never.wait()
+
+        disc._async_resolve = resolve_slowly  # type: ignore[method-assign]
+        disc._aiozc, disc._running = SimpleNamespace(zeroconf=None), True  # as after async_start
+        names = [f"attacker-{i}.{SERVICE_TYPE}" for i in range(1000)]
+        for name in names:
+            disc._on_state_change(None, SERVICE_TYPE, name, ServiceStateChange.Added)
+        await asyncio.sleep(0)
+        assert len(disc._resolving) == 8 and disc.stats["over_limit"] == 992
+        disc._on_state_change(None, SERVICE_TYPE, names[0], ServiceStateChange.Updated)  # tracked: not refused
+        assert disc.stats["over_limit"] == 992
+        disc._on_state_change(None, SERVICE_TYPE, names[0], ServiceStateChange.Removed)  # frees a slot
+        disc._on_state_change(None, SERVICE_TYPE, names[500], ServiceStateChange.Added)
+        assert names[500] in disc._resolving and len(disc._resolving) == 8
+        for task in list(disc._tasks):
+            task.cancel()
+        await asyncio.gather(*disc._tasks, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
 def test_mdns_peers_find_each_other_filter_strangers_and_see_goodbyes():
     async def main():
         threads_before = set(threading.enumerate())

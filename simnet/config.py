@@ -55,11 +55,11 @@ class WorldConfig:
     duration_s: float = 60.0
     """Simulated seconds a run lasts (at most)."""
     eval_every_s: float = 1.0
+    """Simulated seconds between metric samples."""
     cost_warmup_s: float = 0.0
     """The simulator's cost per peer-step (timing.json) counts only the simulated time after
     this: when every peer starts at once, discovery is a one-off burst of hellos whose size
     grows with the table (each peer verifies up to `max_peers` others), not a running cost."""
-    """Simulated seconds between metric samples."""
     eval_peers: int = 16
     """Honest peers whose loss is evaluated per sample (a fixed random subset)."""
     target_loss: float | None = None

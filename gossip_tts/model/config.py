@@ -150,7 +150,7 @@ _ECHO_2_4B: dict[str, int | float | str] = dict(
     max_text_bytes=768, max_frames=640, max_ref_frames=6400,
 )
 
-# DiT width/layers/heads as in the README's preset table; encoders are kept a fraction of the trunk.
+# DiT width/layers/heads per preset (the README lists their parameter counts); encoders are kept a fraction of the trunk.
 PRESETS: dict[str, dict[str, int | float | str]] = {
     "tiny": dict(
         d_model=64, n_layers=2, n_heads=4, text_dim=64, text_layers=1, text_heads=2,

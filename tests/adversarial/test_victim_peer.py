@@ -1,5 +1,5 @@
 """A stranger attacks a running peer over HTTP; each attack is refused, counted, or bounded,
-and the victim keeps training with a finite loss (docs/SECURITY.md)."""
+and the victim keeps training with a finite loss (SECURITY.md)."""
 
 from __future__ import annotations
 

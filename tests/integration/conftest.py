@@ -46,7 +46,7 @@ def spawn(tmp_path):
 
 
 def tiny_args(data: Path, ckpt: Path, *extra: str, steps: int = 200) -> list[str]:
-    """A fast tiny-preset peer: one thread, short crops, frequent logs."""
+    """A fast tiny-preset peer: one thread, a 384-frame clip limit, frequent logs."""
     return [
         "--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "8", "--max-frames", "384",
         "--lr", "1e-3", "--data", str(data), "--checkpoint-dir", str(ckpt), "--max-steps", str(steps),

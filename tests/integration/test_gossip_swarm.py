@@ -1,4 +1,4 @@
-"""Three real peer processes on 127.0.0.1 train one model together (issue: peer/ gossip).
+"""Three real peer processes on 127.0.0.1 train one model together.
 
 Each gossip peer trains on its own speaker's shard; the control trains alone on shard 0
 for the same number of steps. Held-back clips cover all speakers, so a peer that learned

@@ -1,4 +1,4 @@
-"""Checkpoint → kill -9 → --resume continues from the checkpointed step (issue: foundation)."""
+"""Checkpoint → kill -9 → --resume continues from the checkpointed step."""
 
 import re
 import signal

@@ -159,6 +159,9 @@ def run_loop(
 ) -> LoopResult:
     """Train until `max_steps`, `stop` is set, or Ctrl+C; always leave a final checkpoint.
 
+    Any other exception propagates only after the checkpoint writes already submitted are on
+    disk; the state it leaves is not saved (it may be half-stepped), so the last good one stays.
+
     With `metrics` (a gossiping peer's), progress lines carry the gossip figures and every
     step is recorded for /metrics and /v1/status (`record_step`). `extra_state` adds tensors
     and metadata to every checkpoint beside the trainer's (a peer's averaged weights), and
@@ -207,11 +210,23 @@ def run_loop(
     except KeyboardInterrupt:
         interrupted = True
         emit("interrupted; writing a final checkpoint" if writer else "interrupted")
-    written = 0
+    except BaseException:
+        # The state may be half-stepped or poisoned: save nothing new, but let the write under way
+        # finish, so no half-written file or half-rotated checkpoint.N is left to the next --resume.
+        _finish(writer)
+        raise
     if writer is not None:
-        writer.submit(*snapshot())
-        writer.flush()
-        written = writer.written
-        if writer.last_error is not None:
-            log.error("checkpoint write failed: %s", writer.last_error)
-    return LoopResult(trainer.step_count, last_loss, interrupted, written, history)
+        try:
+            writer.submit(*snapshot())
+        finally:
+            _finish(writer)
+    return LoopResult(trainer.step_count, last_loss, interrupted, writer.written if writer else 0, history)
+
+
+def _finish(writer: BackgroundCheckpointer | None) -> None:
+    """Wait until every snapshot submitted is on disk (or failed), and log a failure."""
+    if writer is None:
+        return
+    writer.flush()
+    if writer.last_error is not None:
+        log.error("checkpoint write failed: %s", writer.last_error)

@@ -23,7 +23,11 @@ reading), `reserve` evicts by itself, sparing shards younger than `min_hold_s`.
 A shard enters the cache only by `add`, after its SHA-256 matched the manifest; whatever was
 there before a restart is hashed again when the store opens. Own shards are never evicted
 and do not count against the cache size; shards being served are not evicted either.
-Thread-safe: fetch threads add and evict while the event loop serves and the reader lists.
+Thread-safe: fetch threads add and evict while the event loop serves and the reader lists. The
+lock the event loop takes (`held`, `path_of`, `using`) guards only the in-memory maps: choices
+are made under it, and the disk work (deleting, rewriting shards.txt) after it is released, so
+a slow disk never stalls the event loop. Each listing carries a generation number, and one
+older than the listing on disk is dropped rather than written over it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import AbstractSet, Callable, Iterator
 
 from peer.shards.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from peer.shards.plan import CachedShard, choose_evictions
@@ -68,7 +72,11 @@ class ShardStore:
         self.dir = Path(cache_dir).resolve() / manifest.hash[:16]  # the listing names absolute paths
         self.listing = self.dir / LISTING_NAME
         self._entries = manifest.by_hash()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the in-memory maps below; never held across disk I/O
+        self._room_lock = threading.Lock()  # one eviction round at a time, its deletes included
+        self._listing_lock = threading.Lock()  # orders shards.txt replacements by generation
+        self._listing_gen = 0  # the newest listing taken (under _lock)
+        self._listing_done = 0  # the listing on disk (under _listing_lock)
         self._own: dict[str, Path] = {}
         self._cached: dict[str, CachedShard] = {}
         self._reserved: dict[str, int] = {}
@@ -163,49 +171,63 @@ class ShardStore:
         """Make room for one shard about to be fetched, evicting least recently used ones if needed;
         False when there is no room now (nothing evictable yet)."""
         size = self._entries[shard].size
-        with self._lock:
-            if shard in self._reserved:
-                return True
-            leftovers = self._leftover_parts(shard)
-            free = (self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
-                    - sum(leftovers.values()))
-            cached = self._evictable_view()
-            victims = choose_evictions(cached, size, free, self.clock(), self.min_hold_s)
-            if victims is None and leftovers:  # parts of abandoned fetches are only progress: drop them first
-                for path in leftovers:
-                    path.unlink(missing_ok=True)
-                victims = choose_evictions(cached, size, free + sum(leftovers.values()), self.clock(), self.min_hold_s)
-            if victims is None:
-                self._wanted[shard] = size  # the next pass makes room
-                return False
-            for shard_gone in victims:
-                self._evict(shard_gone)
-            self._reserved[shard] = size
-        if victims:
+        with self._room_lock:  # held through the deletes: no fetch reserves a part being dropped
+            with self._lock:
+                if shard in self._reserved:
+                    return True
+            parts = self._part_files()
+            with self._lock:
+                leftovers = {path: n for path, (digest, n) in parts.items()
+                             if digest != shard and digest not in self._reserved}
+                free = (self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
+                        - sum(leftovers.values()))
+                cached = self._evictable_view()
+                victims = choose_evictions(cached, size, free, self.clock(), self.min_hold_s)
+                drop: list[Path] = []
+                if victims is None and leftovers:  # parts of abandoned fetches are only progress: drop them first
+                    drop = list(leftovers)
+                    victims = choose_evictions(cached, size, free + sum(leftovers.values()), self.clock(), self.min_hold_s)
+                if victims is None:
+                    self._wanted[shard] = size  # the next pass makes room
+                else:
+                    self._reserved[shard] = size
+                gone = self._take_out(victims or [])
+            for path in drop:
+                path.unlink(missing_ok=True)
+            self._delete(gone)
+        if gone:
             self._write_listing()
-        return True
+        return victims is not None
 
     def pass_listing(self) -> list[str]:
         """The shards a new pass of the trainer reads (absolute paths, in manifest order); they stay
         until the next call. First, if shards were refused room during the last pass, evicts the
         least recently used ones (not those being served, never the newest) to free a quarter of
         the cache at least."""
-        with self._lock:
-            self._pinned = set()
-            if self._wanted and self._cached:
-                newest = max(self._cached.values(), key=lambda c: (c.held_since, c.shard)).shard
-                cached = [dataclasses.replace(c, in_use=c.in_use or c.shard == newest) for c in self._evictable_view()]
-                free = self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
-                evictable = sum(c.size for c in cached if not c.in_use)
-                # Never all: the newest shard stays, so the pass always has something to read.
-                need = min(max(max(self._wanted.values()), self.cache_bytes // 4), free + evictable)
-                for shard_gone in choose_evictions(cached, need, free, self.clock(), 0.0) or []:
-                    self._evict(shard_gone)
-                self._wanted.clear()
-            self._pinned = set(self._cached)
-            paths = self._paths()
-        self._write_listing()
+        with self._room_lock:
+            with self._lock:
+                self._pinned = set()
+                gone = self._take_out(self._pass_victims())
+            self._delete(gone)
+            with self._lock:
+                self._pinned = set(self._cached)
+                gen, cached = self._snapshot()
+        paths = self._paths(cached)
+        self._publish(gen, paths)
         return paths
+
+    def _pass_victims(self) -> list[str]:
+        """What a new pass evicts (lock held, nothing pinned): see `pass_listing`."""
+        if not (self._wanted and self._cached):
+            return []
+        newest = max(self._cached.values(), key=lambda c: (c.held_since, c.shard)).shard
+        cached = [dataclasses.replace(c, in_use=c.in_use or c.shard == newest) for c in self._evictable_view()]
+        free = self.cache_bytes - sum(c.size for c in self._cached.values()) - sum(self._reserved.values())
+        evictable = sum(c.size for c in cached if not c.in_use)
+        # Never all: the newest shard stays, so the pass always has something to read.
+        need = min(max(max(self._wanted.values()), self.cache_bytes // 4), free + evictable)
+        self._wanted.clear()
+        return choose_evictions(cached, need, free, self.clock(), 0.0) or []
 
     def release(self, shard: str, keep_part: bool = True) -> None:
         """A fetch ended without adding the shard: give its room back (and its partial file, unless kept)."""
@@ -227,43 +249,81 @@ class ShardStore:
         return target
 
     # ------------------------------------------------------------------ internals
-    def _leftover_parts(self, shard: str) -> dict[Path, int]:
-        """Part files of fetches no longer under way (lock held): they take room in the cache too."""
-        out: dict[Path, int] = {}
+    def _part_files(self) -> dict[Path, tuple[str, int]]:
+        """Every partial file on disk, with its shard and size (lock not held: this reads the disk).
+        Those of fetches no longer under way take room in the cache too."""
+        out: dict[Path, tuple[str, int]] = {}
         for path in self.dir.glob(".*.part"):
-            digest = path.name[1:-len(".part")]
-            if digest != shard and digest not in self._reserved:
-                try:
-                    out[path] = path.stat().st_size
-                except FileNotFoundError:
-                    pass
+            try:
+                out[path] = (path.name[1:-len(".part")], path.stat().st_size)
+            except FileNotFoundError:
+                pass
         return out
 
-    def _evict(self, shard: str) -> None:
-        """Delete one cached shard (lock held). A reader that has it open keeps reading it (POSIX);
-        where the OS refuses to delete an open file, it stays for a later round."""
-        try:
-            (self.dir / self._entries[shard].name).unlink(missing_ok=True)
-        except PermissionError:
-            return
-        del self._cached[shard]
-        self._evicted_at[shard] = self.clock()
-        log.info("evicted shard %s (least recently used) to make room", self._entries[shard].name)
+    def _take_out(self, victims: list[str]) -> list[tuple[CachedShard, float | None]]:
+        """Forget the shards chosen for eviction (lock held): from now on they are neither listed
+        nor served. Returns what `_delete` needs to delete them, or to take one back."""
+        now, gone = self.clock(), []
+        for shard in victims:
+            gone.append((self._cached.pop(shard), self._evicted_at.get(shard)))
+            self._evicted_at[shard] = now
+        return gone
+
+    def _delete(self, gone: list[tuple[CachedShard, float | None]]) -> None:
+        """Delete evicted shards' files (lock not held). A reader that has one open keeps reading it
+        (POSIX); where the OS refuses to delete an open file, the shard is held again for a later round."""
+        kept = []
+        for cached, before in gone:
+            name = self._entries[cached.shard].name
+            try:
+                (self.dir / name).unlink(missing_ok=True)
+            except PermissionError:
+                kept.append((cached, before))
+                continue
+            log.info("evicted shard %s (least recently used) to make room", name)
+        if kept:
+            with self._lock:
+                for cached, before in kept:
+                    self._cached[cached.shard] = cached
+                    if before is None:
+                        self._evicted_at.pop(cached.shard, None)
+                    else:
+                        self._evicted_at[cached.shard] = before
 
     def _evictable_view(self) -> list[CachedShard]:
         """The cached shards, those being served or read by the current pass marked in use (lock held)."""
         return [dataclasses.replace(c, in_use=c.shard in self._uses or c.shard in self._pinned)
                 for c in self._cached.values()]
 
-    def _paths(self) -> list[str]:
-        """Every shard held, in manifest order (lock held)."""
-        held = set(self._own) | set(self._cached)
+    def _snapshot(self) -> tuple[int, frozenset[str]]:
+        """A new listing generation and the cached shards it lists (lock held)."""
+        self._listing_gen += 1
+        return self._listing_gen, frozenset(self._cached)
+
+    def _paths(self, cached: AbstractSet[str]) -> list[str]:
+        """Every shard held, own ones (fixed once open) and `cached`, in manifest order."""
         return [str(self._own[e.sha256] if e.sha256 in self._own else self.dir / e.name)
-                for e in self.manifest.shards if e.sha256 in held]
+                for e in self.manifest.shards if e.sha256 in self._own or e.sha256 in cached]
 
     def _write_listing(self) -> None:
         with self._lock:
-            write_atomic(self.listing, "".join(f"{line}\n" for line in self._paths()).encode())
+            gen, cached = self._snapshot()
+        self._publish(gen, self._paths(cached))
+
+    def _publish(self, gen: int, paths: list[str]) -> None:
+        """Write shards.txt (store lock not held: several MB with a large manifest) atomically,
+        unless a newer generation is already on disk: listings may finish out of order."""
+        if gen <= self._listing_done:
+            return
+        tmp = self.listing.with_name(f".{LISTING_NAME}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            tmp.write_bytes("".join(f"{line}\n" for line in paths).encode())
+            with self._listing_lock:
+                if gen > self._listing_done:
+                    os.replace(tmp, self.listing)
+                    self._listing_done = gen
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

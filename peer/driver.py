@@ -27,6 +27,7 @@ from peer.core.actions import (
 )
 from peer.core.addresses import PeerInfo, format_address, parse_address
 from peer.core.config import SessionConfig
+from peer.core.fetched import FetchedStates
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
 from peer.http_app import build_app
@@ -44,6 +45,10 @@ LINGER_S = 0.0
 """How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
 the connection is closed after the answer. aiohttp's default (10 s) let 60 refused senders keep
 streaming, and the buffers of what was read and dropped raised memory by 15 MB more."""
+SHUTDOWN_TIMEOUT_S = 5.0
+"""At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
+reader) may go on before it is cancelled; the cancelled handler gets as long again to end.
+aiohttp's default (60 s) outlasted the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
 
 
 def lan_ip() -> str:
@@ -85,7 +90,7 @@ class AsyncDriver:
         self._client: aiohttp.ClientSession | None = None
         self._discoveries: list[Any] = []
         self._tasks: set[asyncio.Task] = set()
-        self._fetched: dict[int, torch.Tensor] = {}
+        self._fetched = FetchedStates()
         self._adopting: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._timer_due = 0.0
@@ -109,7 +114,7 @@ class AsyncDriver:
         self._runner = web.AppRunner(
             build_app(self), auto_decompress=False,  # a refused compressed body is then not inflated either
             keepalive_timeout=self.net_cfg.idle_timeout_s, lingering_time=LINGER_S,
-            access_log_class=response_counter(self.metrics), access_log=log,
+            access_log_class=response_counter(self.metrics), access_log=log, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
         )
         await self._runner.setup()
@@ -144,6 +149,10 @@ class AsyncDriver:
         return self.address
 
     async def async_stop(self) -> None:
+        """Stop serving and cancel the session's tasks. An adoption under way finishes first, so the
+        trainer and the node hold our own state or the whole adopted one (`GossipPeer._stop_network`)."""
+        if self._adopting is not None:
+            await asyncio.gather(self._adopting, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -280,18 +289,23 @@ class AsyncDriver:
                 BodyTooLarge) as exc:
             self.dispatch(self.session.state_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
             return
-        self._fetched[a.token] = x
-        self.dispatch(self.session.state_done(a.token, self.mono(), step=step, better=better))
+        self.dispatch(self._fetched.judged(a.token, x, self.session.state_done(a.token, self.mono(), step=step,
+                                                                              better=better)))
 
     async def _adopt(self, a: Adopt) -> None:
-        x = self._fetched.pop(a.token)
-        self._fetched.clear()
-        self.on_adopt(x)  # the training thread is waiting on `joined`: it is not stepping
+        x = self._fetched.take(a.token)
+        # Off the loop, which goes on answering hellos, /v1/status and mDNS: loading a state can be
+        # a copy to the device or a broadcast to every rank (peer/group.py). The training thread
+        # waits on `joined`: it is not stepping.
+        await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x)
         await self.worker.call(self.node.adopt, x, a.step)
 
     async def _join_done(self) -> None:
-        if self._adopting is not None:
-            await self._adopting
+        try:
+            if self._adopting is not None:
+                await self._adopting
+        finally:
+            self._fetched.clear()
         self.joined.set()
 
     # ------------------------------------------------------------------ serving (http_app)

@@ -9,12 +9,14 @@ never waits for compression, signing, decoding or the network.
 
 Stopped while joining (Ctrl+C, SIGTERM), it first stops the network, which lets an adoption
 or a probe under way finish and starts none, then writes the final checkpoint: the
-trainer's own state or the whole adopted one, never parameters half replaced.
+trainer's own state or the whole adopted one, never parameters half replaced. A network
+stop that overruns `STOP_WAIT_S` is reported and left behind; the run's result stands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import secrets
 import threading
@@ -29,7 +31,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.boundary import BoundaryHook
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.driver import SHUTDOWN_TIMEOUT_S, AsyncDriver
 from peer.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
@@ -37,6 +39,10 @@ from peer.node_worker import NodeWorker
 from peer.trainer import Trainer
 from peer.trust import load_trusted_keys
 from protocol import Identity
+
+STOP_WAIT_S = 4 * SHUTDOWN_TIMEOUT_S + 10.0
+"""How long stopping the network may take: an adoption under way, discovery, and the server,
+which ends requests in progress within twice `peer.driver.SHUTDOWN_TIMEOUT_S`."""
 
 
 class GossipPeer:
@@ -74,7 +80,13 @@ class GossipPeer:
         return averaged_weights.checkpoint_tensors(self.node.average, self.trainer.param_spec())
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Run `coro` on the event loop and wait for it; one that overruns `timeout` is cancelled."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
 
     def run(self, stop: threading.Event | None = None) -> LoopResult:
         stop = stop or threading.Event()
@@ -138,13 +150,16 @@ class GossipPeer:
 
     def _stop_network(self) -> None:
         """Stop serving and cancel the session's tasks, then wait for work they left on executor
-        threads (a probe swaps parameters in and out): afterwards only this thread uses the trainer.
-        An adoption runs on the event loop between two awaits, so it is whole or not begun."""
+        threads (a probe swaps parameters in and out, an adoption loads them): afterwards only
+        this thread uses the trainer, which holds its own state or a whole adopted one. A stop
+        that overruns `STOP_WAIT_S` is reported, not raised: the result and checkpoint stand."""
         if not self._network_up:
             return
         self._network_up = False
         assert self.driver is not None
         try:
-            self._call(self.driver.async_stop(), timeout=30)
+            self._call(self.driver.async_stop(), timeout=STOP_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            self.emit(f"the network did not stop within {STOP_WAIT_S:g} s; left unfinished")
         finally:
             self._call(self._loop.shutdown_default_executor(), timeout=60)

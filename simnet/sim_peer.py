@@ -24,6 +24,7 @@ from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
 from peer.core.addresses import PeerInfo
+from peer.core.fetched import FetchedStates
 from peer.core.hello import read_hello
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
@@ -59,7 +60,7 @@ class SimPeer(SimServer):
         self.metrics = sim.new_metrics()
         self._training = False
         self._tick_at = math.inf
-        self._fetched: dict[int, torch.Tensor] = {}
+        self._fetched = FetchedStates()
         self._nonce: dict[int, str] = {}  # hello token -> the nonce we asked it to sign
 
     @property
@@ -71,7 +72,7 @@ class SimPeer(SimServer):
         """Come online as a fresh process (same key); the session joins when `join`."""
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None
-        self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, {}
+        self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
         self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
         cfg = self.sim.gossip_cfg
@@ -102,6 +103,7 @@ class SimPeer(SimServer):
         if self.trainer is not None:
             self.trainer.close()
         self.trainer = self.node = self.session = None
+        self._fetched.clear()
 
     # ------------------------------------------------------------------ training
     def _begin_training(self) -> None:
@@ -180,7 +182,7 @@ class SimPeer(SimServer):
         elif isinstance(a, Adopt):
             self.worker.submit(lambda a=a: self._adopt_job(a))
         elif isinstance(a, JoinDone):
-            self.worker.submit(lambda: (0.0, self._begin_training))  # after any adoption queued before it
+            self.worker.submit(self._join_done_job)  # after any adoption queued before it
         elif isinstance(a, Forget):
             if a.peer_id:
                 self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
@@ -255,14 +257,17 @@ class SimPeer(SimServer):
         return 0.0, None
 
     def _adopt_job(self, a: Adopt) -> tuple[float, Callable[[], None] | None]:
-        x = self._fetched.pop(a.token)
-        self._fetched.clear()
+        x = self._fetched.take(a.token)
         assert self.trainer is not None
         self.trainer.set_flat_params(x)
         self._node().adopt(x, a.step)
         if self.sim.peers[self.sim.index_of[a.address]].attacker:  # what joining must never do
             self.metrics.inc("adopted_from_attacker_total")
         return self.sim.cost.op_s, None
+
+    def _join_done_job(self) -> tuple[float, Callable[[], None] | None]:
+        self._fetched.clear()
+        return 0.0, self._begin_training
 
     def _request(self, address: str, token: int, kind: str, on_reply: Callable[[int, bytes | None, str], None]) -> None:
         """GET /v1/hello or /v1/state: a small request, the server's answer over the reverse link."""
@@ -310,10 +315,10 @@ class SimPeer(SimServer):
             except FrameRefused as exc:
                 err = f"refused: {exc.reason.value}"
                 return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), error=err))
-            self._fetched[token] = x
             probe = self.attack.probe(self.trainer)  # as the real driver: the trainer's verdict on a probe batch
             better = probe(x) if probe is not None else None
-            return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), step=step, better=better))
+            return cost, lambda: self.dispatch(self._fetched.judged(
+                token, x, self._sess().state_done(token, self.sim.now(), step=step, better=better)))
 
         self.worker.submit(job)
 

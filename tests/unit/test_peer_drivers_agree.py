@@ -111,11 +111,13 @@ def test_both_drivers_adopt_a_state_at_the_step_it_was_at() -> None:
     from peer.core.actions import Adopt
 
     driver, _ = real_driver(Clock())
-    driver._fetched[9] = torch.full((4,), 3.0)
-    asyncio.run(driver._adopt(Adopt(token=9, address=PEERS[0], step=123)))
+    adopt = Adopt(token=9, address=PEERS[0], step=123)
+    driver._fetched.judged(9, torch.full((4,), 3.0), [adopt])
+    asyncio.run(driver._adopt(adopt))
     assert driver.node.average.step_offset == 123 - driver.node.step == 123
     sim, _ = sim_driver(Clock())
     node = sim._node()
-    sim._fetched[9] = node.public.x_hat.clone()
-    sim._adopt_job(Adopt(token=9, address=sim.sim.peers[1].address, step=123))
+    adopt = Adopt(token=9, address=sim.sim.peers[1].address, step=123)
+    sim._fetched.judged(9, node.public.x_hat.clone(), [adopt])
+    sim._adopt_job(adopt)
     assert node.average.step_offset == 123 - node.step == 123

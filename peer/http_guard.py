@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -45,7 +44,8 @@ class RequestGuard:
         self.body_budget = int(cfg.body_budget_frames * max_body_bytes)
         """Body bytes held at once by all requests together (received, not merely declared)."""
         self.held = 0
-        self._open: dict[str, int] = defaultdict(int)
+        self._open: dict[str, int] = {}
+        """Requests open per address; an address with none has no entry (refusals add none)."""
         self._last_state: dict[str, float] = {}
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
@@ -68,11 +68,11 @@ class RequestGuard:
         declared = request.content_length
         if declared is not None and declared > self.max_body_bytes:
             return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
-        if self._open[remote] >= self.cfg.max_requests_per_address:
+        if self._open.get(remote, 0) >= self.cfg.max_requests_per_address:
             return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address")
         if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._state_allowed(remote):
             return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
-        self._open[remote] += 1
+        self._open[remote] = self._open.get(remote, 0) + 1
         held = [0]
         try:
             if request.body_exists:
@@ -82,9 +82,7 @@ class RequestGuard:
             return await handler(request)
         finally:
             self.held -= held[0]
-            self._open[remote] -= 1
-            if not self._open[remote]:
-                del self._open[remote]
+            count_down(self._open, remote)
 
     def _state_allowed(self, remote: str) -> bool:
         now = time.monotonic()
@@ -123,6 +121,16 @@ class RequestGuard:
         if refusal is None:
             request[BODY_KEY] = body
         return refusal
+
+
+def count_down(open_per_address: dict[str, int], remote: str) -> None:
+    """One request of `remote` ended: count it down, dropping the entry at zero, so that the
+    map holds only addresses with something open however many addresses come and go."""
+    left = open_per_address.get(remote, 0) - 1
+    if left > 0:
+        open_per_address[remote] = left
+    else:
+        open_per_address.pop(remote, None)
 
 
 # ---------------------------------------------------------------------------------- the server around it

@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from aiohttp import web
 
+from peer.http_guard import count_down
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
@@ -41,7 +41,9 @@ SEND_PIECE = 1 << 20
 CHUNK = 256 * 1024
 """Bytes read from disk and written per step of an upload without sendfile."""
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
-_RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE_RE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+MAX_RANGE_DIGITS = 20
+"""Longer numbers in a Range are past any file's size (and past int()'s limit at 4,300 digits)."""
 
 
 class RangeNotSatisfiable(ValueError):
@@ -52,13 +54,16 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The byte span [start, end) one `Range` header asks for, or None for the whole file.
 
     One range only (several, or another unit, are answered with the whole file, as RFC 9110
-    allows); a range past the end raises RangeNotSatisfiable (416)."""
+    allows); a range past the end, or with numbers of over MAX_RANGE_DIGITS digits, raises
+    RangeNotSatisfiable (416)."""
     if not header:
         return None
     m = _RANGE_RE.fullmatch(header.strip())
     if m is None or (not m.group(1) and not m.group(2)):
         return None
     first, last = m.group(1), m.group(2)
+    if max(len(first), len(last)) > MAX_RANGE_DIGITS:
+        raise RangeNotSatisfiable(f"range numbers of over {MAX_RANGE_DIGITS} digits for a {size}-byte file")
     if not first:  # a suffix: the last N bytes
         n = int(last)
         if n == 0:
@@ -76,7 +81,8 @@ class ShardServer:
 
     def __init__(self, store: ShardStore, cfg: SwarmDataConfig, metrics: Metrics) -> None:
         self.store, self.cfg, self.metrics = store, cfg, metrics
-        self._open: dict[str, int] = defaultdict(int)
+        self._open: dict[str, int] = {}
+        """Uploads open per address; an address with none has no entry (refusals add none)."""
         self.uploads = 0
         self._sendfile = SENDFILE
         rate = cfg.max_upload_mb_s * 1e6
@@ -99,22 +105,21 @@ class ShardServer:
         if path is None:
             return web.json_response({"missing": digest}, status=404)
         remote = request.remote or "?"
-        refusal = upload_refusal(self._open[remote], self.uploads, self.cfg.max_uploads_per_address, self.cfg.max_uploads)
+        refusal = upload_refusal(self._open.get(remote, 0), self.uploads, self.cfg.max_uploads_per_address,
+                                 self.cfg.max_uploads)
         if refusal is not None:
             status, reason = refusal
             text = (f"at most {self.cfg.max_uploads_per_address} shard uploads per address" if status == 429 else
                     f"{self.cfg.max_uploads} shard uploads under way; try another peer")
             return self._refuse(status, reason, text)
-        self._open[remote] += 1
+        self._open[remote] = self._open.get(remote, 0) + 1
         self.uploads += 1
         try:
             with self.store.using(digest):
                 return await self._send(request, path, digest)
         finally:
             self.uploads -= 1
-            self._open[remote] -= 1
-            if not self._open[remote]:
-                del self._open[remote]
+            count_down(self._open, remote)
 
     async def _send(self, request: web.Request, path: Path, digest: str) -> web.StreamResponse:
         try:

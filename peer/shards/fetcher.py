@@ -104,7 +104,7 @@ class ShardFetcher:
         if self._stop.is_set():
             return address, None
         try:
-            return address, read_advert(address, self.store.manifest.hash, self.manifest_order, ADVERT_STALL_S)
+            return address, read_advert(address, self.store.manifest.hash, self.manifest_order, ADVERT_STALL_S, self._stop)
         except SourceFailed as exc:
             log.debug("no shard advert from %s: %s", address, exc)
             return address, None

@@ -28,7 +28,7 @@ from typing import Callable
 
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, signed_offers
-from peer.shards.download import SourceFailed, get_capped, read_advert_doc
+from peer.shards.download import SourceFailed, SourceLied, get_capped, read_advert_doc
 from peer.shards.manifest import MAX_MANIFEST_BYTES, ManifestError
 from peer.shards.plan import Penalties
 from peer.shards.store import write_atomic
@@ -80,10 +80,11 @@ class SignedManifestFinder:
     def _fetch(self, address: str, offer: SignedOffer) -> SignedManifest | None:
         try:
             data = get_capped(address, f"/v1/shards/{offer.hash}", MAX_MANIFEST_BYTES, self.stall_s)
-        except SourceFailed as exc:  # unreachable, or over the cap (SourceLied): try the next offer
+        except SourceLied as exc:  # more bytes than the cap, a malformed length: the source lied
+            self._refuse(address, offer, exc.reason, str(exc), document_bad=False)
+            return None
+        except SourceFailed as exc:  # unreachable, stalled: try the next offer
             log.info("no signed manifest from %s: %s", address, exc)
-            if exc.reason == "too_long":
-                self._refuse(address, offer, "too_long", str(exc), document_bad=False)
             return None
         if hashlib.sha256(data).hexdigest() != offer.hash:
             return self._refuse(address, offer, "hash_mismatch", "the bytes do not hash to the offered document",

@@ -118,3 +118,31 @@ def test_fetch_range_is_cut_by_stop_while_the_body_trickles(tmp_path: Path) -> N
         t.close()
     assert info.value.reason == "stopped", info.value
     assert time.monotonic() - started < 4.0  # unbounded: the 100-byte body trickles for 50 s
+
+
+def test_closing_the_fetcher_cuts_an_advert_read_that_trickles(tmp_path: Path) -> None:
+    """The planning thread waits for every advert it asked for; closing the fetcher must not wait
+    for a neighbour that trickles its headers (ADVERT_DEADLINE_S is 30 s)."""
+    from peer.metrics import Metrics
+    from peer.shards.config import SwarmDataConfig
+    from peer.shards.fetcher import ShardFetcher
+    from peer.shards.store import ShardStore
+    from tests.unit.shard_server_helpers import manifest_of
+
+    t = Trickler(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a", every_s=0.1)
+    store = ShardStore(manifest_of({"a.tar": b"x" * 1000}), tmp_path / "cache", 1 << 20, min_hold_s=0.0)
+    store.open()
+    fetcher = ShardFetcher(store, SwarmDataConfig(advert_every_s=0.01, stall_timeout_s=2.0), "me",
+                           lambda: [t.address], Metrics(process=False))
+    planning = threading.Thread(target=fetcher._refresh_adverts, args=(time.monotonic(),), daemon=True)
+    try:
+        planning.start()
+        time.sleep(0.5)  # the advert read is under way, its headers trickling
+        started = time.monotonic()
+        fetcher.close()
+        planning.join(5.0)
+        took = time.monotonic() - started
+    finally:
+        t.close()
+    assert not planning.is_alive()
+    assert took < 2.5, f"close waited {took:.1f} s for a trickling advert"  # unbounded: until the trickle ends (3.5 s)

@@ -145,6 +145,30 @@ def test_a_liar_renumbering_a_genuine_document_cannot_hide_it_from_honest_offers
     assert {renumbers.address, swaps.address} <= finder.penalties.banned(time.monotonic())
 
 
+def test_a_source_caught_lying_about_its_length_is_banned_and_counted(offerers, monkeypatch) -> None:
+    """Any lie the downloader catches (here a Content-Length that is not a number) convicts the
+    source as too many bytes do: banned and counted by its reason; the honest offer is taken."""
+    import peer.shards.signed_source as signed_source
+    from peer.shards.download import SourceLied
+
+    metrics = Metrics(process=False)
+    finder = SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0)
+    genuine = sign_manifest(V2, OWNER, 3)
+    liar, honest = offerers(genuine, OWNER.peer_id, 4), offerers(genuine, OWNER.peer_id, 3)
+    real_get = signed_source.get_capped
+
+    def get_capped(address, *args, **kwargs):
+        if address == liar.address:
+            raise SourceLied("bad_length", f"{address} sent Content-Length '\u00b2'")
+        return real_get(address, *args, **kwargs)
+
+    monkeypatch.setattr(signed_source, "get_capped", get_capped)
+    got = finder.newest([liar.address, honest.address])
+    assert got is not None and got.version == 3
+    assert metrics.get("manifests_refused_total", reason="bad_length") == 1
+    assert liar.address in finder.penalties.banned(time.monotonic())
+
+
 def test_documents_by_other_keys_or_other_bytes_are_refused_and_counted(offerers) -> None:
     metrics = Metrics(process=False)
     finder = SignedManifestFinder(OWNER.public_key, metrics, stall_s=5.0)

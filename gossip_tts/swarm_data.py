@@ -82,8 +82,8 @@ def load_manifest(digest: str, where: str | None, peers: list[str], stop: thread
     while not stop.is_set():
         for address in peers:
             try:
-                return read_manifest(get_capped(address, f"/v1/shards/{digest}", MAX_MANIFEST_BYTES, MANIFEST_STALL_S),
-                                     digest), None
+                data = get_capped(address, f"/v1/shards/{digest}", MAX_MANIFEST_BYTES, MANIFEST_STALL_S, stop=stop)
+                return read_manifest(data, digest), None
             except (SourceFailed, ManifestError) as exc:
                 log.info("no manifest from %s: %s", address, exc)
         stop.wait(2.0)

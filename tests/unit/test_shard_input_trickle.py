@@ -146,3 +146,23 @@ def test_closing_the_fetcher_cuts_an_advert_read_that_trickles(tmp_path: Path) -
         t.close()
     assert not planning.is_alive()
     assert took < 2.5, f"close waited {took:.1f} s for a trickling advert"  # unbounded: until the trickle ends (3.5 s)
+
+
+def test_stopping_while_the_manifest_trickles_in_ends_the_wait_at_once() -> None:
+    """Ctrl+C while a peer trickles the manifest's headers: start-up ends now, not at the
+    read's 60 s deadline."""
+    from gossip_tts.swarm_data import load_manifest
+
+    t = Trickler(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a", every_s=0.1)
+    stop = threading.Event()
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            load_manifest(DIGEST, None, [t.address], stop, lambda line: None)
+    finally:
+        timer.cancel()
+        t.close()
+    took = time.monotonic() - started
+    assert took < 2.5, f"stopped at 0.3 s, start-up waited {took:.1f} s"  # unbounded: until the trickle ends (4 s)

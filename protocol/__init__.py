@@ -8,7 +8,7 @@ from .codecs import (BF16Codec, CodecBase, FP16Codec, IdentityCodec, Int8Codec, 
                      TensorCodec, parse_codec)
 from .errors import CodecError, FrameRefused, RefusalReason
 from .frame import (PREFIX_SIZE, Frame, codec_seed, decode_frame, encode_frame,
-                    peek_frame_length)
+                    peek_frame_length, peek_frame_sender)
 from .header import FrameHeader, FrameKind, TensorSpec
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
@@ -23,6 +23,6 @@ __all__ = [
     "RefusalReason", "SparseCodec", "TensorCodec", "TensorSpec", "TicketBook", "VerifyPolicy",
     "bundle_digest", "codec_seed", "decode_frame", "encode_frame", "epoch_from", "flat_model_spec",
     "make_control_frame", "make_snapshot_frame", "make_update_frame", "model_fingerprint",
-    "model_spec_of", "next_epoch", "pack_bundle", "parse_codec", "peek_frame_length", "read_vector",
-    "unpack_bundle", "verify_signature",
+    "model_spec_of", "next_epoch", "pack_bundle", "parse_codec", "peek_frame_length", "peek_frame_sender",
+    "read_vector", "unpack_bundle", "verify_signature",
 ]

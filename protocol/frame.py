@@ -29,7 +29,7 @@ from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
 from .payload import pack_payload, unpack_payload
 
-__all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "codec_seed",
+__all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "peek_frame_sender", "codec_seed",
            "frame_digest", "MAGIC", "VERSION", "PREFIX_SIZE", "SIGNATURE_SIZE"]
 
 MAGIC = b"GTTS"
@@ -121,13 +121,7 @@ def peek_frame_length(prefix: bytes | memoryview, limits: Limits) -> int:
 
     Lets a streaming reader refuse an oversized frame before reading it.
     """
-    if len(prefix) < PREFIX_SIZE:
-        raise FrameRefused(RefusalReason.TRUNCATED, f"prefix shorter than {PREFIX_SIZE} bytes")
-    magic, version, _, header_len, payload_len = _PREFIX.unpack_from(prefix, 0)
-    if magic != MAGIC:
-        raise FrameRefused(RefusalReason.BAD_MAGIC, f"magic {magic!r}")
-    if version != VERSION:
-        raise FrameRefused(RefusalReason.BAD_VERSION, _version_detail(version))
+    _, header_len, payload_len = _read_prefix(prefix)
     if header_len > limits.max_header_bytes:
         raise FrameRefused(RefusalReason.TOO_LARGE,
                            f"header {header_len} bytes, limit {limits.max_header_bytes}")
@@ -136,6 +130,24 @@ def peek_frame_length(prefix: bytes | memoryview, limits: Limits) -> int:
         raise FrameRefused(RefusalReason.TOO_LARGE,
                            f"frame {total} bytes, limit {limits.max_frame_bytes}")
     return total
+
+
+def peek_frame_sender(data: bytes | memoryview) -> bytes:
+    """The sender key a frame's fixed prefix names, unverified: lets a receiver refuse a frame
+    signed by another key than it expects before hashing or decoding any of it."""
+    return _read_prefix(data)[0]
+
+
+def _read_prefix(data: bytes | memoryview) -> tuple[bytes, int, int]:
+    """(sender, header length, payload length) of a frame's fixed prefix, magic and version checked."""
+    if len(data) < PREFIX_SIZE:
+        raise FrameRefused(RefusalReason.TRUNCATED, f"prefix shorter than {PREFIX_SIZE} bytes")
+    magic, version, sender, header_len, payload_len = _PREFIX.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise FrameRefused(RefusalReason.BAD_MAGIC, f"magic {magic!r}")
+    if version != VERSION:
+        raise FrameRefused(RefusalReason.BAD_VERSION, _version_detail(version))
+    return sender, header_len, payload_len
 
 
 def _check_envelope(view: memoryview, policy: VerifyPolicy) -> tuple[bytes, int]:

@@ -17,6 +17,7 @@ Control arms (`attack.undefended`), each the one honest switch its attack target
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from typing import TYPE_CHECKING, Any, Callable
@@ -25,11 +26,12 @@ import torch
 
 from peer.core.actions import Action, Count
 from peer.core.addresses import PeerInfo
+from peer.core.control import make_control, read_control
 from peer.core.node import GossipNode
 from peer.core.session import Session
 from protocol import (
-    Frame, FrameHeader, FrameKind, Identity, IdentityCodec, TensorSpec, encode_frame, make_control_frame,
-    pack_bundle, unpack_bundle,
+    Frame, FrameHeader, FrameKind, Identity, IdentityCodec, TensorSpec, bundle_digest, decode_frame, encode_frame,
+    make_control_frame, pack_bundle, unpack_bundle,
 )
 from simnet.attacks import AttackConfig
 from simnet.sim_server import HTTP_OVERHEAD
@@ -126,10 +128,24 @@ class PeerAttack:
         return node
 
     def outgoing(self, body: bytes, node: GossipNode, now: float) -> tuple[bytes, bool]:
-        """An exchange body as the attacker sends it, and whether a frame was forged into it."""
+        """An exchange body as the attacker sends it, and whether a frame was forged into it.
+
+        The NaN attacker appends a NaN update and signs its control frame again to bind it, as
+        any sender may bind what it likes: receivers then decode the frame and refuse it for
+        its values (`non_finite`), not for being unbound. It forges only into requests that
+        spend a ticket: of a first contact the receiver decodes nothing."""
         if self.kind != "nan":
             return body, False
-        return pack_bundle(unpack_bundle(body, node.limits) + [forge_non_finite_update(node, now)]), True
+        frames = unpack_bundle(body, node.limits)
+        header = decode_frame(frames[0], node.policy, now).header
+        if not header.ticket:
+            return body, False
+        frames = frames[1:] + [forge_non_finite_update(node, now)]
+        control = dataclasses.replace(read_control(header), bundle=bundle_digest(frames))
+        rebound = make_control(node.identity, control, swarm=header.swarm, fingerprint=header.fingerprint,
+                               seq=header.seq, step=header.step, now=header.timestamp, to=header.to,
+                               to_epoch=header.to_epoch, ticket=header.ticket, limits=node.limits)
+        return pack_bundle([rebound, *frames]), True
 
     def hello_step(self, step: int) -> int:
         """The step our hellos claim (a join liar claims to be far ahead)."""

@@ -15,14 +15,17 @@ the receiver's epoch and a ticket the receiver issued (`protocol.replay.TicketBo
 binds the frames after it by their signatures; only then does the bundle change anything
 here: a recording made before our restart (a new epoch) or used once (a spent ticket) is
 refused however many senders came between. A request without a live ticket is answered
-(a fresh ticket, our frames) but changes nothing: a first contact pushes on its second
-exchange. Updates apply strictly in seq order; a new epoch of a neighbour voids its copy.
+(a fresh ticket, our frames) but changes nothing, and none of its frames is decoded: a first
+contact pushes on its second exchange. Of a ticketed bundle, at most a gap fill's worth of
+frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
+a neighbour voids its copy.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections import Counter
 
 import torch
 
@@ -30,6 +33,7 @@ from async_opt import NeighbourCopy, PublicCopy, safe_norm
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
+from peer.core.ingest import MAX_GAP_UPDATES, open_frame, screen
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
@@ -290,8 +294,9 @@ class GossipNode:
             if n.acked_seq >= latest:
                 return []
             frames = self.outbox.since(n.acked_seq)
-            # A long gap costs more as updates than as one exact snapshot.
-            if frames is not None and sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD:
+            # A long gap costs more as updates than as one exact snapshot (to send, and to decode).
+            if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
+                    sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD):
                 return frames
         self.metrics.inc("snapshots_sent_total", help="exact public-copy snapshots sent to fill a gap")
         return [self._snapshot(now)]
@@ -323,43 +328,34 @@ class GossipNode:
 
     def _ingest(self, control: FrameHeader, info: Control, raw_frames: list[bytes], now: float, *,
                 accepted: bool) -> ExchangeResult:
-        """Apply a bundle whose control frame spent a ticket of ours (`accepted`); otherwise only
-        verify its frames, so that each one's own fault is still counted."""
+        """Apply a bundle whose control frame spent a ticket of ours (`accepted`). Otherwise none of
+        its frames is decoded: they are refused, counted once for the whole bundle (`handle_request`)."""
         sender = control.sender
-        n = self._neighbour(sender) if accepted else None
-        if n is not None:
-            if info.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
-                n.copy, n.epoch = NeighbourCopy(), info.epoch
-            n.listen, n.step, n.last_heard = info.listen, control.step, now
-            n.acked_epoch, n.acked_seq = info.have_epoch, info.have_seq
-            self.held_tickets.keep(sender, info.epoch, info.offer)
-        bound = info.bundle == bundle_digest(raw_frames)
-        refused, changed = 0, False
-        for raw in raw_frames:
+        if not accepted:
+            return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, len(raw_frames), False)
+        n = self._neighbour(sender)
+        if info.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
+            n.copy, n.epoch = NeighbourCopy(), info.epoch
+        n.listen, n.step, n.last_heard = info.listen, control.step, now
+        n.acked_epoch, n.acked_seq = info.have_epoch, info.have_seq
+        self.held_tickets.keep(sender, info.epoch, info.offer)
+        frames, refusals = screen(raw_frames, sender, bound=info.bundle == bundle_digest(raw_frames))
+        for reason, count in Counter(refusals).items():
+            self.metrics.inc("frames_refused_total", count, reason=reason)
+        refused, changed = len(refusals), False
+        for raw in frames:
             try:
-                frame = decode_frame(raw, self.policy, now=now)
+                frame = open_frame(raw, self.policy, now, info.epoch)
             except FrameRefused as exc:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
-            if n is None:  # the control frame was refused, and counted once for the whole bundle
-                refused += 1
-                continue
-            if not bound:
-                refused += 1
-                self.metrics.inc("frames_refused_total", reason=RefusalReason.UNBOUND_FRAME.value)
-                continue
-            if frame.header.sender != sender or frame.header.extra.get("epoch") != info.epoch:
-                refused += 1
-                self.metrics.inc("frames_refused_total", reason="bad_header")
-                continue
             changed |= self._apply(n, frame, now)
-        if n is not None:
-            if changed:
-                self._versions += 1
-                n.version = self._versions
-            self._publish_view()
-            self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
+        if changed:
+            self._versions += 1
+            n.version = self._versions
+        self._publish_view()
+        self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
         return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)
 
     def _apply(self, n: Neighbour, frame: Frame, now: float) -> bool:

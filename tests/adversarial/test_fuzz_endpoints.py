@@ -114,8 +114,8 @@ class Requests:
             frames = unpack_bundle(forger.request(), Limits())
             body = pack_bundle(frames + [_mutate(rng, self.updates[connection % FORGERS])])
             # Ticketed: the frame is refused, and so is any other frame of ours (the control frame binds
-            # other frames than these). Not ticketed: the push is refused once (no_ticket), and the frame.
-            refused = 1 + (len(frames) - 1 if ticketed else 1)
+            # other frames than these). Not ticketed: the push is refused once (no_ticket), its frame unread.
+            refused = len(frames) if ticketed else 1
             return Request(_post("/v1/exchange", body), if_answered=(refused, int(ticketed)))
         if kind == "random_body":
             return Request(_post("/v1/exchange", rng.randbytes(rng.randint(1, 512))))

@@ -148,7 +148,7 @@ def test_foreign_swarm_and_tampered_bodies_are_refused():
     assert not b.neighbours  # nothing was learned from refused bodies
     exchange(a, b, clock())  # a first contact: a ticket for the push below
     body = bytearray(a.build_request(b.identity.public_key, clock()))
-    body[-5] ^= 0xFF  # inside the snapshot's signature: that frame alone is refused and counted
+    body[-80] ^= 0xFF  # inside the snapshot's payload (its signature, which binds it, intact): refused, counted
     b.handle_request(bytes(body), clock())
     assert b.metrics.get("frames_refused_total", reason="bad_signature") == 1
     assert b.neighbours[a.identity.public_key].copy.x_hat is None

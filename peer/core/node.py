@@ -259,8 +259,11 @@ class GossipNode:
         return self._state_cache is not None
 
     def read_state(self, data: bytes, now: float) -> tuple[torch.Tensor, int]:
-        """Verify a /v1/state snapshot; returns (parameters, the sender's step)."""
+        """Verify a /v1/state snapshot; returns (parameters, the sender's step). Only a snapshot
+        signed as a state (`state_frame`) is one: an update or an exchange snapshot is refused."""
         frame = decode_frame(data, self.policy, now=now)
+        if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != "state":
+            raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
         return read_vector(frame), frame.header.step
 
     # ------------------------------------------------------------------ internals

@@ -171,3 +171,18 @@ def test_a_restarted_peer_is_taken_afresh_and_a_recording_of_its_old_run_is_refu
     _, result = b.handle_request(old_request, clock())  # its ticket was spent long ago
     assert not result.accepted and b.metrics.get("frames_refused_total", reason="stale_ticket") == 1
     assert torch.equal(b.neighbours[a.identity.public_key].copy.x_hat, restarted.public.x_hat)
+
+
+def test_only_a_signed_state_is_read_as_a_state():
+    """GET /v1/state answers a snapshot marked as a state; an update or an exchange snapshot of the
+    same signer (replayed, or served by anyone) is refused before a joiner spends a probe on it."""
+    clock, trainers, rigs = make_swarm(2)
+    a, b = rigs[0].node, rigs[1].node
+    trainers[0].step()
+    a.publish(trainers[0].get_flat_params(), 2, clock())
+    x, step = b.read_state(a.state_frame(clock()), clock())
+    assert step == 2 and torch.equal(x, a.last_x)
+    update = a.outbox.since(0)[0]
+    for other in (update, a._snapshot(clock())):
+        with pytest.raises(FrameRefused, match="state"):
+            b.read_state(other, clock())

@@ -81,6 +81,9 @@ class AsyncDriver:
         """Whether an offered state scores better than ours (the trainer's `probe_better`), if it can tell."""
         self.session = Session(session_cfg, peer_id=self.node.peer_id, rng=random.Random(net_cfg.seed))
         self.joined = threading.Event()
+        self.join_error: Exception | None = None
+        """Why loading an adopted state failed, if it did: set before `joined`; the runtime then
+        stops with it rather than train on parameters that may be part replaced."""
         """Set once joining is over (at once when not joining); the training thread waits on it."""
         self.trace: list[Action] | None = None
         """When a list, every dispatched action is appended (tests compare drivers with it)."""
@@ -304,6 +307,8 @@ class AsyncDriver:
         try:
             if self._adopting is not None:
                 await self._adopting
+        except Exception as exc:  # the trainer may hold part of the state: the runtime ends the run
+            self.join_error = exc
         finally:
             self._fetched.clear()
         self.joined.set()

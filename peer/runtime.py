@@ -114,6 +114,9 @@ class GossipPeer:
             interrupted = self._wait_for_join(stop)
             if interrupted is not None:
                 return self._stop_while_joining(loop_cfg, interrupted)
+            if self.driver.join_error is not None:  # no checkpoint of a half-loaded state: the last good one stays
+                raise RuntimeError(f"loading a neighbour's state failed ({self.driver.join_error}); the parameters "
+                                   "may be part replaced, so this run stops here") from self.driver.join_error
             return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics,
                             extra_state=self.averaged_state)
         finally:

@@ -1,6 +1,7 @@
 """An adoption runs off the event loop: while the trainer loads an adopted state (a full copy
 to the device, or a broadcast to every rank of a group: peer/group.py), the peer keeps
-answering hellos, /v1/status and /metrics (docs/architecture.md, "Three threads")."""
+answering hellos, /v1/status and /metrics (docs/architecture.md, "Three threads"); one that
+fails ends the join with its error, and the run stops rather than hang or train on it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import time
 import urllib.request
 
+import pytest
 import torch
 
 from peer.core.actions import Adopt
@@ -73,3 +75,62 @@ def test_the_loop_answers_while_the_trainer_adopts() -> None:
         thread.join(10)
         loop.close()
         worker.close()
+
+
+def test_a_failed_adoption_ends_the_join_with_its_error_instead_of_hanging() -> None:
+    """A trainer that fails while loading a state (a group whose ranks disagree) may hold part of
+    it: joining still ends, with the error, so the runtime can stop instead of waiting forever."""
+    from peer.core.actions import JoinDone
+
+    def failing_adopt(x: torch.Tensor) -> None:
+        raise RuntimeError("after a mix, ranks [1] hold other parameters than rank 0")
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    node = GossipNode(GossipConfig(swarm="adopt-test"), Identity.generate(b"\x42" * 32), {"w": ((DIM,), "float32")},
+                      torch.zeros(DIM), now=time.time())
+    worker = NodeWorker(node, time.time)
+    driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
+                         emit=lambda line: None, on_adopt=failing_adopt)
+
+    async def adopt_then_finish() -> None:
+        action = Adopt(token=3, address="127.0.0.1:1", step=40)
+        driver._fetched.judged(3, torch.ones(DIM), [action])
+        driver.joined.clear()  # as while joining (join=False set it at start)
+        driver.dispatch([action, JoinDone(None)])
+
+    try:
+        asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(adopt_then_finish(), loop).result(5)
+        assert driver.joined.wait(5.0), "joining never ended after the adoption failed"
+        assert isinstance(driver.join_error, RuntimeError) and "ranks [1]" in str(driver.join_error)
+        assert len(driver._fetched) == 0
+    finally:
+        asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        worker.close()
+
+
+def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_path, monkeypatch) -> None:
+    from peer.loop import LoopConfig
+    from peer.runtime import GossipPeer
+    from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+
+    start = AsyncDriver.async_start
+
+    async def start_then_fail_the_join(self: AsyncDriver) -> str:
+        address = await start(self)
+        self.join_error = RuntimeError("the device ran out of memory")
+        self.joined.set()
+        return address
+
+    monkeypatch.setattr(AsyncDriver, "async_start", start_then_fail_the_join)
+    trainer = LeastSquaresTrainer(LeastSquaresConfig(dim=DIM, samples_per_shard=32, shard=0, n_shards=1, seed=0))
+    peer = GossipPeer(trainer, LoopConfig(checkpoint_dir=tmp_path, max_steps=5), GossipConfig(swarm="adopt-test"),
+                      NetConfig(listen="127.0.0.1:0", mdns=False), Identity.generate(b"\x43" * 32), emit=lambda line: None)
+    with pytest.raises(RuntimeError, match="loading a neighbour's state failed"):
+        peer.run(threading.Event())
+    assert trainer.step_count == 0 and not list(tmp_path.glob("*.safetensors"))

@@ -7,23 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import urllib.request
 
 import pytest
 import torch
 
-from peer.core.actions import Adopt
-from peer.core.config import SessionConfig
+from peer.core.actions import Adopt, JoinDone
 from peer.core.gossip_config import GossipConfig
-from peer.core.node import GossipNode
 from peer.driver import AsyncDriver
-from peer.metrics import Metrics
 from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
 from protocol import Identity
-
-DIM = 16
+from tests.unit.driver_helpers import DIM, running_driver
 
 
 def test_the_loop_answers_while_the_trainer_adopts() -> None:
@@ -35,26 +29,18 @@ def test_the_loop_answers_while_the_trainer_adopts() -> None:
         release.wait(5.0)  # bounded: a loop that never answers fails the test below, it does not hang it
         loaded.append(x.clone())
 
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    node = GossipNode(GossipConfig(swarm="adopt-test"), Identity.generate(b"\x41" * 32), {"w": ((DIM,), "float32")},
-                      torch.zeros(DIM), now=time.time())
-    worker = NodeWorker(node, time.time)
-    driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
-                         emit=lambda line: None, on_adopt=slow_adopt)
     x = torch.full((DIM,), 2.5)
+    with running_driver(0x41, slow_adopt) as rig:
+        driver = rig.driver
 
-    async def adopt() -> None:
-        action = Adopt(token=7, address="127.0.0.1:1", step=40)
-        driver._fetched.judged(7, x, [action])  # as `_fetch_state` leaves a state the session adopts
-        driver.dispatch([action])
-        assert driver._adopting is not None
-        await driver._adopting
+        async def adopt() -> None:
+            action = Adopt(token=7, address="127.0.0.1:1", step=40)
+            driver._fetched.judged(7, x, [action])  # as `_fetch_state` leaves a state the session adopts
+            driver.dispatch([action])
+            assert driver._adopting is not None
+            await driver._adopting
 
-    try:
-        asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
-        adoption = asyncio.run_coroutine_threadsafe(adopt(), loop)
+        adoption = asyncio.run_coroutine_threadsafe(adopt(), rig.loop)
         try:
             assert entered.wait(5.0)
             with urllib.request.urlopen(f"http://{driver.address}/v1/hello?nonce=ab12", timeout=2.0) as r:
@@ -66,52 +52,30 @@ def test_the_loop_answers_while_the_trainer_adopts() -> None:
             release.set()
         adoption.result(5.0)
         assert len(loaded) == 1 and torch.equal(loaded[0], x)
-        assert torch.equal(node.last_x, x) and node.average.step_offset == 40  # the node adopted after the trainer
+        assert torch.equal(rig.node.last_x, x) and rig.node.average.step_offset == 40  # the node adopted after the trainer
         assert len(driver._fetched) == 0
-    finally:
-        release.set()
-        asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        worker.close()
 
 
 def test_a_failed_adoption_ends_the_join_with_its_error_instead_of_hanging() -> None:
     """A trainer that fails while loading a state (a group whose ranks disagree) may hold part of
     it: joining still ends, with the error, so the runtime can stop instead of waiting forever."""
-    from peer.core.actions import JoinDone
 
     def failing_adopt(x: torch.Tensor) -> None:
         raise RuntimeError("after a mix, ranks [1] hold other parameters than rank 0")
 
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    node = GossipNode(GossipConfig(swarm="adopt-test"), Identity.generate(b"\x42" * 32), {"w": ((DIM,), "float32")},
-                      torch.zeros(DIM), now=time.time())
-    worker = NodeWorker(node, time.time)
-    driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
-                         emit=lambda line: None, on_adopt=failing_adopt)
+    with running_driver(0x42, failing_adopt) as rig:
+        driver = rig.driver
 
-    async def adopt_then_finish() -> None:
-        action = Adopt(token=3, address="127.0.0.1:1", step=40)
-        driver._fetched.judged(3, torch.ones(DIM), [action])
-        driver.joined.clear()  # as while joining (join=False set it at start)
-        driver.dispatch([action, JoinDone(None)])
+        async def adopt_then_finish() -> None:
+            action = Adopt(token=3, address="127.0.0.1:1", step=40)
+            driver._fetched.judged(3, torch.ones(DIM), [action])
+            driver.joined.clear()  # as while joining (join=False set it at start)
+            driver.dispatch([action, JoinDone(None)])
 
-    try:
-        asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
-        asyncio.run_coroutine_threadsafe(adopt_then_finish(), loop).result(5)
+        rig.call(adopt_then_finish(), 5)
         assert driver.joined.wait(5.0), "joining never ended after the adoption failed"
         assert isinstance(driver.join_error, RuntimeError) and "ranks [1]" in str(driver.join_error)
         assert len(driver._fetched) == 0
-    finally:
-        asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        worker.close()
 
 
 def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_path, monkeypatch) -> None:

@@ -18,15 +18,13 @@ import peer.runtime as runtime_mod
 from peer.checkpoint import load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.core.node import GossipNode
 from peer.driver import AsyncDriver
 from peer.loop import LoopConfig
-from peer.metrics import Metrics
 from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
 from peer.runtime import GossipPeer
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
+from tests.unit.driver_helpers import running_driver
 
 DIM = 16
 
@@ -64,26 +62,12 @@ def test_the_shutdown_timeout_is_well_inside_the_stop_wait() -> None:
 def test_stop_ends_a_request_in_progress_within_the_shutdown_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(driver_mod, "SHUTDOWN_TIMEOUT_S", 0.3, raising=False)
     entered = _hang_state_requests(monkeypatch)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    node = GossipNode(GossipConfig(swarm="stop-test"), Identity.generate(b"\x51" * 32), {"w": ((DIM,), "float32")},
-                      torch.zeros(DIM), now=time.time())
-    worker = NodeWorker(node, time.time)
-    driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
-                         emit=lambda line: None, on_adopt=lambda x: None)
-    try:
-        asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
-        _ask_state(driver.address)
+    with running_driver(0x51, stop=False) as rig:
+        _ask_state(rig.driver.address)
         assert entered.wait(5.0)
         t0 = time.monotonic()
-        asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(5.0)
+        rig.call(rig.driver.async_stop(), 5.0)
         assert time.monotonic() - t0 < 2 * 0.3 + 1.0
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-        worker.close()
 
 
 @pytest.mark.parametrize("joining", [False, True], ids=["training", "joining"])

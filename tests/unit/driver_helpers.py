@@ -1,0 +1,62 @@
+"""A real AsyncDriver on its own event loop thread, serving on 127.0.0.1, for driver tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Coroutine, Iterator
+
+import torch
+
+from peer.core.config import SessionConfig
+from peer.core.gossip_config import GossipConfig
+from peer.core.node import GossipNode
+from peer.driver import AsyncDriver
+from peer.metrics import Metrics
+from peer.net_config import NetConfig
+from peer.node_worker import NodeWorker
+from protocol import Identity
+
+DIM = 16
+
+
+@dataclass
+class RunningDriver:
+    driver: AsyncDriver
+    node: GossipNode
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
+        """Run `coro` on the driver's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+@contextmanager
+def running_driver(seed: int, on_adopt: Callable[[torch.Tensor], None] = lambda x: None, *,
+                   stop: bool = True) -> Iterator[RunningDriver]:
+    """A started driver of a DIM-parameter node (key from `seed`), not joining; stopped after
+    (unless the test stops it itself: `stop=False`), its loop and node worker closed."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    node = GossipNode(GossipConfig(swarm="driver-test"), Identity.generate(bytes([seed]) * 32),
+                      {"w": ((DIM,), "float32")}, torch.zeros(DIM), now=time.time())
+    worker = NodeWorker(node, time.time)
+    driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
+                         emit=lambda line: None, on_adopt=on_adopt)
+    running = RunningDriver(driver, node, loop)
+    try:
+        running.call(driver.async_start())
+        yield running
+    finally:
+        try:
+            if stop:
+                running.call(driver.async_stop())
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
+            worker.close()

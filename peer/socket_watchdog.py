@@ -18,6 +18,10 @@ import time
 from typing import Callable
 
 
+STOP_POLL_S = 0.1
+"""How often a watchdog given a `stop` flag looks at it (a set flag cuts the read)."""
+
+
 class ReadDeadline(TimeoutError):
     """The read went past its deadline (the watchdog shut its socket down)."""
 
@@ -63,7 +67,9 @@ class Watchdog:
     Shutting a socket down wakes a thread blocked in `recv` on it at once (it reads EOF), so
     the reading thread ends within moments of the cut, however slowly the server trickles.
     The deadline counts time spent reading only: `paused()` stops the clock while the reader
-    waits for its consumer (a full prefetch queue), which no server can stretch.
+    waits for its consumer (a full prefetch queue), which no server can stretch. With `stop`
+    (an owner's event that nothing else could wake us for), its set cuts the read as `abort()`
+    does, within STOP_POLL_S.
 
     What a cut raises is the class's to say (`timeout_error`, `abort_error`): the training
     data's watchdog raises its own source errors; the shard downloader maps these.
@@ -74,8 +80,9 @@ class Watchdog:
     deadline_name = ""
     """The setting the deadline came from, named in the timeout's message (e.g. " (shard_deadline_s)")."""
 
-    def __init__(self, what: str, deadline_s: float, stall_s: float, reads: OpenReads | None = None) -> None:
-        self.what, self.deadline_s, self.stall_s = what, deadline_s, stall_s
+    def __init__(self, what: str, deadline_s: float, stall_s: float, reads: OpenReads | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.what, self.deadline_s, self.stall_s, self._stop = what, deadline_s, stall_s, stop
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._spent = 0.0
@@ -108,16 +115,27 @@ class Watchdog:
         with self._lock:
             return self._elapsed()
 
+    def _stopped(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
     def _run(self) -> None:
         with self._lock:
             while not self._closed and self.cut is None:
+                if self._stopped():
+                    break
                 left = self.deadline_s - self._elapsed()
                 if self._since is not None and left <= 0:
                     break
-                self._wake.wait(left if self._since is not None else None)
+                wait = left if self._since is not None else None
+                if self._stop is not None:
+                    wait = STOP_POLL_S if wait is None else min(wait, STOP_POLL_S)
+                self._wake.wait(wait)
             else:
                 return
-        self._expire()
+        if self._stopped():
+            self.abort()
+        else:
+            self._expire()
 
     def pause(self) -> None:
         with self._lock:
@@ -156,7 +174,10 @@ class Watchdog:
             pass
 
     def check(self) -> None:
-        """Raise the cut, or a `timeout_error` once the deadline has passed (local files have no thread)."""
+        """Raise the cut, or an `abort_error` once `stop` is set, or a `timeout_error` once the deadline
+        has passed (local files have no thread)."""
+        if self.cut is None and self._stopped():
+            self.abort()
         if self.cut is None and self.elapsed() > self.deadline_s:
             self._expire()
         if self.cut is not None:

@@ -30,8 +30,6 @@ CHUNK = 256 * 1024
 MAX_ADVERT_BYTES = 1 << 20
 """A /v1/shards answer: the bitmap of 65,536 shards is 16 kB."""
 ADVERT_DEADLINE_S = 30.0
-STOP_POLL_S = 0.1
-"""How often a request in flight looks at its `stop` flag (a set flag cuts its socket)."""
 _LENGTH_RE = re.compile(r"[0-9]{1,20}")
 _CONTENT_RANGE_RE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
 
@@ -57,27 +55,23 @@ class _Request:
 
     def __init__(self, address: str, path: str, stall_s: float, deadline_s: float,
                  stop: threading.Event | None = None) -> None:
-        self.address, self.path, self.stall_s, self.deadline_s, self.stop = address, path, stall_s, deadline_s, stop
+        self.address, self.path, self.stall_s, self.deadline_s = address, path, stall_s, deadline_s
         try:
             host, port = parse_address(address)
         except ValueError as exc:
             raise SourceFailed("bad_address", str(exc)) from None
         self.conn = http.client.HTTPConnection(host, port, timeout=stall_s)
-        self.watchdog = Watchdog(f"{address} {path}", deadline_s, stall_s)
-        self._done = threading.Event()
+        self.watchdog = Watchdog(f"{address} {path}", deadline_s, stall_s, stop=stop)
 
     def __enter__(self) -> "_Request":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._done.set()
         self.watchdog.close()
         self.conn.close()
 
     def check(self) -> None:
         """Raise SourceFailed if the request was cut (or its time is up, or `stop` is set)."""
-        if self.stop is not None and self.stop.is_set():
-            raise SourceFailed("stopped", "the fetcher is stopping")
         try:
             self.watchdog.check()
         except ReadAborted:
@@ -95,8 +89,6 @@ class _Request:
             assert self.conn.sock is not None
             self.conn.sock.settimeout(self.stall_s)
             self.watchdog.watch(self.conn.sock)
-            if self.stop is not None:
-                threading.Thread(target=self._watch_stop, name="shard-stop", daemon=True).start()
             self.conn.request("GET", self.path, headers={"Accept-Encoding": "identity", **headers})
             return self.conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
@@ -116,13 +108,6 @@ class _Request:
         if isinstance(exc, (socket.timeout, TimeoutError)):
             return SourceFailed("stalled", f"{self.address} silent for {self.stall_s:g} s: {exc}")
         return SourceFailed("cut_off", f"{self.address}: {type(exc).__name__}: {exc}")
-
-    def _watch_stop(self) -> None:
-        assert self.stop is not None
-        while not self._done.wait(STOP_POLL_S):
-            if self.stop.is_set():
-                self.watchdog.abort()
-                return
 
 
 def _declared_length(resp: http.client.HTTPResponse, address: str) -> int | None:

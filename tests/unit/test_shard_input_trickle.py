@@ -10,7 +10,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -88,17 +90,22 @@ def test_fetch_range_gives_up_on_trickled_headers_at_the_deadline(trickler: Tric
     assert took < 3.0, f"held {took:.1f} s by a source trickling its headers, past a 1 s deadline"  # unbounded: 4 s and more
 
 
-def test_fetch_range_is_cut_by_stop_while_headers_trickle(trickler: Trickler, tmp_path: Path) -> None:
+@contextmanager
+def stop_after(seconds: float) -> Iterator[threading.Event]:
+    """An event set `seconds` from now (as a stopping peer sets its stop flag); cancelled on leaving."""
     stop = threading.Event()
-    timer = threading.Timer(0.5, stop.set)
+    timer = threading.Timer(seconds, stop.set)
     timer.start()
-    started = time.monotonic()
     try:
-        with pytest.raises(SourceFailed) as info:
-            fetch_range(trickler.address, DIGEST, tmp_path / "p", 100, 1.0, time.monotonic() + 30.0, stop,
-                        lambda n: None)
+        yield stop
     finally:
         timer.cancel()
+
+
+def test_fetch_range_is_cut_by_stop_while_headers_trickle(trickler: Trickler, tmp_path: Path) -> None:
+    started = time.monotonic()
+    with stop_after(0.5) as stop, pytest.raises(SourceFailed) as info:
+        fetch_range(trickler.address, DIGEST, tmp_path / "p", 100, 1.0, time.monotonic() + 30.0, stop, lambda n: None)
     took = time.monotonic() - started
     assert info.value.reason == "stopped", info.value
     assert took < 3.0, f"stop came at 0.5 s but the fetch held on for {took:.1f} s"  # unbounded: 4 s and more
@@ -106,15 +113,11 @@ def test_fetch_range_is_cut_by_stop_while_headers_trickle(trickler: Trickler, tm
 
 def test_fetch_range_is_cut_by_stop_while_the_body_trickles(tmp_path: Path) -> None:
     t = Trickler(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b"x", every_s=0.5)
-    stop = threading.Event()
-    timer = threading.Timer(0.3, stop.set)
-    timer.start()
     started = time.monotonic()
     try:
-        with pytest.raises(SourceFailed) as info:
+        with stop_after(0.3) as stop, pytest.raises(SourceFailed) as info:
             fetch_range(t.address, DIGEST, tmp_path / "p", 100, 5.0, time.monotonic() + 30.0, stop, lambda n: None)
     finally:
-        timer.cancel()
         t.close()
     assert info.value.reason == "stopped", info.value
     assert time.monotonic() - started < 4.0  # unbounded: the 100-byte body trickles for 50 s
@@ -154,15 +157,11 @@ def test_stopping_while_the_manifest_trickles_in_ends_the_wait_at_once() -> None
     from gossip_tts.swarm_data import load_manifest
 
     t = Trickler(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a", every_s=0.1)
-    stop = threading.Event()
-    timer = threading.Timer(0.3, stop.set)
-    timer.start()
     started = time.monotonic()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with stop_after(0.3) as stop, pytest.raises(KeyboardInterrupt):
             load_manifest(DIGEST, None, [t.address], stop, lambda line: None)
     finally:
-        timer.cancel()
         t.close()
     took = time.monotonic() - started
     assert took < 2.5, f"stopped at 0.3 s, start-up waited {took:.1f} s"  # unbounded: until the trickle ends (4 s)

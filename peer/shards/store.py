@@ -313,8 +313,9 @@ class ShardStore:
     def _publish(self, gen: int, paths: list[str]) -> None:
         """Write shards.txt (store lock not held: several MB with a large manifest) atomically,
         unless a newer generation is already on disk: listings may finish out of order."""
-        if gen <= self._listing_done:
-            return
+        with self._listing_lock:  # the event loop never takes this one
+            if gen <= self._listing_done:
+                return
         tmp = self.listing.with_name(f".{LISTING_NAME}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
             tmp.write_bytes("".join(f"{line}\n" for line in paths).encode())

@@ -3,10 +3,11 @@
 Pure torch functions and small state objects; no I/O, no clocks, no global randomness.
 Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 (Yang et al. 2021), FedAsync (Xie et al. 2019), ClippedGossip (He, Karimireddy & Jaggi
-2022), DiLoCo (Douillard et al. 2023).
+2022), DiLoCo (Douillard et al. 2023), linear step-size scaling (Goyal et al. 2017).
 """
 
-from .mixing import AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_norm
+from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step,
+                     pull_scale, safe_norm)
 from .public_copy import Compressor, NeighbourCopy, PublicCopy
 from .staleness import (
     Constant,
@@ -19,6 +20,7 @@ from .staleness import (
     pair_lambda,
     parse_staleness,
 )
+from .step_scale import SwarmStepScale, effective_models
 from .sync import DiLoCoOuter, allreduce_mean, allreduce_step
 
 __all__ = [
@@ -35,14 +37,17 @@ __all__ = [
     "PublicCopy",
     "StalenessPolicy",
     "StalenessSchedule",
+    "SwarmStepScale",
     "allreduce_mean",
     "allreduce_step",
     "clip",
     "consensus_distance",
+    "effective_models",
     "mix_delta",
     "mix_diffs",
     "mix_step",
     "pair_lambda",
+    "pull_scale",
     "safe_norm",
     "parse_staleness",
 ]

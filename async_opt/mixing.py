@@ -192,8 +192,9 @@ def check_power(power: float) -> float:
 
 
 def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
-           power: float = 1.0) -> list[tuple[Tensor, float]]:
-    """``(x̂_j − x̂_i, λ_j · clip scale / |J|)`` for every difference that moves x.
+           power: float = 1.0, per_copy: bool = False) -> list[tuple[Tensor, float]]:
+    """``(x̂_j − x̂_i, λ_j · clip scale / |J|)`` for every difference that moves x (``per_copy``:
+    each λ_j is already that copy's whole weight, with no division by |J|).
 
     A difference longer than ``rho`` is scaled by ``(rho / ||d||) ** power``: with ``power = 1``
     it is ClippedGossip's clipping (every far copy pulls exactly ``rho``); with ``power > 1`` the
@@ -210,7 +211,7 @@ def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
         scale = pull_scale(norm, rho, power)
         if lam == 0.0 or scale == 0.0:
             continue
-        out.append((d, lam * scale / len(diffs)))
+        out.append((d, lam * scale / (1 if per_copy else len(diffs))))
     return out
 
 
@@ -225,22 +226,24 @@ def pull_scale(norm: float, rho: float | None, power: float = 1.0) -> float:
 
 
 def mix_diffs(x: Tensor, diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
-              power: float = 1.0) -> Tensor:
+              power: float = 1.0, per_copy: bool = False) -> Tensor:
     """`mix_step` from precomputed differences: ``diffs`` holds ``(x̂_j − x̂_i, λ_j, ||x̂_j − x̂_i||)``.
 
     The same CHOCO-SGD consensus step with ClippedGossip clipping (Koloskova et al. 2019;
     He, Karimireddy & Jaggi 2022); a caller that already computed the differences and their
     norms (to update a clipping radius) saves a pass over every neighbour copy. ``power`` > 1
-    makes far copies' pulls redescend (see `_pulls`).
+    makes far copies' pulls redescend (see `_pulls`); ``per_copy`` takes each λ_j as that copy's
+    whole weight instead of dividing by |J| (a weight matrix row fixed in advance, whatever
+    number of copies happen to arrive at one step boundary).
     """
     out = x.detach().clone()
-    for d, weight in _pulls(diffs, rho, power):
+    for d, weight in _pulls(diffs, rho, power, per_copy):
         out.add_(d.to(out.dtype), alpha=weight)
     return out
 
 
 def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
-              power: float = 1.0) -> Tensor | None:
+              power: float = 1.0, per_copy: bool = False) -> Tensor | None:
     """The change `mix_diffs` would add to x, ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|`` (the CHOCO-SGD
     consensus step of Koloskova et al. 2019, clipped as in He, Karimireddy & Jaggi 2022), or
     None when nothing moves x.
@@ -249,7 +252,7 @@ def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
     scaled in place and the others added to it, so no parameter-sized buffer is allocated.
     The differences must be the caller's own temporaries: they are overwritten.
     """
-    pulls = _pulls(diffs, rho, power)
+    pulls = _pulls(diffs, rho, power, per_copy)
     if not pulls:
         return None
     (first, weight), rest = pulls[0], pulls[1:]

@@ -79,6 +79,8 @@ class BoundaryHook:
         """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
         self.metrics, self.cadence, self.clock = metrics, cadence, clock
+        self.step_scale = mixer.cfg.step_scale_rule()
+        self._scale_set = 1.0  # what the trainer was last told (a trainer starts at its own rate)
         self.last_mixed = 0
         """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
 
@@ -95,6 +97,12 @@ class BoundaryHook:
         view = self.view_slot.current
         self.cadence.observe(view)
         self.last_mixed = 0
+        ended = self.mixer.end_period(view)
+        scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended)
+        if scale != self._scale_set:
+            trainer.set_step_scale(scale)
+            self._scale_set = scale
+            self.metrics.set("step_scale", scale, help="step-size multiplier for the swarm this peer mixes with")
         if self.mixer.has_news(view):
             add = getattr(trainer, "add_to_flat_params", None)  # in place: no parameter copy
             mixed, report = self.mixer.mix(None if add else trainer.get_flat_params(), view, k, now)

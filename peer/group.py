@@ -23,7 +23,7 @@ from peer.trainer import ParamSpec, StepStats, Trainer
 
 log = logging.getLogger(__name__)
 
-STEP, GET, SET, STATE, LOAD, STOP, PROBE = range(7)
+STEP, GET, SET, STATE, LOAD, STOP, PROBE, SCALE = range(8)
 
 
 class GroupComm:
@@ -44,6 +44,12 @@ class GroupComm:
         buf = flat.to(self.device, torch.float32) if flat is not None else torch.empty(numel, device=self.device)
         dist.broadcast(buf, src=0)
         return buf.cpu()
+
+    def scalar(self, value: float | None) -> float:
+        """Rank 0's float on every rank."""
+        t = torch.tensor([0.0 if value is None else value], dtype=torch.float64, device=self.device)
+        dist.broadcast(t, src=0)
+        return float(t.item())
 
     def state(self, item: tuple[dict[str, torch.Tensor], dict[str, Any]] | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Rank 0's (tensors, meta) on every rank: layout and meta as objects, then each tensor."""
@@ -128,6 +134,12 @@ class GroupTrainer:
                                        "hold other parameters than rank 0")
                 self.mixes_verified += 1
 
+    def set_step_scale(self, scale: float) -> None:
+        """Every rank steps at rank 0's multiplier (each rank runs its own optimiser)."""
+        with self._lock:
+            self.comm.command(SCALE)
+            self.inner.set_step_scale(self.comm.scalar(scale))
+
     def probe_better(self, flat: torch.Tensor) -> bool | None:
         """Whether `flat` scores better than the group's parameters on a probe batch; rank 0 decides.
 
@@ -184,6 +196,8 @@ def follow(inner: Trainer, comm: GroupComm, *, verify: bool = False) -> int:
             tensors, meta = comm.state(None)
             tensors.pop("rng.torch", None)  # rank 0's noise stream; this rank keeps its own
             inner.load_state_tensors(tensors, meta)
+        elif code == SCALE:
+            inner.set_step_scale(comm.scalar(None))
         elif code == PROBE:
             inner.probe_better(comm.flat(None, numel))  # rank 0's verdict is the group's
         elif code == STOP:

@@ -70,7 +70,7 @@ class GossipPeer:
     def make_hook(self) -> StepHook:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
         assert self.node is not None and self.worker is not None and self.driver is not None
-        return BoundaryHook(Mixer(self.gossip_cfg), self.node.view_slot, self.worker.pending,
+        return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls_per_publish), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time)
 
     def averaged_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

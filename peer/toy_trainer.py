@@ -64,6 +64,7 @@ class LeastSquaresTrainer:
         self.w = torch.zeros(cfg.dim)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self._step = 0
+        self.step_scale = 1.0
 
     @property
     def step_count(self) -> int:
@@ -74,7 +75,7 @@ class LeastSquaresTrainer:
         a, b = self.a[idx], self.b[idx]
         residual = a @ self.w - b
         loss = 0.5 * float((residual**2).mean())
-        self.w -= self.cfg.lr * (a.T @ residual) / len(idx)
+        self.w -= self.step_scale * self.cfg.lr * (a.T @ residual) / len(idx)
         self._step += 1
         return StepStats(step=self._step, loss=loss, samples=len(idx))
 
@@ -92,6 +93,12 @@ class LeastSquaresTrainer:
 
     def param_spec(self) -> ParamSpec:
         return {"w": ((self.cfg.dim,), "float32")}
+
+    def set_step_scale(self, scale: float) -> None:
+        """The swarm's step-size multiplier (the Trainer seam)."""
+        if not scale > 0:
+            raise ValueError(f"step scale must be > 0, got {scale!r}")
+        self.step_scale = float(scale)
 
     def get_flat_params(self) -> torch.Tensor:
         return self.w.clone()

@@ -52,6 +52,12 @@ class Trainer(Protocol):
         hook then mixes with one pass over the parameters instead of a copy out and back."""
         ...
 
+    def set_step_scale(self, scale: float) -> None:
+        """Multiply the configured step size (learning rate) by `scale` (> 0) from the next step
+        on, replacing any earlier multiplier: the swarm's step-size rule sets it
+        (`async_opt.step_scale`); 1 is the trainer's own rate."""
+        ...
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to resume (weights, optimiser, RNG) as tensors + JSON-able meta."""
         ...

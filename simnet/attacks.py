@@ -191,6 +191,9 @@ class AttackTrainer:
     def param_spec(self) -> ParamSpec:
         return self.inner.param_spec()
 
+    def set_step_scale(self, scale: float) -> None:
+        self.inner.set_step_scale(scale)
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return self.inner.state_tensors()
 

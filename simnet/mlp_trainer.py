@@ -164,6 +164,7 @@ class MLPTrainer:
         self.velocity = torch.zeros_like(self.flat)
         self.generator = torch.Generator().manual_seed(cfg.seed * 7919 + cfg.shard + 4)
         self._step = 0
+        self.step_scale = 1.0
 
     @property
     def step_count(self) -> int:
@@ -182,8 +183,14 @@ class MLPTrainer:
     @property
     def lr(self) -> float:
         if not self.cfg.lr_decay_steps:
-            return self.cfg.lr
-        return self.cfg.lr / (1.0 + self._step / self.cfg.lr_decay_steps)
+            return self.step_scale * self.cfg.lr
+        return self.step_scale * self.cfg.lr / (1.0 + self._step / self.cfg.lr_decay_steps)
+
+    def set_step_scale(self, scale: float) -> None:
+        """The swarm's step-size multiplier (the Trainer seam)."""
+        if not scale > 0:
+            raise ValueError(f"step scale must be > 0, got {scale!r}")
+        self.step_scale = float(scale)
 
     def probe_better(self, flat: torch.Tensor) -> bool:
         """Whether parameters `flat` score strictly better than ours on our whole shard (how a

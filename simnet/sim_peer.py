@@ -82,7 +82,7 @@ class SimPeer(SimServer):
         self.worker = SimWorker(self.sim.sched, lambda: self.life)
         self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
                                peer_id=self.identity.peer_id, rng=self.rng)
-        self.hook = BoundaryHook(Mixer(cfg), self.node.view_slot, self.pending, self.on_boundary,
+        self.hook = BoundaryHook(Mixer(cfg, self.sim.session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
                                  self.metrics, cfg.publish_cadence(), self.sim.clock)
         if isinstance(trainer, AttackTrainer):
             view_slot = self.node.view_slot

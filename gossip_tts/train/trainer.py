@@ -134,8 +134,10 @@ class TTSTrainer:
         self.generator = torch.Generator().manual_seed(seed)
         self._step = 0
         self.lr_scale = 1.0
-        self.probe_batch: Batch | None = None
         """Multiplies the scheduled learning rate; lowered by each rollback to a good state."""
+        self.step_scale = 1.0
+        """Multiplies it too: the swarm's step-size rule (`set_step_scale`)."""
+        self.probe_batch: Batch | None = None
         self._autocast = self.device.type == "cuda" and cfg.bf16
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
 
@@ -211,8 +213,14 @@ class TTSTrainer:
         """Lower (or raise) every later learning rate by `factor` (after a rollback to a good state)."""
         self.lr_scale *= factor
 
+    def set_step_scale(self, scale: float) -> None:
+        """The swarm's step-size multiplier (the Trainer seam), on top of the rollbacks' `lr_scale`."""
+        if not scale > 0:
+            raise ValueError(f"step scale must be > 0, got {scale!r}")
+        self.step_scale = float(scale)
+
     def _set_lr(self) -> float:
-        lr = self.lr_scale * self.cfg.lr * warmup_cosine(
+        lr = self.step_scale * self.lr_scale * self.cfg.lr * warmup_cosine(
             self._step, warmup=self.cfg.warmup_steps, total=self.cfg.total_steps, min_ratio=self.cfg.min_lr_ratio
         )
         for group in self.optimizer.param_groups:

@@ -20,9 +20,15 @@ class SessionConfig:
     full fp32 snapshot of the 100m preset over a 100 Mb/s link (~35 MB, ~3 s) with margin."""
     connect_timeout_s: float = 5.0
     """Of `request_timeout_s`, how long a TCP connect may take (a dead host fails fast)."""
-    max_in_flight: int = 2
+    pulls_per_publish: int = 2
+    """Exchanges started at each publish, each with a different partner (as slots allow): the m
+    of the mixing row, where each pulled copy weighs 2/(1 + m) of a pair average
+    (`peer.core.mixer`). One partner per period caps how fast a swarm agrees, however large it
+    is; every pull costs an update's bytes each way (docs/mixing.md)."""
+    max_in_flight: int = 4
     """Exchanges running at once, each with a different neighbour: one neighbour that stopped
-    answering then holds one slot until its timeout, not the whole peer."""
+    answering then holds one slot until its timeout, not the whole peer. At least
+    `pulls_per_publish`, so one publish's pulls can all start."""
     stall_min_s: float = 2.0
     """An exchange unanswered for max(this, `stall_rtt_factor` × our smoothed exchange round
     trip) is stalled: it waits on until `request_timeout_s` but stops holding an in-flight
@@ -71,11 +77,15 @@ class SessionConfig:
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_in_flight", "max_partners", "max_failures", "max_peers", "max_candidates"):
+        for name in ("pulls_per_publish", "max_in_flight", "max_partners", "max_failures", "max_peers",
+                     "max_candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if not (self.stall_rtt_factor >= 1 and math.isfinite(self.stall_rtt_factor)):
             raise ValueError(f"stall_rtt_factor must be a finite number >= 1, got {self.stall_rtt_factor!r}")
+        if self.pulls_per_publish > min(self.max_in_flight, self.max_partners):
+            raise ValueError(f"pulls_per_publish ({self.pulls_per_publish}) must be <= max_in_flight "
+                             f"({self.max_in_flight}) and max_partners ({self.max_partners})")
         if self.hello_sample < 0:
             raise ValueError(f"hello_sample must be >= 0, got {self.hello_sample!r}")
         if self.bootstrap_retry_max_s < self.bootstrap_retry_min_s:

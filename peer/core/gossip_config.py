@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from async_opt import NeighbourRadius
+    from async_opt import NeighbourRadius, SwarmStepScale
     from peer.core.cadence import PublishCadence
 
 
@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 class GossipConfig:
     swarm: str = "default"
     """Peers only talk to peers of the same swarm (and the same model fingerprint)."""
-    gossip_every: int = 4
-    """Local steps between publishing an update and starting an exchange."""
+    gossip_every: int = 1
+    """Local steps between publishing an update and starting exchanges. Every step: the noise of
+    each peer's own batches is averaged away before it accumulates, which is what lets the step
+    size grow with the swarm (`step_scale_max`; docs/mixing.md). A publish slower than a step
+    does not hold training up: the node worker publishes the newest copy when it is free
+    (`peer.boundary.PendingPublish`), so the cadence falls to what the worker can keep up with."""
     publish_catch_up: float = 1.5
     """Also publish (and exchange) once this many times the median neighbour's publish period
     has passed since our last publish, however few steps we took: a peer much slower than the
@@ -35,6 +39,25 @@ class GossipConfig:
     x̂_j is than x̂_i; a copy published after ours is not stale at all. False measures from now
     (x̂_i's own age counted against every neighbour: a copy one publish period old, which every
     copy is by construction, weighed ~(1 + gossip_every)^-1); it is kept as the control."""
+    pull_only: bool = True
+    """Only the copies of partners this peer chose itself (the answers to exchanges it started)
+    move its parameters; a copy pushed at us waits for our own turn with its sender, and still
+    feeds the averaged weights and joining. A neighbour that exchanges with everyone every
+    period then pulls each peer as often as any partner does, not once per exchange it forces.
+    False lets every copy with news pull (the control)."""
+    step_scale_max: float = 4.0
+    """The most the step size is multiplied by for the swarm this peer mixes with
+    (async_opt.step_scale): the multiplier follows (1 + (n_eff − 1) / `gossip_every`) **
+    `step_scale_power`, where n_eff is how many models one publish period's mixing averages
+    (1 alone, m + 1 for an exact mean of m pulled copies). Averaging replicas' steps moves the model less than one step on their
+    averaged gradient, so without it gossip peers descend no faster than one process. 1 turns it
+    off: every peer trains at its own step size, as alone."""
+    step_scale_power: float = 1.0
+    """See `step_scale_max`: 1 is the linear scaling rule of data parallelism."""
+    step_scale_warmup_periods: int = 25
+    """Publish periods over which the multiplier may rise from 1 to `step_scale_max` (it falls at once)."""
+    step_scale: float = 0.0
+    """A fixed step-size multiplier instead of the measured one (0: measured)."""
     max_neighbours: int = 8
     """Neighbour copies kept in memory; the least recently heard-from is dropped."""
     outbox_bytes: int = 256 * 2**20
@@ -87,6 +110,7 @@ class GossipConfig:
             raise ValueError("clip_quantile must be in (0, 1] and clip_multiplier > 0")
         if self.clip_min_neighbours < 1 or not self.clip_max_relative > 0:
             raise ValueError("clip_min_neighbours must be >= 1 and clip_max_relative > 0")
+        self.step_scale_rule()  # refuses a bad bound, power, warm-up or pinned value with its own message
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
         if self.average_sigma_rel != 0:
@@ -116,6 +140,17 @@ class GossipConfig:
 
         return NeighbourRadius(q=self.clip_quantile, multiplier=self.clip_multiplier,
                                min_neighbours=self.clip_min_neighbours, max_relative=self.clip_max_relative)
+
+    def step_scale_rule(self) -> "SwarmStepScale":
+        """A fresh step-size rule with these settings (the step-boundary hook owns one)."""
+        from async_opt import SwarmStepScale
+
+        try:
+            return SwarmStepScale(self.step_scale_max, self.step_scale_power,
+                                  warmup_periods=self.step_scale_warmup_periods, steps_per_period=self.gossip_every,
+                                  pinned=self.step_scale if self.step_scale else None)
+        except ValueError as err:
+            raise ValueError(f"step_scale settings: {err}") from None
 
     def publish_cadence(self) -> "PublishCadence":
         """A fresh publish cadence with these settings (`gossip_every`, `publish_catch_up`): the one

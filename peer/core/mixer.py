@@ -7,9 +7,15 @@ versions it has mixed) is touched by no other thread.
 
 The step is CHOCO-SGD's consensus step on public copies (Koloskova et al. 2019) with
 PipeMare-annealed staleness weights (Yang et al. 2021) and ClippedGossip's self-centred
-clipping (He, Karimireddy & Jaggi 2022): x += Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|, where a copy
+clipping (He, Karimireddy & Jaggi 2022): x += Σ_j λ_j · clip(x̂_j − x̂_i, ρ), where a copy
 beyond ρ pulls ρ·(ρ/‖d‖)^(p − 1) (`GossipConfig.clip_power`). Staleness is counted from our own
 last publish (`GossipConfig.staleness_relative`): the difference compares two public copies.
+
+The weights form one row of a mixing matrix fixed in advance: with m pulls per publish each
+copy weighs γ·s(τ)·2/(1 + m), so m fresh dense copies at γ = 0.5 give the exact mean of the
+m + 1 models (γ = 0.5 and m = 1 is a full pair average), and the weights of one publish
+period never add up to more than m such shares, however the copies happen to arrive.
+Only copies of partners this peer chose pull (`GossipConfig.pull_only`); see docs/mixing.md.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import mix_delta, mix_diffs, parse_staleness, safe_norm
+from async_opt import mix_delta, mix_diffs, parse_staleness, pull_scale, safe_norm
 from peer.core.gossip_config import GossipConfig
-from peer.core.view import MixView
+from peer.core.view import CopyView, MixView
 
 
 @dataclass
@@ -40,8 +46,14 @@ class MixReport:
 class Mixer:
     """Decides λ_j for every neighbour copy with news and applies the mixing step."""
 
-    def __init__(self, cfg: GossipConfig) -> None:
+    def __init__(self, cfg: GossipConfig, pulls: int = 1) -> None:
+        """`pulls`: exchanges this peer starts per publish (`SessionConfig.pulls_per_publish`)."""
+        if pulls < 1:
+            raise ValueError(f"pulls per publish must be >= 1, got {pulls}")
         self.cfg = cfg
+        self.share = 2.0 / (1 + pulls)
+        """What one copy weighs against a pair average's: m + 1 models averaged alike."""
+        self.pulls = pulls
         self.schedule = parse_staleness(cfg.resolved_staleness)
         self.radius = cfg.clip_radius()
         self.step_seconds = 0.0
@@ -53,6 +65,10 @@ class Mixer:
         strong reference would keep an old parameter-sized copy alive for a whole period."""
         self._spent: dict[bytes, float] = {}
         """Weight already given to each neighbour since our last publish."""
+        self._spent_total = 0.0
+        """Weight given to all neighbours together since our last publish."""
+        self._weights: dict[bytes, float] = {}
+        """Each neighbour's weight since our last publish, times its clip scale."""
 
     def observe_boundary(self, now: float) -> None:
         """Record that a step ended at `now` (feeds the step-time estimate)."""
@@ -61,9 +77,23 @@ class Mixer:
             self.step_seconds = dt if self.step_seconds == 0 else 0.9 * self.step_seconds + 0.1 * dt
         self._last_boundary = now
 
+    def _version(self, c: CopyView) -> int:
+        """The version of `c` that may move us: as of our latest pull of it when pulls only."""
+        return c.pulled if self.cfg.pull_only else c.version
+
+    def end_period(self, view: MixView) -> list[float] | None:
+        """When we published since the last call (`view` holds a new x̂_i), start a new period and
+        return the weights each neighbour's pulls got in the one that ended (clipping included):
+        the mixing row the step-size rule measures (`async_opt.step_scale`). None otherwise."""
+        if self._period_of is not None and self._period_of() is view.public:
+            return None
+        ended = None if self._period_of is None else list(self._weights.values())
+        self._period_of, self._spent, self._spent_total, self._weights = weakref.ref(view.public), {}, 0.0, {}
+        return ended
+
     def has_news(self, view: MixView) -> bool:
         """Whether `view` holds a copy version not mixed yet (cheap: no tensor work)."""
-        return any(self._mixed_version.get(c.key) != c.version for c in view.copies)
+        return any(self._version(c) and self._mixed_version.get(c.key) != self._version(c) for c in view.copies)
 
     def staleness_steps(self, published_at: float, reference: float) -> float:
         """Our local steps from the copy's publication to `reference`, as PipeMare measures delay.
@@ -79,7 +109,7 @@ class Mixer:
     def mix(self, x: torch.Tensor | None, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
 
-        With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ) / |J|, for
+        With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ), for
         trainers that add it to their parameters in place: built in the first difference's own
         buffer, so the only parameter-sized tensors allocated are the differences themselves.
 
@@ -91,9 +121,9 @@ class Mixer:
         live = set()
         for c in view.copies:
             live.add(c.key)
-            if self._mixed_version.get(c.key) == c.version:
+            version = self._version(c)
+            if not version or self._mixed_version.get(c.key) == version:
                 continue
-            self._mixed_version[c.key] = c.version
             diff = c.x_hat - view.public
             distance = safe_norm(diff)
             self.radius.observe(c.key, distance)
@@ -102,8 +132,7 @@ class Mixer:
         for key in [key for key in self._mixed_version if key not in live]:
             del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
         self.radius.keep_only(live)
-        if self._period_of is None or self._period_of() is not view.public:  # we published: a new step
-            self._period_of, self._spent = weakref.ref(view.public), {}
+        self.end_period(view)
         if not news:
             return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
@@ -118,10 +147,19 @@ class Mixer:
             # version of x̂_j − x̂_i would pull the whole difference again (a straggler receiving
             # four versions per period would overshoot 4·γ). A newer version adds only what its
             # own rate exceeds the weight that neighbour already got in this period.
-            lam = max(0.0, self.schedule.lam(tau, max(k, 0)) - self._spent.get(c.key, 0.0))
+            # The period's budget: m shares at the fresh rate, so copies pulled late in one period
+            # and early in the next cannot add up to more than the mean of the m + 1 models.
+            budget = min(1.0, self.pulls * self.share * self.schedule.lam(0.0, max(k, 0))) - self._spent_total
+            if budget <= 0.0:
+                continue  # the period is spent: this version pulls in the next one
+            self._mixed_version[c.key] = self._version(c)
+            lam = min(self.share * self.schedule.lam(tau, max(k, 0)) - self._spent.get(c.key, 0.0), budget)
             if lam <= 0.0:
                 continue
             self._spent[c.key] = self._spent.get(c.key, 0.0) + lam
+            self._spent_total += lam
+            scale = pull_scale(distance, rho, self.cfg.clip_power)
+            self._weights[c.key] = self._weights.get(c.key, 0.0) + lam * scale
             report.staleness_steps.append(tau)  # of the copies that pull: a copy weighed 0 is not mixed
             report.clipped += rho is not None and not distance <= rho
             diffs.append((diff, lam, distance))
@@ -129,6 +167,6 @@ class Mixer:
         if not diffs:
             return (torch.zeros_like(view.public) if x is None else x), report
         if x is not None:
-            return mix_diffs(x, diffs, rho, self.cfg.clip_power), report
-        delta = mix_delta(diffs, rho, self.cfg.clip_power)
+            return mix_diffs(x, diffs, rho, self.cfg.clip_power, per_copy=True), report
+        delta = mix_delta(diffs, rho, self.cfg.clip_power, per_copy=True)
         return (torch.zeros_like(view.public) if delta is None else delta), report

@@ -14,6 +14,7 @@ class Neighbour:
     copy: NeighbourCopy = field(default_factory=NeighbourCopy)
     epoch: int = 0
     version: int = 0  # node-wide counter value when copy.x_hat last changed
+    pulled: int = 0  # `version` as of our latest exchange we started with it (0: never pulled)
     acked_epoch: int = 0  # our epoch the neighbour last reported holding
     acked_seq: int = -1  # our last update seq it holds (-1: nothing, send a snapshot)
     listen: str = ""

@@ -236,7 +236,7 @@ class GossipNode:
         """Ingest the answer to our request; FrameRefused unless it spends the `reply` ticket we sent."""
         control, info, frames = self._open(body, now)
         self.tickets.spend(control)
-        return self._ingest(control, info, frames, now, accepted=True)
+        return self._ingest(control, info, frames, now, accepted=True, pulled=True)
 
     # ------------------------------------------------------------------ joining
     def state_frame(self, now: float) -> bytes:
@@ -269,7 +269,7 @@ class GossipNode:
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
         copies = tuple(
-            CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step)
+            CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step, n.pulled)
             for key, n in self.neighbours.items() if n.copy.x_hat is not None
         )
         if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread
@@ -330,9 +330,10 @@ class GossipNode:
         return header, read_control(header), raw_frames[1:]
 
     def _ingest(self, control: FrameHeader, info: Control, raw_frames: list[bytes], now: float, *,
-                accepted: bool) -> ExchangeResult:
+                accepted: bool, pulled: bool = False) -> ExchangeResult:
         """Apply a bundle whose control frame spent a ticket of ours (`accepted`). Otherwise none of
-        its frames is decoded: they are refused, counted once for the whole bundle (`handle_request`)."""
+        its frames is decoded: they are refused, counted once for the whole bundle (`handle_request`).
+        `pulled`: the answer to an exchange we started, which marks the copy as pulled."""
         sender = control.sender
         if not accepted:
             return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, len(raw_frames), False)
@@ -357,6 +358,8 @@ class GossipNode:
         if changed:
             self._versions += 1
             n.version = self._versions
+        if pulled and n.copy.x_hat is not None:
+            n.pulled = n.version
         self._publish_view()
         self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
         return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)

@@ -157,18 +157,22 @@ class Session:
         return self.found(info, now)
 
     def step_boundary(self, step: int, publish_due: bool, now: float) -> list[Action]:
-        """The training thread finished `step`; when a publish is due, publish and exchange."""
+        """The training thread finished `step`; when a publish is due, publish and start up to
+        `pulls_per_publish` exchanges, each with another partner."""
         self.step = step
         if not publish_due:
             return []
         out: list[Action] = [Publish()]
-        if self.exchanges.slot_free(now) and self.accepting:
+        for _ in range(self.cfg.pulls_per_publish):
+            if not (self.exchanges.slot_free(now) and self.accepting):
+                break
             address = self.exchanges.choose(self.table, self.rng)
-            if address is not None:
-                info = self.table.get(address)
-                token = self._new_token()
-                self.exchanges.start(token, address, now)
-                out.append(Exchange(token, address, info.peer_id if info else ""))
+            if address is None:
+                break
+            info = self.table.get(address)
+            token = self._new_token()
+            self.exchanges.start(token, address, now)
+            out.append(Exchange(token, address, info.peer_id if info else ""))
         return out
 
     def publish_done(self, step: int, now: float, error: str | None = None) -> list[Action]:

@@ -32,6 +32,10 @@ class CopyView:
     """The copy's own publish counter, from its newest update (tells the sender's publish rate)."""
     step: int = 0
     """The sender's training step at the copy's newest update (as it claims: tells how far ahead it is)."""
+    pulled: int = 0
+    """`version` as of the latest exchange this peer started with that neighbour (0: never). Only
+    pulls move our parameters (`GossipConfig.pull_only`): a copy pushed at us waits for our own
+    turn with its sender, so a neighbour cannot buy pulls by exchanging with us more often."""
 
 
 @dataclass(frozen=True)

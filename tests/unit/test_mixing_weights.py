@@ -21,16 +21,17 @@ from tests.unit.exchange_helpers import exchange
 T = 1_000_000.0
 
 
-def mixer_at_one_step_per_second(**cfg) -> Mixer:
-    mixer = Mixer(GossipConfig(swarm="test", staleness="constant,gamma=0.5", clip=False, **cfg))
+def mixer_at_one_step_per_second(pulls: int = 2, **cfg) -> Mixer:
+    """Two pulls per publish: each copy weighs 2/3 of a pair average's γ = 0.5, i.e. 1/3."""
+    mixer = Mixer(GossipConfig(swarm="test", staleness="constant,gamma=0.5", clip=False, **cfg), pulls)
     mixer.observe_boundary(T - 1.0)
     mixer.observe_boundary(T)  # step time 1 s: staleness in steps = seconds
     return mixer
 
 
 def view(published_at: float | None, copies: list[tuple[float, float]]) -> MixView:
-    """Our public copy at 0 and one neighbour copy per (value, published_at)."""
-    return MixView(torch.zeros(4), tuple(CopyView(bytes([i + 1]) * 32, i + 1, torch.full((4,), v), at)
+    """Our public copy at 0 and one pulled neighbour copy per (value, published_at)."""
+    return MixView(torch.zeros(4), tuple(CopyView(bytes([i + 1]) * 32, i + 1, torch.full((4,), v), at, pulled=i + 1)
                                          for i, (v, at) in enumerate(copies)), 0.0, published_at)
 
 
@@ -60,7 +61,7 @@ def test_before_our_first_publish_nothing_is_older_and_a_later_stamp_is_capped_a
 def test_a_fresher_copy_pulls_with_the_full_rate():
     mixer = mixer_at_one_step_per_second()
     mixed, _ = mixer.mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 1.0)]), 10, T + 3.0)
-    assert torch.allclose(mixed, torch.full((4,), 0.5))  # gamma 0.5, weight 1
+    assert torch.allclose(mixed, torch.full((4,), 1 / 3))  # gamma 0.5 × 2/3, weight 1
 
 
 @pytest.mark.parametrize("power, pull", [(1.0, 2.0), (2.0, 1.0), (3.0, 0.5)])
@@ -116,19 +117,59 @@ def test_each_neighbour_pulls_once_per_publish_of_ours():
     x = torch.zeros(4)
 
     def mix(public: torch.Tensor, *copies: tuple[int, int, float]) -> torch.Tensor:
-        v = MixView(public, tuple(CopyView(bytes([key]) * 32, version, torch.full((4,), value), T)
+        v = MixView(public, tuple(CopyView(bytes([key]) * 32, version, torch.full((4,), value), T, pulled=version)
                                   for key, version, value in copies), 0.0, T - 1.0)
         return mixer.mix(x, v, 10, T + 1.0)[0]
 
     x = mix(ours, (1, 1, 1.0))
-    assert torch.allclose(x, torch.full((4,), 0.5))  # gamma 0.5 of the difference 1
+    assert torch.allclose(x, torch.full((4,), 1 / 3))  # 1/3 of the difference 1
     for version in (2, 3, 4):
         x = mix(ours, (1, version, 1.0))
-    assert torch.allclose(x, torch.full((4,), 0.5))  # newer versions, same period: nothing more
+    assert torch.allclose(x, torch.full((4,), 1 / 3))  # newer versions, same period: nothing more
     x = mix(ours, (1, 4, 1.0), (2, 1, -1.0))
     assert torch.allclose(x, torch.zeros(4))  # another neighbour pulls with its own rate
     x = mix(torch.zeros(4), (1, 5, 1.0), (2, 1, -1.0))  # we published (a new x̂_i): a new step
-    assert torch.allclose(x, torch.full((4,), 0.5))
+    assert torch.allclose(x, torch.full((4,), 1 / 3))
+
+
+def test_m_fresh_dense_copies_give_the_exact_mean_of_the_m_plus_one_models():
+    for pulls, values in ((1, [3.0]), (2, [1.0, 2.0]), (3, [1.0, 2.0, 5.0])):
+        mixer = Mixer(GossipConfig(swarm="test", staleness="constant,gamma=0.5", clip=False), pulls)
+        copies = tuple(CopyView(bytes([i + 1]) * 32, 1, torch.full((4,), v), T, pulled=1) for i, v in enumerate(values))
+        mixed, report = mixer.mix(torch.zeros(4), MixView(torch.zeros(4), copies, 0.0, T), 10, T)
+        assert report.mixed == pulls
+        assert torch.allclose(mixed, torch.full((4,), sum(values) / (pulls + 1)))
+
+
+def test_a_period_never_weighs_more_than_its_pulls_however_the_copies_arrive():
+    """One pull per publish: a pair average. A second neighbour's copy arriving in the same period
+    (an exchange of the last period answered late) waits for the next one instead of pulling
+    the model past the mean; the ended period's weights are what the step-size rule measures."""
+    mixer = mixer_at_one_step_per_second(pulls=1)
+    ours, x = torch.zeros(4), torch.zeros(4)
+    one = CopyView(b"\x01" * 32, 1, torch.ones(4), T, pulled=1)
+    two = CopyView(b"\x02" * 32, 2, torch.full((4,), 3.0), T, pulled=2)
+    x, report = mixer.mix(x, MixView(ours, (one,), 0.0, T - 1.0), 10, T + 1.0)
+    assert torch.allclose(x, torch.full((4,), 0.5)) and report.mixed == 1
+    x, report = mixer.mix(x, MixView(ours, (one, two), 0.0, T - 1.0), 10, T + 1.0)
+    assert torch.allclose(x, torch.full((4,), 0.5)) and report.mixed == 0
+    published = torch.full((4,), 0.5)
+    assert mixer.end_period(MixView(published, (one, two), 0.0, T)) == [0.5]
+    x, report = mixer.mix(x, MixView(published, (one, two), 0.0, T), 10, T + 1.0)
+    assert torch.allclose(x, torch.full((4,), 0.5 + 0.5 * 2.5)) and report.mixed == 1
+
+
+def test_only_pulled_copies_move_us_and_the_control_mixes_pushed_ones():
+    """A copy pushed at us (version 3, last pulled at 1, already mixed) waits for our next pull of
+    that neighbour; one never pulled waits too. With pull_only off both pull at once."""
+    pushed = [CopyView(b"\x01" * 32, 3, torch.ones(4), T, pulled=1), CopyView(b"\x02" * 32, 2, torch.ones(4), T)]
+    for pull_only, moved in ((True, 0), (False, 2)):
+        mixer = mixer_at_one_step_per_second(pull_only=pull_only)
+        first = (CopyView(b"\x01" * 32, 1, torch.zeros(4), T, pulled=1),)
+        mixer.mix(torch.zeros(4), MixView(torch.zeros(4), first, 0.0, T - 1.0), 10, T + 1.0)
+        view = MixView(torch.ones(4), tuple(pushed), 0.0, T)  # a new period
+        assert mixer.has_news(view) is (moved > 0)
+        assert mixer.mix(torch.zeros(4), view, 10, T + 1.0)[1].mixed == moved
 
 
 def test_the_mixer_keeps_no_old_public_copy_alive():
@@ -139,7 +180,7 @@ def test_the_mixer_keeps_no_old_public_copy_alive():
 
     mixer = mixer_at_one_step_per_second()
     old = torch.zeros(4)
-    mixer.mix(torch.zeros(4), MixView(old, (CopyView(b"\x01" * 32, 1, torch.ones(4), T),), 0.0, T - 1.0), 10, T + 1.0)
+    mixer.mix(torch.zeros(4), MixView(old, (CopyView(b"\x01" * 32, 1, torch.ones(4), T, pulled=1),), 0.0, T - 1.0), 10, T + 1.0)
     gone = weakref.ref(old)
     del old
     gc.collect()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
@@ -16,12 +17,16 @@ from peer.trainer import StepStats
 class Flat:
     def __init__(self) -> None:
         self.x, self.step_count = torch.zeros(4), 0
+        self.scales: list[float] = []
 
     def get_flat_params(self) -> torch.Tensor:
         return self.x.clone()
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.x = flat.clone()
+
+    def set_step_scale(self, scale: float) -> None:
+        self.scales.append(scale)
 
 
 def test_trainer_figures_become_gauges_and_a_copy_is_handed_over_when_due():
@@ -46,7 +51,7 @@ def test_a_peer_much_slower_than_its_neighbours_publishes_at_their_pace():
     x, now = torch.zeros(4), [0.0]
     slot = ViewSlot(MixView(x))
     told: list[tuple[int, bool]] = []
-    cfg = GossipConfig(swarm="t")
+    cfg = GossipConfig(swarm="t", gossip_every=4)
     hook = BoundaryHook(Mixer(cfg), slot, PendingPublish(), lambda step, due: told.append((step, due)), Metrics(),
                         cfg.publish_cadence(), lambda: now[0])
     tr = Flat()
@@ -57,3 +62,26 @@ def test_a_peer_much_slower_than_its_neighbours_publishes_at_their_pace():
         tr.step_count = k
         hook(tr, StepStats(k, 0.5, 8))
     assert [k for k, due in told if due] == [4, 5, 6, 7, 8]
+
+
+def test_the_trainer_steps_larger_as_its_pulls_average_more_models_and_at_its_own_rate_alone():
+    """Each publish period ends when the view holds a new x̂_i; the weights its pulls got tell the
+    step-size rule how many models it averaged. Two fresh dense pulls per publish: a mean of 3."""
+    from peer.core.view import CopyView
+
+    cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, step_scale_warmup_periods=4)
+    slot, metrics, tr = ViewSlot(MixView(torch.zeros(4))), Metrics(), Flat()
+    hook = BoundaryHook(Mixer(cfg, 2), slot, PendingPublish(), lambda step, due: None, metrics,
+                        cfg.publish_cadence(), lambda: 0.0)
+    for k in range(1, 8):
+        public = torch.full((4,), float(k))  # we published at every step: a new x̂_i each time
+        copies = tuple(CopyView(bytes([j]) * 32, k, public + j, 0.0, pulled=k) for j in (1, 2))
+        slot.publish(MixView(public, copies, 0.0, 0.0))
+        tr.step_count = k
+        hook(tr, StepStats(k, 0.5, 8))
+    assert tr.scales == pytest.approx([1.75, 2.5, 3.0])  # rising (4 − 1)/4 per period to the 3 models averaged
+    assert metrics.get("step_scale") == pytest.approx(3.0)
+    for k in range(8, 13):  # the partners are gone: nothing pulled any more (a lower median of 8 periods)
+        slot.publish(MixView(torch.full((4,), float(k)), (), 0.0, 0.0))
+        hook(tr, StepStats(k, 0.5, 8))
+    assert tr.scales[-1] == 1.0

@@ -21,7 +21,8 @@ def addr(i: int) -> str:
 
 
 def session(**cfg) -> Session:
-    return Session(SessionConfig(**{"join": False, **cfg}), peer_id=ME, rng=random.Random(0))
+    """One pull per publish unless a test asks for more: slot rules are easiest read one at a time."""
+    return Session(SessionConfig(**{"join": False, "pulls_per_publish": 1, **cfg}), peer_id=ME, rng=random.Random(0))
 
 
 def of(actions, kind):
@@ -249,3 +250,20 @@ def test_partners_are_distinct_when_vacancies_are_filled_from_both_pools():
     s.table.mark_failure(addr(1), 0.2)  # verified, but its last request failed: the second pool
     s.step_boundary(1, True, 1.0)
     assert sorted(s.partners) == [addr(i) for i in range(1, 5)]
+
+
+def test_each_publish_pulls_several_partners_each_another_one():
+    s = session(pulls_per_publish=3, max_in_flight=4)
+    verify_all(s, s.start(0.0, listen=addr(0), bootstrap=[addr(i) for i in (1, 2, 3, 4)], step=0, hello_seq_base=0), 0.1)
+    first = of(s.step_boundary(1, True, 0.5), Exchange)
+    assert len(first) == 3 and len({e.address for e in first}) == 3
+    second = of(s.step_boundary(2, True, 0.6), Exchange)  # one slot left of four, one partner not busy
+    assert len(second) == 1 and second[0].address not in {e.address for e in first}
+    assert of(s.step_boundary(3, False, 0.7), Exchange) == []  # no publish, no pull
+
+
+@pytest.mark.parametrize("bad", [dict(pulls_per_publish=0), dict(pulls_per_publish=3, max_in_flight=2),
+                                 dict(pulls_per_publish=3, max_partners=2)])
+def test_more_pulls_than_slots_or_partners_is_refused(bad):
+    with pytest.raises(ValueError, match="pulls_per_publish"):
+        SessionConfig(**bad)

@@ -18,7 +18,7 @@ from peer.metrics import Metrics
 from peer.node_worker import NOW as NOW_ARG, NodeWorker
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity, TicketBook, make_update_frame, pack_bundle
-from tests.unit.exchange_helpers import push
+from tests.unit.exchange_helpers import exchange, push
 
 NOW = 1_000_000.0
 
@@ -37,7 +37,7 @@ def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
     neighbour's bundle reset its copy to None, and the mix died with a TypeError."""
     tr = trainer()
     me, them = node(0, tr.get_flat_params()), node(1, tr.get_flat_params() + 1.0)
-    push(them, me, NOW)  # we hold their copy: news to mix
+    exchange(me, them, NOW)  # we pulled their copy: news to mix
     copying, restarted = threading.Event(), threading.Event()
     real_get = tr.get_flat_params
 
@@ -192,11 +192,11 @@ def test_mixing_in_place_gives_the_copy_out_and_back_result():
     x = torch.randn(64)
     me = node(0, x)
     for i in (1, 2, 3):
-        other = node(i, x + torch.randn(64) * i)
-        push(other, me, NOW)
+        exchange(me, node(i, x + torch.randn(64) * i), NOW)  # pulled: these copies move us
     view = me.view_slot.current
-    mixed, _ = Mixer(me.cfg).mix(x, view, 10, NOW)
-    delta, _ = Mixer(me.cfg).mix(None, view, 10, NOW)
+    mixed, report = Mixer(me.cfg, 3).mix(x, view, 10, NOW)
+    delta, _ = Mixer(me.cfg, 3).mix(None, view, 10, NOW)
+    assert report.mixed == 3
     assert torch.allclose(x + delta, mixed, rtol=0, atol=1e-6) and not torch.equal(mixed, x)
 
 

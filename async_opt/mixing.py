@@ -217,7 +217,8 @@ def _pulls(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
 
 def pull_scale(norm: float, rho: float | None, power: float = 1.0) -> float:
     """What share of a difference of length `norm` pulls (`_pulls`): 1 within `rho` (or with no
-    radius), ``(rho / norm) ** power`` beyond it, 0 for a non-finite length (no usable direction)."""
+    radius), ``(rho / norm) ** power`` beyond it, 0 for a non-finite length (no usable direction).
+    ClippedGossip's clipping (He, Karimireddy & Jaggi 2022) at ``power = 1``."""
     if rho is None or rho == math.inf:
         return 1.0
     if not math.isfinite(norm):

@@ -29,7 +29,8 @@ __all__ = ["effective_models", "SwarmStepScale"]
 
 
 def effective_models(weights: Sequence[float]) -> float:
-    """n_eff = 1 / Σ w² of the mixing row (1 − Σλ, λ_1, …): how many models the period averaged.
+    """n_eff = 1 / Σ w² of the mixing row (1 − Σλ, λ_1, …): how many models the period averaged
+    (Kish's effective sample size; the count the linear scaling rule of Goyal et al. 2017 scales by).
 
     Weights must be finite, >= 0 and sum to at most 1 (the mixer's period budget keeps them so).
     """
@@ -46,7 +47,8 @@ def effective_models(weights: Sequence[float]) -> float:
 
 
 class SwarmStepScale:
-    """The step-size multiplier for the swarm this peer actually mixes with (module docstring)."""
+    """The step-size multiplier for the swarm this peer actually mixes with: the linear scaling rule
+    (Goyal et al. 2017) applied to the models its mixing averages (module docstring)."""
 
     def __init__(self, max_scale: float, power: float = 1.0, window: int = 8, warmup_periods: int = 25,
                  pinned: float | None = None, steps_per_period: int = 1) -> None:

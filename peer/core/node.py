@@ -331,9 +331,8 @@ class GossipNode:
 
     def _ingest(self, control: FrameHeader, info: Control, raw_frames: list[bytes], now: float, *,
                 accepted: bool, pulled: bool = False) -> ExchangeResult:
-        """Apply a bundle whose control frame spent a ticket of ours (`accepted`). Otherwise none of
-        its frames is decoded: they are refused, counted once for the whole bundle (`handle_request`).
-        `pulled`: the answer to an exchange we started, which marks the copy as pulled."""
+        """Apply a bundle whose control frame spent a ticket of ours (`accepted`; else none of its frames
+        is decoded: `handle_request` counts them refused). `pulled`: an answer to our own exchange."""
         sender = control.sender
         if not accepted:
             return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, len(raw_frames), False)
@@ -358,8 +357,7 @@ class GossipNode:
         if changed:
             self._versions += 1
             n.version = self._versions
-        if pulled and n.copy.x_hat is not None:
-            n.pulled = n.version
+        n.pulled = n.version if pulled and n.copy.x_hat is not None else n.pulled
         self._publish_view()
         self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
         return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)

@@ -186,3 +186,21 @@ def test_only_a_signed_state_is_read_as_a_state():
     for other in (update, a._snapshot(clock())):
         with pytest.raises(FrameRefused, match="state"):
             b.read_state(other, clock())
+
+
+def test_only_the_answer_to_our_own_exchange_marks_a_copy_pulled():
+    """b pushes its update at a (a's copy of b changes, pulled stays); a's own exchange with b then
+    marks the copy pulled at its current version, with or without news in the answer."""
+    clock, trainers, rigs = make_swarm(2)
+    a, b = (r.node for r in rigs)
+    exchange(b, a, clock())  # b's first contact: a ticket of a's for b
+    exchange(b, a, clock())  # b pushes its snapshot at a
+    (pushed,) = a.view_slot.current.copies
+    assert pushed.version > 0 and pushed.pulled == 0
+    exchange(a, b, clock())  # a pulls: the copy it holds is b's newest already
+    (pulled,) = a.view_slot.current.copies
+    assert pulled.pulled == pulled.version == pushed.version
+    b.publish(trainers[1].get_flat_params() + 1.0, 5, clock())
+    exchange(b, a, clock())  # a newer version pushed: news to hold, not to mix
+    (newer,) = a.view_slot.current.copies
+    assert newer.version > newer.pulled == pulled.version

@@ -46,6 +46,7 @@ TARGET_RULES: dict[str, tuple[str, float]] = {
     "stragglers": ("allreduce", 1.05),
     "wan": ("allreduce", 1.05),
     "single": ("single", 1.0),
+    "single16": ("single", 1.0),
 }
 """Scenarios whose target loss is set per seed: (reference run, factor); the target is the
 factor x the reference run's final loss over the full duration."""
@@ -160,15 +161,19 @@ def data_figures() -> list[Figure]:
     ]
 
 
-def single_figures() -> list[Figure]:
-    """single: 8 peers, each as fast as one process, against that process's final loss at D."""
+def single_figures(peers: int, limit: float) -> list[Figure]:
+    """single / single16: the peers, each as fast as one process, against that process's final loss at D.
+    `limit`: the most of D the swarm may take, 1 / (the machines it must be worth)."""
     return [
         Figure("target loss (single process's final loss)", target_of("gossip")),
-        Figure("gossip: time to target / D", time_over_duration("gossip", "single"), "<=", 0.5),
+        Figure("gossip: time to target / D", time_over_duration("gossip", "single"), "<=", limit),
         Figure("alone (control, every link cut): time to target / D", time_over_duration("alone", "single"), ">", 0.5),
-        Figure("allreduce x8: time to target / D", time_over_duration("allreduce", "single")),
+        Figure("gossip_before (control, the rule before): time to target / D",
+               time_over_duration("gossip_before", "single")),
+        Figure(f"allreduce x{peers}, same step: time to target / D", time_over_duration("allreduce", "single")),
+        Figure(f"allreduce x{peers}, best step: time to target / D", time_over_duration("allreduce_tuned", "single")),
+        Figure("diloco (H=4), best step: time to target / D", time_over_duration("diloco", "single")),
         Figure("single: time to its own final loss / D", time_over_duration("single", "single")),
-        Figure("gossip/single time to target", time_ratio("gossip", "single")),
         Figure("gossip/single final loss", final_ratio("gossip", "single")),
         Figure("allreduce/single final loss", final_ratio("allreduce", "single")),
         Figure("alone/single final loss", final_ratio("alone", "single")),
@@ -233,7 +238,8 @@ FIGURES: dict[str, list[Figure]] = {
         Figure("gossip/allreduce final loss", final_ratio("gossip", "allreduce")),
     ],
     "data": data_figures(),
-    "single": single_figures(),
+    "single": single_figures(8, 1 / 3),
+    "single16": single_figures(16, 1 / 4),
 }
 
 

@@ -29,8 +29,9 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
+import torch
 
-from .codecs_dense import CodecBase, Layout
+from .codecs_dense import CodecBase, Layout, as_input_array
 from .errors import CodecError
 
 __all__ = ["SparseCodec", "ef_encode", "ef_decode", "ef_nbytes", "randk_indices", "topk_indices",
@@ -203,13 +204,33 @@ class SparseCodec(CodecBase):
             return randk_indices(v.size, k, seed)
         return topk_indices(v, k)
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _pack_indexed(self, v: np.ndarray, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(packed arrays, the sorted indices they keep)."""
         k = self.k(v.size)
         idx = self._indices(v, k, seed)
         packed = self.values._pack(np.ascontiguousarray(v[idx], dtype=np.float32), seed)
         if self.kind == "topk":
             packed["ihi"], packed["ilo"] = ef_encode(idx, v.size)
-        return packed
+        return packed, idx
+
+    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+        return self._pack_indexed(v, seed)[0]
+
+    def compress(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], torch.Tensor]:
+        """(packed arrays, the exact tensor `decompress` will rebuild from them).
+
+        The reconstruction scatters the value codec's own decoding of the kept values to
+        the indices chosen, instead of decoding the index code just written: `ef_decode`
+        inverts `ef_encode` exactly and random-k's indices are a function of the seed, so
+        the result is the receivers' bit for bit at a fraction of a decode's cost.
+        """
+        v = as_input_array(x)
+        packed, idx = self._pack_indexed(v, seed)
+        value_keys = self.values.layout(idx.size)
+        kept = self.values._unpack({name: packed[name] for name in value_keys}, idx.size, seed)
+        out = np.zeros(v.size, np.float32)
+        out[idx] = kept
+        return packed, torch.from_numpy(out)
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         k = self.k(numel)

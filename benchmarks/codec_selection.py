@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from protocol import parse_codec
+from protocol import SparseCodec, parse_codec
 from protocol.codecs_sparse import _TOPK_SAMPLE, _at_or_above, ef_encode, topk_indices
 
 Selector = Callable[[np.ndarray, int], np.ndarray]
@@ -42,7 +42,7 @@ def approximate_topk(v: np.ndarray, k: int) -> np.ndarray:
     return _at_or_above(v, threshold)[:k]  # the same chunked scan as the exact selection
 
 
-def encode_with(select: Selector, codec, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def encode_with(select: Selector, codec: SparseCodec, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(kept indices, reconstruction): the work of a top-k publish with `select` choosing."""
     idx = select(v, codec.k(v.size))
     packed = codec.values._pack(np.ascontiguousarray(v[idx]), 0)

@@ -7,6 +7,10 @@ throughput of compress+sign and verify+decompress in MB/s of fp32 input (median 
 --repeats). Numbers from one run on one machine, printed with the machine's description.
 
     python benchmarks/codec.py [--delta-source tts|synthetic] [--steps 5] [--repeats 3]
+    python benchmarks/codec.py --selection [--selection-sizes 1132560,30000000]
+
+`--selection` instead times top-k selection, exact against an approximate threshold, on
+synthetic vectors of each size (`codec_selection.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from protocol import (Identity, VerifyPolicy, decode_frame, flat_model_spec,  # noqa: E402
                       make_update_frame, model_fingerprint, parse_codec, read_vector)
 from protocol.frame import PREFIX_SIZE  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codec_selection import compare, print_rows  # noqa: E402
 
 DEFAULT_CODECS = ["identity", "fp16", "bf16", "int8", "topk:0.1+int8", "topk:0.01", "topk:0.01+int8",
                   "topk:0.001+int8", "randk:0.01", "randk:0.01+int8"]
@@ -104,7 +111,19 @@ def main() -> None:
     parser.add_argument("--numel", type=int, default=6_000_000, help="size of the synthetic delta")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--codecs", default=",".join(DEFAULT_CODECS))
+    parser.add_argument("--selection", action="store_true", help="time exact and approximate top-k selection")
+    parser.add_argument("--selection-sizes", default="1132560,30000000")
+    parser.add_argument("--selection-codec", default="topk:0.1+int8")
     args = parser.parse_args()
+    if args.selection:
+        torch.set_num_threads(1)
+        print(f"machine: {machine()}")
+        print(f"codec {args.selection_codec}, synthetic heavy-tailed vectors (seed 0), best of {args.repeats}")
+        rows = [r for n in args.selection_sizes.split(",")
+                for r in compare(synthetic_delta(int(n))[0], args.selection_codec, args.repeats)]
+        print_rows(rows)
+        print("summary: " + json.dumps({"machine": machine(), "codec": args.selection_codec, "rows": rows}))
+        return
 
     source = args.delta_source
     if source == "tts":

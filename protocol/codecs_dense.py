@@ -2,9 +2,10 @@
 
 Each codec maps a 1-D float32 vector to named numpy arrays for the wire and back.
 `compress` returns the reconstruction by running `decompress` on the very arrays it
-packed, so the sender's error feedback (CHOCO-SGD public copy, Koloskova et al. 2019)
-matches what receivers rebuild bit for bit. These codecs also encode the kept values of
-the sparse codecs (`codecs_sparse`).
+packed (the sparse codecs skip decoding the indices they just chose), so the sender's
+error feedback (CHOCO-SGD public copy, Koloskova et al. 2019) matches what receivers
+rebuild bit for bit. These codecs also encode the kept values of the sparse codecs
+(`codecs_sparse`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ On vectors of `TOPK_SAMPLED_MIN` entries or more, a threshold read a little belo
 (1 - k/N) quantile of a strided sample of |x| first narrows the search to the entries at
 or above it; when at least k entries pass, the k-th largest magnitude is among them, so
 the selection over them equals the one over all of x (else that full one runs). This
-costs about a fifth of a full top-k; the indices sent are the same either way.
+costs about a fifth of a full top-k; the indices sent are the same either way. The scan
+for candidates runs chunk by chunk, so a large vector is read from memory once.
 
 Random-k draws its indices from the shared codec seed, so only the values travel: one
 index in each of k equal strata of [0, N), picked with SplitMix64 (Steele et al. 2014),
@@ -29,8 +30,9 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
+import torch
 
-from .codecs_dense import CodecBase, Layout
+from .codecs_dense import CodecBase, Layout, as_input_array
 from .errors import CodecError
 
 __all__ = ["SparseCodec", "ef_encode", "ef_decode", "ef_nbytes", "randk_indices", "topk_indices",
@@ -41,6 +43,8 @@ TOPK_SAMPLED_MIN = 1 << 16
 """Vectors at least this long narrow top-k with a sampled threshold; shorter ones select directly."""
 _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (a 0.1 ms partition)
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
+_TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
+_TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
 
 
 def _ef_low_bits(n: int, k: int) -> int:
@@ -130,18 +134,36 @@ def _select_largest(mags: np.ndarray, k: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def topk_candidates(mags: np.ndarray, k: int) -> np.ndarray | None:
-    """Sorted indices holding every one of the k largest `mags`, or None (select over all).
+def _at_or_above(v: np.ndarray, threshold: np.floating) -> np.ndarray:
+    """Sorted indices of |v_i| >= threshold, NaN included, one cache-sized chunk at a time.
+
+    Whole-vector passes (|v|, the comparison, the mask) each stream the vector through
+    memory; on tens of millions of entries that traffic, not the arithmetic, is the cost.
+    """
+    step = v.size if v.size <= _TOPK_ONE_PASS_MAX else _TOPK_CHUNK
+    mags, low = np.empty(step, v.dtype), np.empty(step, bool)
+    found = []
+    for start in range(0, v.size, step):
+        chunk = v[start:start + step]
+        m, below = mags[:chunk.size], low[:chunk.size]
+        np.abs(chunk, out=m)
+        np.less(m, threshold, out=below)
+        found.append(np.flatnonzero(~below) + start)  # NaN is never below: it passes
+    return np.concatenate(found) if len(found) > 1 else found[0]
+
+
+def topk_candidates(v: np.ndarray, k: int) -> np.ndarray | None:
+    """Sorted indices holding every one of the k largest |v_i|, or None (select over all).
 
     The threshold is the r-th largest of a strided sample, r set `_TOPK_MARGIN_SIGMAS`
     binomial sigmas above the sample's share of k, so that on most data slightly more than
     k entries pass. The sample is deterministic, so skewed data can defeat it: fewer than
     k entries pass and the caller falls back (correct, at the full selection's cost).
     """
-    n = mags.size
+    n = v.size
     if n < TOPK_SAMPLED_MIN:
         return None
-    sample = mags[::n // _TOPK_SAMPLE]
+    sample = np.abs(v[::n // _TOPK_SAMPLE])
     expected = k * sample.size / n
     rank = math.ceil(expected + _TOPK_MARGIN_SIGMAS * math.sqrt(expected) + 1)
     if rank >= sample.size:
@@ -149,7 +171,7 @@ def topk_candidates(mags: np.ndarray, k: int) -> np.ndarray | None:
     threshold = np.partition(sample, sample.size - rank)[sample.size - rank]
     if np.isnan(threshold):
         return None
-    candidates = np.flatnonzero(~(mags < threshold))  # NaN passes
+    candidates = _at_or_above(v, threshold)
     return candidates if candidates.size >= k else None
 
 
@@ -159,11 +181,10 @@ def topk_indices(v: np.ndarray, k: int) -> np.ndarray:
         return np.arange(k, dtype=np.int64)
     if k == 0:
         return np.zeros(0, np.int64)
-    mags = np.abs(v)
-    candidates = topk_candidates(mags, k)
+    candidates = topk_candidates(v, k)
     if candidates is None:
-        return _select_largest(mags, k).astype(np.int64, copy=False)
-    return candidates[_select_largest(mags[candidates], k)].astype(np.int64, copy=False)
+        return _select_largest(np.abs(v), k).astype(np.int64, copy=False)
+    return candidates[_select_largest(np.abs(v[candidates]), k)].astype(np.int64, copy=False)
 
 
 def _canonical_fraction(text: str) -> str:
@@ -203,13 +224,33 @@ class SparseCodec(CodecBase):
             return randk_indices(v.size, k, seed)
         return topk_indices(v, k)
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _pack_indexed(self, v: np.ndarray, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(packed arrays, the sorted indices they keep)."""
         k = self.k(v.size)
         idx = self._indices(v, k, seed)
         packed = self.values._pack(np.ascontiguousarray(v[idx], dtype=np.float32), seed)
         if self.kind == "topk":
             packed["ihi"], packed["ilo"] = ef_encode(idx, v.size)
-        return packed
+        return packed, idx
+
+    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+        return self._pack_indexed(v, seed)[0]
+
+    def compress(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], torch.Tensor]:
+        """(packed arrays, the exact tensor `decompress` will rebuild from them).
+
+        The reconstruction scatters the value codec's own decoding of the kept values to
+        the indices chosen, instead of decoding the index code just written: `ef_decode`
+        inverts `ef_encode` exactly and random-k's indices are a function of the seed, so
+        the result is the receivers' bit for bit at a fraction of a decode's cost.
+        """
+        v = as_input_array(x)
+        packed, idx = self._pack_indexed(v, seed)
+        value_keys = self.values.layout(idx.size)
+        kept = self.values._unpack({name: packed[name] for name in value_keys}, idx.size, seed)
+        out = np.zeros(v.size, np.float32)
+        out[idx] = kept
+        return packed, torch.from_numpy(out)
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         k = self.k(numel)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from protocol import CodecError, TensorCodec, parse_codec
+from protocol import codecs_sparse
 from protocol.codecs_sparse import _splitmix64, ef_decode, ef_encode, ef_nbytes, randk_indices
 
 ALL_SPECS = ["identity", "fp16", "bf16", "int8", "int8:block=128", "int8:block=1",
@@ -56,6 +57,27 @@ def test_compress_neither_mutates_nor_aliases_its_input(spec: str) -> None:
     x.mul_(7.0)
     assert all(np.array_equal(snapshot[k], packed[k]) for k in packed)
     assert torch.equal(recon, codec.decompress(packed, 4096, seed=5))
+
+
+@pytest.mark.parametrize("spec,index_work", [("topk:0.1+int8", "ef_decode"), ("randk:0.1", "randk_indices")])
+def test_sparse_compress_finds_its_indices_once(spec: str, index_work: str, monkeypatch) -> None:
+    """The sender knows the indices it chose: decoding or drawing them again would double that cost."""
+    codec = parse_codec(spec)
+    x = heavy_tailed(50_000, seed=4)
+    expected = codec.decompress(codec.compress(x, seed=9)[0], x.numel(), seed=9)
+    calls = []
+    original = getattr(codecs_sparse, index_work)
+
+    def counted(*args, **kwargs):
+        calls.append(index_work)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(codecs_sparse, index_work, counted)
+    packed, recon = codec.compress(x, seed=9)
+    assert torch.equal(bits(recon), bits(expected))
+    assert len(calls) == (0 if index_work == "ef_decode" else 1)
+    codec.decompress(packed, x.numel(), seed=9)  # the control: a receiver does this work once
+    assert len(calls) == (1 if index_work == "ef_decode" else 2)
 
 
 # --- exact values on hand-made inputs --------------------------------------------------

@@ -12,8 +12,9 @@ import pytest
 import safetensors.numpy
 import torch
 
-from protocol import (FrameHeader, FrameKind, Limits, TensorSpec, VerifyPolicy, encode_frame,
-                      flat_model_spec, make_snapshot_frame)
+from protocol import (FrameHeader, FrameKind, FrameRefused, Limits, TensorSpec, VerifyPolicy,
+                      decode_frame, encode_frame, flat_model_spec, make_snapshot_frame, parse_codec)
+from protocol.codecs_sparse import ef_encode
 from tests.unit.test_protocol_refusals import (A, FP, N, NOW, SWARM, R, accept, arrays_of, refuse,
                                                X, resign, split, st_raw, update, with_arrays,
                                                with_header)
@@ -143,3 +144,29 @@ def test_non_finite(value: float, ok: bool) -> None:
         assert accept(frame).tensors["delta"].tolist() == [0.5, value]
     else:
         assert refuse(frame) is R.NON_FINITE
+
+
+def test_topk_update_carrying_more_than_k_entries_is_refused() -> None:
+    """A top-k frame holds exactly k = ceil(F·N) entries: one more, however coded, is refused."""
+    n, spec = 10_000, "topk:0.01+int8"
+    codec = parse_codec(spec)
+    k = codec.k(n)
+    delta = torch.randn(n, generator=torch.Generator().manual_seed(3))
+    frame = update(codec=spec, delta=delta)
+    assert int(accept(frame).tensors["delta"].count_nonzero()) == k
+    arrays = arrays_of(frame)
+    bits = np.unpackbits(arrays["delta/ihi"], bitorder="little")
+    free = np.flatnonzero(bits[:k + ((n - 1) >> 6) + 1] == 0)[0]  # 6 low bits at N/k = 100
+    bits[free] = 1
+    one_more_bit = {**arrays, "delta/ihi": np.packbits(bits, bitorder="little")}
+    with pytest.raises(FrameRefused, match=f"holds {k + 1} indices, expected {k}") as info:
+        decode_frame(with_arrays(frame, one_more_bit), VerifyPolicy(SWARM, FP), NOW)
+    assert info.value.reason is R.BAD_PAYLOAD
+    idx = np.sort(np.argsort(-np.abs(delta.numpy()), kind="stable")[:k + 1]).astype(np.int64)
+    values = codec.values.compress(delta[idx])[0]
+    hi, lo = ef_encode(idx, n)
+    k_plus_one = {"delta/q": values["q"], "delta/s": values["s"], "delta/ihi": hi, "delta/ilo": lo}
+    with pytest.raises(FrameRefused, match=f"expected int8 \\({k},\\)") as info:
+        decode_frame(with_arrays(frame, k_plus_one), VerifyPolicy(SWARM, FP), NOW)
+    assert info.value.reason is R.BAD_PAYLOAD
+    accept(with_arrays(frame, arrays))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from protocol import parse_codec
+from protocol import codecs_sparse, parse_codec
 from protocol.codecs_sparse import _TOPK_SAMPLE, TOPK_SAMPLED_MIN, ef_decode, topk_candidates, topk_indices
 
 CUT = TOPK_SAMPLED_MIN
@@ -28,7 +28,7 @@ def check(v: np.ndarray, k: int, *, sampled: bool | None = None) -> None:
     assert got.dtype == np.int64 and got.shape == (k,)
     np.testing.assert_array_equal(got, reference_topk(v, k))
     if sampled is not None:
-        assert (topk_candidates(np.abs(v), k) is not None) == sampled
+        assert (topk_candidates(v, k) is not None) == sampled
 
 
 def gaussian(n: int, seed: int) -> np.ndarray:
@@ -67,7 +67,7 @@ def test_heavy_ties_go_to_the_lowest_indices(n: int) -> None:
     levels = rng.integers(-3, 4, n).astype(np.float32)  # 7 values, 4 magnitudes: ties at every cut
     for k in (1, 17, n // 10, n // 3, n - 1):
         check(levels, k)
-    assert topk_candidates(np.abs(levels), n // 10) is not None or n < CUT
+    assert topk_candidates(levels, n // 10) is not None or n < CUT
 
 
 @pytest.mark.parametrize("n", [CUT - 1, CUT, 200_003])
@@ -102,7 +102,7 @@ def test_skewed_data_forces_the_fallback_and_stays_exact() -> None:
     v = gaussian(n, seed=4) * 1e-3
     v[::stride] = 10.0 + np.arange(v[::stride].size, dtype=np.float32)  # the sample sees only giants
     k = n // 10
-    assert topk_candidates(np.abs(v), k) is None  # too few pass the sampled threshold
+    assert topk_candidates(v, k) is None  # too few pass the sampled threshold
     check(v, k)
 
 
@@ -154,3 +154,20 @@ def test_codec_round_trip_decodes_the_reference_indices(spec: str) -> None:
     dropped[ref] = False
     assert not recon.numpy()[dropped].any()
     assert np.abs(recon.numpy()[ref] - v[ref]).max() <= np.abs(v).max() / 254 * 1.001
+
+
+# --- the chunked candidate scan of long vectors ----------------------------------------------
+
+@pytest.mark.parametrize("chunk", [4099, 1 << 15])
+def test_chunked_scan_selects_exactly_across_chunk_boundaries(chunk: int, monkeypatch) -> None:
+    monkeypatch.setattr(codecs_sparse, "_TOPK_ONE_PASS_MAX", 1000)  # every vector here is "long"
+    monkeypatch.setattr(codecs_sparse, "_TOPK_CHUNK", chunk)
+    n = 200_003
+    v = gaussian(n, seed=11)
+    v[[chunk - 1, chunk, 3 * chunk + 1]] = [np.nan, 40.0, -np.inf]  # on and beside the boundaries
+    check(v, n // 10, sampled=True)
+    check(v, 3, sampled=True)
+    levels = np.random.default_rng(12).integers(-3, 4, n).astype(np.float32)
+    check(levels, n // 10)
+    assert np.array_equal(codecs_sparse._at_or_above(v, np.float32(1.5)),
+                          np.flatnonzero(~(np.abs(v) < 1.5)))

@@ -42,6 +42,7 @@ class JudgeConfig:
     plot: Path | None = None
     """Where the plot goes; None puts it at FOLDER/judge.png."""
     plot_enabled: bool = True
+    """False: no plot (`--no-plot`)."""
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)

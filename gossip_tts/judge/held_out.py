@@ -6,7 +6,7 @@ the words" is a number that moves between a base and a fine-tuned model."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -39,8 +39,6 @@ class HeldOutConfig:
     codec: str = "mel"
     """The checkpoints' codec: it decodes their clips and makes the round-trip control."""
     codec_weights: str | None = None
-    extra_synth: dict = field(default_factory=dict)
-    """Further SynthConfig fields (guidance, scales) for every sentence."""
 
     def __post_init__(self) -> None:
         self.checkpoints = {label: Path(p) for label, p in self.checkpoints.items()}
@@ -61,7 +59,7 @@ def speak(cfg: HeldOutConfig, label: str) -> Path:
     for key, text in cfg.sentences:
         synthesize(SynthConfig(checkpoint=cfg.checkpoints[label], text=text, out=folder / "wavs" / f"{key}.wav",
                                reference=cfg.reference, steps=cfg.synth_steps, seed=cfg.seed, device=cfg.device,
-                               codec_weights=cfg.codec_weights, **cfg.extra_synth), emit=lambda _line: None)
+                               codec_weights=cfg.codec_weights), emit=lambda _line: None)
     (folder / "metadata.csv").write_text("".join(f"{key}|{text}\n" for key, text in cfg.sentences), encoding="utf-8")
     return folder
 

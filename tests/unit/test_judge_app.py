@@ -13,27 +13,9 @@ from click.testing import CliRunner
 
 from gossip_tts.audio import write_wav
 from gossip_tts.cli import main
-from gossip_tts.judge import EAR_RATE, Ears, JudgeConfig, judge, run
+from gossip_tts.judge import EAR_RATE, JudgeConfig, judge, run
 from gossip_tts.judge.clips import noise_like, read_folder
-
-
-class LoudnessEars(Ears):
-    """Hears the text "loud" in any clip with RMS over 0.05, embeds (RMS, peak), rates by RMS."""
-
-    name = "stand-in"
-
-    def __init__(self) -> None:
-        self.heard: list[int] = []
-
-    def transcribe(self, wav: np.ndarray) -> str:
-        self.heard.append(wav.size)
-        return "loud" if np.sqrt(np.mean(wav**2)) > 0.05 else ""
-
-    def embed(self, wav: np.ndarray) -> np.ndarray:
-        return np.array([np.sqrt(np.mean(wav**2)), np.abs(wav).max()])
-
-    def quality(self, wav: np.ndarray) -> float:
-        return 1.0 + float(np.sqrt(np.mean(wav**2)))
+from tests.unit.judge_helpers import LoudnessEars
 
 
 def _tone(freq: float, seconds: float, sr: int = 22050, level: float = 0.3) -> np.ndarray:

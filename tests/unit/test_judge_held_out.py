@@ -15,7 +15,7 @@ from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
 from gossip_tts.model import EchoDiT, model_config
 from gossip_tts.train.trainer import MODEL_PREFIX
 from peer.checkpoint import save_checkpoint
-from tests.unit.test_judge_app import LoudnessEars
+from tests.unit.judge_helpers import LoudnessEars
 
 
 def _checkpoint(path, seed: int):

@@ -49,19 +49,27 @@ class HeldOutConfig:
             raise ValueError(f"unknown codec {self.codec!r}; choose one of: {', '.join(CODECS)}")
 
 
-def speak(cfg: HeldOutConfig, label: str) -> Path:
-    """OUT/<label>/: every sentence spoken by that checkpoint, with its metadata.csv."""
+def speak(cfg: HeldOutConfig, label: str, emit: Callable[[str], None]) -> set[str]:
+    """Speak every sentence with that checkpoint into OUT/<label>/wavs/; returns the ids it refused.
+
+    A model refuses a sentence longer than the longest clip it was trained on (synthesize's
+    length check); that sentence is reported and left out for every model.
+    """
     from gossip_tts.synth_app import SynthConfig
     from gossip_tts.synth_app import run as synthesize
 
-    folder = cfg.out / label
-    (folder / "wavs").mkdir(parents=True, exist_ok=True)
+    (cfg.out / label / "wavs").mkdir(parents=True, exist_ok=True)
+    refused = set()
     for key, text in cfg.sentences:
-        synthesize(SynthConfig(checkpoint=cfg.checkpoints[label], text=text, out=folder / "wavs" / f"{key}.wav",
-                               reference=cfg.reference, steps=cfg.synth_steps, seed=cfg.seed, device=cfg.device,
-                               codec_weights=cfg.codec_weights), emit=lambda _line: None)
-    (folder / "metadata.csv").write_text("".join(f"{key}|{text}\n" for key, text in cfg.sentences), encoding="utf-8")
-    return folder
+        synth = SynthConfig(checkpoint=cfg.checkpoints[label], text=text, out=cfg.out / label / "wavs" / f"{key}.wav",
+                            reference=cfg.reference, steps=cfg.synth_steps, seed=cfg.seed, device=cfg.device,
+                            codec_weights=cfg.codec_weights)
+        try:
+            synthesize(synth, emit=lambda _line: None)
+        except ValueError as exc:
+            emit(f"judge: {label} cannot speak {key}, left out: {exc}")
+            refused.add(key)
+    return refused
 
 
 def judge_checkpoints(cfg: HeldOutConfig, emit: Callable[[str], None] = print,
@@ -76,13 +84,18 @@ def judge_checkpoints(cfg: HeldOutConfig, emit: Callable[[str], None] = print,
     except ImportError as exc:
         emit(f"no judge table: {exc}")
         return None
+    refused = set().union(*(speak(cfg, label, emit) for label in cfg.checkpoints))
+    kept = [(key, text) for key, text in cfg.sentences if key not in refused]
+    if not kept:
+        emit("no judge table: every model refused every held-out sentence")
+        return None
+    for label in cfg.checkpoints:  # the sentences every model spoke, so that the rows compare
+        (cfg.out / label / "metadata.csv").write_text("".join(f"{k}|{t}\n" for k, t in kept), encoding="utf-8")
     voice = voice_of(ears, read_references([cfg.reference]))
-    models = []
-    for label in cfg.checkpoints:
-        models.append(score_set(label, ears, read_folder(speak(cfg, label)), voice))
+    models = [score_set(label, ears, read_folder(cfg.out / label), voice) for label in cfg.checkpoints]
     clips = read_folder(cfg.out / next(iter(cfg.checkpoints)))
     controls = score_controls(clips, ears, voice, cfg.voice, load_codec(cfg.codec, weights=cfg.codec_weights), cfg.seed)
-    emit(f"judge on {len(cfg.sentences)} held-out sentence(s), voice of {cfg.reference.name} ({ears.name}):")
+    emit(f"judge on {len(kept)} held-out sentence(s), voice of {cfg.reference.name} ({ears.name}):")
     for line in overall_table(models + controls):
         emit(line)
     doc = {s.name: s.overall() for s in models}

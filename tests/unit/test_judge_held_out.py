@@ -67,3 +67,13 @@ def test_without_the_extra_it_says_so_in_one_line_and_returns_none(tmp_path, mon
     assert judge_checkpoints(_config(tmp_path), lines.append) is None
     assert lines == ["no judge table: gossip-tts judge needs the [judge] extra (pocketsphinx is not installed): "
                      "pip install 'gossip-tts[judge]'"]
+
+
+def test_a_sentence_a_model_refuses_is_left_out_for_every_model(tmp_path):
+    cfg = _config(tmp_path)
+    cfg.sentences.append(("h3", "loud " * 300))  # longer than the tiny model's longest clip
+    lines: list[str] = []
+    sets = judge_checkpoints(cfg, lines.append, ears=LoudnessEars())
+    assert all([c.key for c in s.clips] == ["h1", "h2"] for s in sets)
+    assert sum("cannot speak h3, left out" in line for line in lines) == 2  # both models refused it
+    assert (cfg.out / "base" / "metadata.csv").read_text(encoding="utf-8") == "h1|loud\nh2|loud again\n"

@@ -169,7 +169,7 @@ def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
 def judge(folder, references, real, codec, codec_weights, plot, no_plot) -> None:
     """Word and character error rates, speaker similarity and DNSMOS of an LJSpeech-style FOLDER of
     clips, beside controls (real recordings, their codec round trip, noise); last line judge: {json}.
-    Needs the [judge] extra."""
+    Needs the [judge] extra (its packages and their licences: docs/judge.md)."""
     from gossip_tts.judge import JudgeConfig, run
 
     cfg = _fail_cleanly(JudgeConfig, folder=folder, references=list(references), real=real, codec=codec,

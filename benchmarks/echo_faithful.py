@@ -19,8 +19,10 @@
    and another real sentence of the same voice (right voice, wrong words).
 
 stdout: the machine, the exact command, two markdown tables (median, min-max over seeds and
-each seed's value; MCD per seed is the mean over the held-out sentences) and a last line
-`ratio: {...}` (JSON). Progress goes to stderr. Checkpoints and wavs go to --out.
+each seed's value; MCD per seed is the mean over the held-out sentences) and a line
+`ratio: {...}` (JSON); then, with the [judge] extra, the judge's table for the base and the
+first seed's whole-clip model on the held-out sentences and its `judge: {...}` line (without it,
+one line saying so). Progress goes to stderr. Checkpoints and wavs go to --out.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from gossip_tts.audio.mcd import mcd_dtw  # noqa: E402
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
 from gossip_tts.data.batch import Batch  # noqa: E402
 from gossip_tts.eval_app import EvalConfig, evaluate  # noqa: E402
+from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints  # noqa: E402
 from gossip_tts.synth_app import SynthConfig  # noqa: E402
 from gossip_tts.synth_app import run as synthesize  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
@@ -224,6 +227,9 @@ def main() -> None:
     base_loss = heldout_loss(base, out / "tars" / "val")
     ctrl = controls(val_rows, args.voice, reference)
     report(args, seeds, base_loss, loss, runs, mcd, pairs, ctrl, time.perf_counter() - started)
+    judge_checkpoints(HeldOutConfig(checkpoints={"base": base, f"whole clips, seed {seeds[0]}": out / f"whole-s{seeds[0]}"},
+                                    sentences=[(r[0], r[-1]) for r in val_rows], voice=args.voice, reference=reference,
+                                    out=out / "judged", synth_steps=args.synth_steps, seed=seeds[0]))
 
 
 def report(args, seeds, base_loss, loss, runs, mcd, pairs, ctrl, seconds) -> None:

@@ -155,6 +155,28 @@ def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
     _fail_cleanly(run, cfg)
 
 
+@main.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--reference", "references", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A clip of the target voice (repeatable); speaker similarity is the cosine to their mean embedding.")
+@click.option("--real", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="LJSpeech-style folder of the real recordings of the same ids: adds the real and codec controls.")
+@click.option("--codec", type=click.Choice(["mel", "dac", "echo"]), default="mel", show_default=True,
+              help="Codec of the round-trip control.")
+@click.option("--codec-weights", type=click.Path(exists=True), default=None, help="DAC weights file, or echo weights folder.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Plot file (default: FOLDER/judge.png).")
+@click.option("--no-plot", is_flag=True, help="Skip the plot.")
+def judge(folder, references, real, codec, codec_weights, plot, no_plot) -> None:
+    """Word and character error rates, speaker similarity and DNSMOS of an LJSpeech-style FOLDER of
+    clips, beside controls (real recordings, their codec round trip, noise); last line judge: {json}.
+    Needs the [judge] extra (its packages and their licences: docs/judge.md)."""
+    from gossip_tts.judge import JudgeConfig, run
+
+    cfg = _fail_cleanly(JudgeConfig, folder=folder, references=list(references), real=real, codec=codec,
+                        codec_weights=codec_weights, plot=plot, plot_enabled=not no_plot)
+    _fail_cleanly(run, cfg)
+
+
 def _builtin_scenarios() -> str:
     """The names of simnet's built-in scenarios, read from its folder without importing it (no torch)."""
     import importlib.util

@@ -9,6 +9,8 @@
    (`--init-from`), gossiping signed compressed deltas.
 4. Evaluate the base and every peer on the held-out clips, and speak a held-out sentence
    in the voice (the reference is a train clip) to OUT/finetuned.wav.
+5. With the [judge] extra: the base and peer 0 speak every held-out sentence, and the judge
+   prints WER, CER, speaker similarity and DNSMOS for both beside its controls.
 
 On a CPU this shows the pipeline, not studio quality: a few minutes of training on ~3
 minutes of audio moves the loss on held-out clips, and the wav has the voice's spectrum,
@@ -24,6 +26,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
 
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
@@ -133,6 +137,9 @@ def main() -> None:
         "--out", str(wav), "--steps", str(args.synth_steps))
     print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
     plot_spectrograms(args.voice / "wavs" / f"{val_rows[0][0]}.wav", wav, out / "finetuned.png")
+    judge_checkpoints(HeldOutConfig(checkpoints={"base": base, "fine-tuned": out / "peer0"}, voice=args.voice,
+                                    sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
+                                    out=out / "judged", synth_steps=args.synth_steps))
 
 
 def plot_spectrograms(real: Path, generated: Path, png: Path) -> None:

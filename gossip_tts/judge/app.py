@@ -1,0 +1,123 @@
+"""`gossip-tts judge`: does a folder of clips say its words, in the target voice, cleanly?
+
+Scores the folder and its controls (real recordings, their codec round trip, noise; see
+`clips`) with the same ears, so every figure sits between a ceiling and a floor measured here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from gossip_tts.audio import CODECS, load_codec
+from gossip_tts.audio.base import Codec
+
+from .clips import Clip, codec_round_trip, matching_real, noise_like, read_folder, read_references
+from .ears import Ears
+from .report import clip_table, json_line, overall_table, write_plot
+from .score import SetScore, score_set, voice_of
+
+PLOT_NAME = "judge.png"
+
+
+@dataclass
+class JudgeConfig:
+    """What to judge, against what."""
+
+    folder: Path
+    """LJSpeech-style folder (`wavs/`, `metadata.csv` with `id|text`) of the clips to judge."""
+    references: list[Path] = field(default_factory=list)
+    """Clips of the target voice; speaker similarity is the cosine to their mean embedding (none: no similarity)."""
+    real: Path | None = None
+    """LJSpeech-style folder of the real recordings of the same ids: the ceiling and codec controls."""
+    codec: str = "mel"
+    """Codec of the round-trip control (one of `gossip_tts.audio.CODECS`)."""
+    codec_weights: str | None = None
+    """That codec's local weights, where it has any."""
+    seed: int = 0
+    """Seed of the noise floor."""
+    plot: Path | None = None
+    """Where the plot goes; None puts it at FOLDER/judge.png."""
+    plot_enabled: bool = True
+    """False: no plot (`--no-plot`)."""
+
+    def __post_init__(self) -> None:
+        self.folder = Path(self.folder)
+        self.references = [Path(p) for p in self.references]
+        self.real = None if self.real is None else Path(self.real)
+        if not self.folder.is_dir():
+            raise FileNotFoundError(f"judge: folder not found: {self.folder}")
+        if self.real is not None and not self.real.is_dir():
+            raise FileNotFoundError(f"judge: --real folder not found: {self.real}")
+        if self.codec not in CODECS:
+            raise ValueError(f"unknown codec {self.codec!r}; choose one of: {', '.join(CODECS)}")
+
+    @property
+    def plot_path(self) -> Path:
+        return self.plot if self.plot is not None else self.folder / PLOT_NAME
+
+
+@dataclass(frozen=True)
+class JudgeReport:
+    judged: SetScore
+    controls: list[SetScore]
+
+    @property
+    def sets(self) -> list[SetScore]:
+        return [self.judged, *self.controls]
+
+
+def load_ears(ears: Ears | None = None) -> Ears:
+    """`ears`, or the `[judge]` extra's models (an ImportError naming the extra without it)."""
+    if ears is not None:
+        return ears
+    from .packaged_ears import PackagedEars
+
+    return PackagedEars()
+
+
+def score_controls(judged: list[Clip], ears: Ears, voice: np.ndarray | None, real: Path | None, codec: Codec | None,
+                   seed: int) -> list[SetScore]:
+    """The real recordings of the judged ids and their codec round trip (with `real`), then noise."""
+    controls: list[SetScore] = []
+    if real is not None:
+        real_clips, raw = matching_real(judged, real)
+        controls.append(score_set("real", ears, real_clips, voice))
+        if codec is not None:
+            controls.append(score_set(f"{codec.name} codec", ears, codec_round_trip(real_clips, raw, codec), voice))
+    controls.append(score_set("noise", ears, noise_like(judged, seed), voice))
+    return controls
+
+
+def judge(cfg: JudgeConfig, ears: Ears | None = None) -> JudgeReport:
+    """Score the folder and its controls; `ears` defaults to the `[judge]` extra's models."""
+    ears = load_ears(ears)  # first, so that a missing extra is reported before any audio is read
+    judged_clips = read_folder(cfg.folder)
+    voice = voice_of(ears, read_references(cfg.references))
+    judged = score_set(cfg.folder.name or "judged", ears, judged_clips, voice)
+    codec = load_codec(cfg.codec, weights=cfg.codec_weights) if cfg.real is not None else None
+    return JudgeReport(judged, score_controls(judged_clips, ears, voice, cfg.real, codec, cfg.seed))
+
+
+def print_report(report: JudgeReport, emit: Callable[[str], None]) -> None:
+    """Both tables: every clip of the judged set, then every set's overall figures."""
+    for line in clip_table(report.judged):
+        emit(line)
+    emit("")
+    for line in overall_table(report.sets):
+        emit(line)
+
+
+def run(cfg: JudgeConfig, emit: Callable[[str], None] = print, ears: Ears | None = None) -> JudgeReport:
+    """Judge, then print the per-clip table, the overall table, the plot's path and `judge: {json}`."""
+    report = judge(cfg, ears)
+    print_report(report, emit)
+    if cfg.plot_enabled:
+        written = write_plot(report.sets, cfg.plot_path, emit)
+        if written is not None:
+            emit(f"plot: {written}")
+    emit(json_line(report.judged, report.controls))
+    return report

@@ -30,7 +30,6 @@ from peer.core.config import SessionConfig
 from peer.core.fetched import FetchedStates
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
-from peer.first_contacts import FirstContacts
 from peer.http_app import build_app
 from peer.http_guard import CappedSite, QuietBadRequests, response_counter
 from peer.http_io import BodyTooLarge, read_capped
@@ -95,7 +94,6 @@ class AsyncDriver:
         self._discoveries: list[Any] = []
         self._tasks: set[asyncio.Task] = set()
         self._fetched = FetchedStates()
-        self.first_contacts = FirstContacts(net_cfg.first_contact_every_s, net_cfg.first_contacts_per_s, self.mono())
         self._adopting: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._timer_due = 0.0
@@ -317,12 +315,9 @@ class AsyncDriver:
 
     # ------------------------------------------------------------------ serving (http_app)
     async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
-        """POST /v1/exchange from `address`: raises FrameRefused (400), FirstContactLimited (429),
-        ValueError (500) or WorkerBusy (503)."""
-        self.first_contacts.check(address, self.mono())  # FirstContactLimited (429)
+        """POST /v1/exchange from `address`: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,
                                                           body, NOW, address, self.session.verified_keys())
-        self.first_contacts.record(address, result.accepted, self.mono())
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
         return reply
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from peer.first_contacts import FirstContactLimited
 from peer.http_guard import BODY_KEY, RequestGuard
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from peer.node_worker import WorkerBusy
@@ -40,8 +39,6 @@ async def _exchange(request: web.Request) -> web.Response:
     except FrameRefused as exc:
         driver.metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
         return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)
-    except FirstContactLimited as exc:
-        return _refused(driver, 429, exc.reason, str(exc))
     except WorkerBusy as exc:
         return _refused(driver, 503, "worker_busy", str(exc))
     except ValueError as exc:  # our own state cannot be encoded (e.g. non-finite parameters)

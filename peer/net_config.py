@@ -43,13 +43,7 @@ class NetConfig:
     so that strangers cannot queue unbounded verify and decode work ahead of our own."""
     state_every_s: float = 10.0
     """One GET /v1/state per remote address per this many seconds; more get 429."""
-    first_contact_every_s: float = 1.0
-    """Exchanges holding no ticket of ours (first contacts), per remote address: one per this many
-    seconds (up to 4 at once); more get 429 unread. Each costs a signature check and a signed
-    answer and buys its sender only a ticket; an honest peer sends one per pair (peer.first_contacts)."""
-    first_contacts_per_s: float = 8.0
-    """First contacts from all addresses together, per second: past it, addresses that sent one
-    lately get 429 unread (ticketed exchanges go on)."""
+
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
 
@@ -65,6 +59,4 @@ class NetConfig:
             raise ValueError("body_budget_frames must be >= 1 (one largest body must fit) and idle_timeout_s > 0")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
-        if not (self.first_contact_every_s > 0 and self.first_contacts_per_s > 0):
-            raise ValueError("first_contact_every_s and first_contacts_per_s must be > 0")
 

@@ -4,13 +4,11 @@ ticket and nothing else. Before, every ticketless first contact was answered wit
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.snapshots import AnswerBudget
-from peer.first_contacts import FirstContactLimited, FirstContacts
 from peer.metrics import Metrics
 from protocol import FrameKind, Identity, Limits, decode_frame, unpack_bundle
 from tests.unit.exchange_helpers import exchange
@@ -97,20 +95,3 @@ def test_answer_budget_per_address_refills_at_its_rate():
     assert budget.withheld(key, ticketed=False, verified={key}, address="c", now=0) == "unticketed"
     assert budget.withheld(key, ticketed=True, verified=set(), address="c", now=0) == "unverified"
 
-
-def test_ticketless_requests_are_rationed_per_address_and_in_all():
-    contacts = FirstContacts(every_s=1.0, per_s=2.0, now=0.0)
-    for _ in range(4):  # the burst of one address
-        contacts.check("a", 0.0)
-        contacts.record("a", ticketed=False, now=0.0)
-    with pytest.raises(FirstContactLimited, match="per address"):
-        contacts.check("a", 0.1)
-    contacts.check("a", 1.1)  # refilled at one a second
-    for _ in range(10):  # ticketed exchanges cost an address nothing
-        contacts.record("b", ticketed=True, now=1.1)
-    contacts.check("b", 1.1)
-    for address in "cdefgh":  # the total (2 a second, 4 at once) runs out
-        contacts.record(address, ticketed=False, now=1.1)
-    with pytest.raises(FirstContactLimited, match="all addresses"):
-        contacts.check("c", 1.1)  # an address that sent one lately waits for the total
-    contacts.check("z", 1.1)  # one that never did (an honest newcomer) is still served

@@ -15,10 +15,10 @@ the receiver's epoch and a ticket the receiver issued (`protocol.replay.TicketBo
 binds the frames after it by their signatures; only then does the bundle change anything
 here: a recording made before our restart (a new epoch) or used once (a spent ticket) is
 refused however many senders came between. A request without a live ticket is answered
-with a fresh ticket and no frames, and changes nothing: none of its frames is decoded, and a
-first contact pushes on its second exchange. An answer carries our snapshot only to a verified
-asker, within a budget (`peer.core.snapshots`). Of a ticketed bundle, at most a gap fill's worth of
-frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
+with a fresh ticket and never a snapshot, and changes nothing: none of its frames is
+decoded, and a first contact pushes on its second exchange. An answer carries our snapshot
+only to a ticketed, verified asker, within a budget (`peer.core.snapshots`). Of a ticketed
+bundle, at most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
 a neighbour voids its copy.
 """
 
@@ -213,7 +213,7 @@ class GossipNode:
 
         FrameRefused for a body that is not a verified exchange, or one addressed to another
         peer. One without a live ticket of ours (a first contact, a recording) is answered,
-        with a fresh ticket and no frames, and applied not at all; `ExchangeResult.accepted`
+        with a fresh ticket and never a snapshot, and applied not at all; `ExchangeResult.accepted`
         says which. `verified`: the keys whose listen address the session verified, the only
         ones an answer may carry our snapshot to (`peer.core.snapshots`)."""
         control, info, frames = self._open(body, now)

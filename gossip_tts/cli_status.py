@@ -14,6 +14,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from gossip_tts.terminal_text import printable
+
 MAX_BYTES = 4 << 20
 """Largest status body read: 512 history points and 64 neighbours are well under 100 kB."""
 SPARK = "▁▂▃▄▅▆▇█"
@@ -94,7 +96,8 @@ def sparkline(values: list[float], width: int = 64) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
-    """The terminal view: figures, the loss curve, neighbours, refusals."""
+    """The terminal view: figures, the loss curve, neighbours, refusals; every line escaped
+    (`printable`), so a peer's text cannot clear the screen or forge a row."""
     s = status
     history = s.get("loss_history") or []
     losses = [p[1] for p in history]
@@ -125,4 +128,4 @@ def render(status: dict[str, Any]) -> str:
                      f"{_seconds(n.get('rtt_s')):>9}{dead}")
     refusals = s.get("refusals") or {}
     lines.append("refused frames: " + (", ".join(f"{k} {v}" for k, v in refusals.items()) if refusals else "none"))
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))  # every field came from whatever answered at that address

@@ -15,19 +15,23 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
+from gossip_tts.terminal_text import printable
+
 LOGGER_NAME = "gossip_tts"
 _MARK = "_gossip_tts_cli_handler"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time (RFC 3339, UTC), level, logger, message."""
+    """One JSON object per line: time (RFC 3339, UTC), level, logger, message. ASCII only: a
+    message may quote a peer, and the file is read in terminals, so every other character is a
+    JSON escape (it reads back the same)."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
         obj = {"time": stamp, "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
         if record.exc_info:
             obj["exception"] = self.formatException(record.exc_info)
-        return json.dumps(obj, ensure_ascii=False)
+        return json.dumps(obj)
 
 
 def configure(quiet: bool = False, json_file: Path | None = None, stream: TextIO | None = None) -> None:
@@ -64,7 +68,7 @@ class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
         level = f"{record.levelname} " if record.levelno >= logging.WARNING else ""
-        text = f"{stamp} {level}{record.getMessage()}"
+        text = f"{stamp} {level}{printable(record.getMessage())}"  # a message may quote a peer
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text

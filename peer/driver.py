@@ -314,10 +314,10 @@ class AsyncDriver:
         self.joined.set()
 
     # ------------------------------------------------------------------ serving (http_app)
-    async def serve_exchange(self, body: bytes | bytearray) -> bytes:
-        """POST /v1/exchange: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
-        reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests,
-                                                          self.node.handle_request, body, NOW)
+    async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
+        """POST /v1/exchange from `address`: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
+        reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,
+                                                          body, NOW, address, self.session.verified_keys())
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
         return reply
 

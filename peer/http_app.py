@@ -35,7 +35,7 @@ async def _exchange(request: web.Request) -> web.Response:
     if body is None:
         return _refused(driver, 400, "no_body", "an exchange needs a body")
     try:
-        reply = await driver.serve_exchange(body)
+        reply = await driver.serve_exchange(body, request.remote or "")
     except FrameRefused as exc:
         driver.metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
         return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)

@@ -43,6 +43,7 @@ class NetConfig:
     so that strangers cannot queue unbounded verify and decode work ahead of our own."""
     state_every_s: float = 10.0
     """One GET /v1/state per remote address per this many seconds; more get 429."""
+
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
 

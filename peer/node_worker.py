@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from peer.boundary import PendingPublish
+from peer.core.neighbour import ExchangeResult
 from peer.core.node import GossipNode
 
 T = TypeVar("T")
@@ -80,6 +81,12 @@ class NodeWorker:
             return await self.call(fn, *args)
         finally:
             self.queued_for_others -= 1
+
+    def handle_request(self, body: bytes, now: float, address: str,
+                       verified: frozenset[bytes]) -> tuple[bytes, ExchangeResult]:
+        """On the worker: `GossipNode.handle_request` of a request from `address` (`verified`: the
+        session's verified keys, read on the loop that owns them)."""
+        return self.node.handle_request(body, now, address=address, verified=verified)
 
     def publish_pending(self) -> tuple[int, str | None] | None:
         """On the worker: publish the newest handed-over copy; (step, error) or None if none."""

@@ -8,9 +8,12 @@ bounded whatever the shard's size, and all uploads together keep under `max_uplo
 (`peer.shards.pacer`), so serving leaves the training step its CPU; a single `Range:
 bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
 another peer. Limits beside the RequestGuard's per-address ones: at most
-`max_uploads_per_address` uploads to one address (429) and `max_uploads` in all (503), and
-an upload that outlasts `upload_deadline_s` is cut off, so a slow reader holds a slot no
-longer. Refusals are counted in `http_refused_total{reason=...}`.
+`max_uploads_per_address` uploads to one address (429), one per address once half the slots
+are in use (429, `peer.shards.plan.upload_refusal`), and `max_uploads` in all (503). A reader
+that stops, or reads slower than `min_upload_kb_s`, is cut off when a piece is not taken within
+`upload_stall_s` (`shard_upload_stalled`), and any upload that outlasts `upload_deadline_s`
+(`slow_shard_reader`), so a slow reader holds a slot no longer. Refusals are counted in
+`http_refused_total{reason=...}`.
 
 `add_shard_routes(app, driver)` adds the routes; they serve the driver's `shards` (a
 `ShardServer`) when it has one, and answer 404 otherwise.
@@ -31,7 +34,7 @@ from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.pacer import UploadPacer
-from peer.shards.plan import upload_refusal
+from peer.shards.plan import upload_piece_bytes, upload_refusal
 from peer.shards.store import ShardStore
 
 SENDFILE = True
@@ -76,6 +79,10 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
+class _Stalled(Exception):
+    """The reader took no piece within `upload_stall_s` (stopped, or below `min_upload_kb_s`)."""
+
+
 class ShardServer:
     """Uploads of one store's shards, with their limits and counters."""
 
@@ -109,8 +116,9 @@ class ShardServer:
                                  self.cfg.max_uploads)
         if refusal is not None:
             status, reason = refusal
-            text = (f"at most {self.cfg.max_uploads_per_address} shard uploads per address" if status == 429 else
-                    f"{self.cfg.max_uploads} shard uploads under way; try another peer")
+            text = {"shard_uploads": f"at most {self.cfg.max_uploads_per_address} shard uploads per address",
+                    "shard_uploads_shared": "one shard upload per address while half the slots are in use",
+                    }.get(reason, f"{self.cfg.max_uploads} shard uploads under way; try another peer")
             return self._refuse(status, reason, text)
         self._open[remote] = self._open.get(remote, 0) + 1
         self.uploads += 1
@@ -145,9 +153,10 @@ class ShardServer:
                 return response
             try:
                 await asyncio.wait_for(self._copy(f, start, end, request, response), self.cfg.upload_deadline_s)
-            except (asyncio.TimeoutError, ConnectionError) as exc:
-                if isinstance(exc, asyncio.TimeoutError):
-                    self.metrics.inc("http_refused_total", reason="slow_shard_reader")
+            except (asyncio.TimeoutError, ConnectionError, _Stalled) as exc:
+                if not isinstance(exc, ConnectionError):
+                    reason = "shard_upload_stalled" if isinstance(exc, _Stalled) else "slow_shard_reader"
+                    self.metrics.inc("http_refused_total", reason=reason)
                 if request.transport is not None:
                     request.transport.abort()
                 return response
@@ -159,14 +168,19 @@ class ShardServer:
     async def _copy(self, f: BinaryIO, start: int, end: int, request: web.Request, response: web.StreamResponse) -> None:
         """Send bytes [start, end) of `f`, a piece at a time: by sendfile (the kernel copies from the page
         cache to the socket; no byte passes through Python) where the transport allows, else read and
-        written in CHUNK-sized pieces. Either way memory stays bounded and the pacer is asked first."""
+        written in CHUNK-sized pieces. Either way memory stays bounded and the pacer is asked first.
+        _Stalled when the reader does not take a piece within `upload_stall_s`."""
         loop = asyncio.get_running_loop()
-        offset = start
+        offset, stall_s = start, self.cfg.upload_stall_s
         while offset < end:
-            n = min(SEND_PIECE if self._sendfile else CHUNK, end - offset)
+            piece = upload_piece_bytes(SEND_PIECE if self._sendfile else CHUNK, stall_s, self.cfg.min_upload_kb_s * 1e3)
+            n = min(piece, end - offset)
             if self.pacer is not None and (wait := self.pacer.delay(n, time.monotonic())) > 0:
-                await asyncio.sleep(wait)
-            sent = await self._send_piece(loop, f, offset, n, request, response)
+                await asyncio.sleep(wait)  # our own pace: not the reader's time
+            try:
+                sent = await asyncio.wait_for(self._send_piece(loop, f, offset, n, request, response), stall_s)
+            except asyncio.TimeoutError:
+                raise _Stalled(f"a piece of {n} bytes not taken within {stall_s:g} s") from None
             if not sent:  # the file shrank under us: the asker sees a short body and resumes elsewhere
                 raise ConnectionResetError("shard file shorter than its size")
             offset += sent

@@ -42,10 +42,12 @@ class SimServer:
             self._answer(src, None, "HTTP 503", reply)
             return
 
+        address, verified = self.sim.peers[src].address.rpartition(":")[0], self._sess().verified_keys()
+
         def job() -> tuple[float, Callable[[], None] | None]:
             node = self._node()
             try:
-                data, result = node.handle_request(body, self.sim.clock())
+                data, result = node.handle_request(body, self.sim.clock(), address=address, verified=verified)
             except FrameRefused as exc:  # HTTP 400
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 return self.sim.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)

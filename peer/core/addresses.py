@@ -16,6 +16,9 @@ PEER_ID_HEX_LEN = 64
 SOURCES = ("mdns", "static", "exchange")
 """Where a PeerInfo came from: a LAN announcement, a `--peer` flag, another peer's hello."""
 
+MAX_LISTEN_CHARS = 256
+"""Longest listen address a peer may claim (a DNS name is at most 253 characters)."""
+
 _HEX_ID = re.compile(r"[0-9a-f]{64}")
 _HOST = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -52,6 +55,20 @@ def parse_address(address: str, *, listener: bool = False) -> tuple[str, int]:
     if not (0 if listener else 1) <= port <= 65535:
         raise ValueError(f"peer address {address!r}: port {port} is outside {0 if listener else 1}..65535")
     return host, port
+
+
+def valid_listen(text: object) -> bool:
+    """Whether a peer's claimed listen address is "" (none) or a HOST:PORT `parse_address` takes,
+    of at most MAX_LISTEN_CHARS: it is dialled, and shown to a person, so nothing else is stored."""
+    if text == "":
+        return True
+    if not isinstance(text, str) or len(text) > MAX_LISTEN_CHARS:
+        return False
+    try:
+        parse_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def format_address(host: str, port: int) -> str:

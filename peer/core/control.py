@@ -16,11 +16,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from peer.core.addresses import MAX_LISTEN_CHARS, valid_listen
 from protocol import (
     FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, bundle_digest, make_control_frame,
 )
 
-MAX_LISTEN_CHARS = 256
 MAX_HELD_TICKETS = 1024
 """Peers whose latest ticket we keep (far more than we exchange with); the least recent goes first."""
 _MAX_INT = (1 << 63) - 1
@@ -64,8 +64,9 @@ def read_control(header: FrameHeader) -> Control:
         raise FrameRefused(RefusalReason.BAD_HEADER, "an exchange must start with a control frame")
     extra = header.extra
     listen, bundle = extra.get("listen", ""), extra.get("bundle", _NOTHING_BOUND)
-    if not isinstance(listen, str) or len(listen) > MAX_LISTEN_CHARS:
-        raise FrameRefused(RefusalReason.BAD_HEADER, f"control field listen must be a str of at most {MAX_LISTEN_CHARS}")
+    if not valid_listen(listen):
+        raise FrameRefused(RefusalReason.BAD_HEADER,
+                           f"control field listen must be \"\" or HOST:PORT of at most {MAX_LISTEN_CHARS} characters")
     if not isinstance(bundle, str) or _DIGEST.fullmatch(bundle) is None:
         raise FrameRefused(RefusalReason.BAD_HEADER, "control field bundle must be 32 lowercase hex digits")
     return Control(epoch=_int(extra, "epoch", 0), listen=listen, have_epoch=_int(extra, "have_epoch", 0),

@@ -92,6 +92,13 @@ class GossipConfig:
     `average.*`, and synthesis uses it. 0 keeps no average (saves one parameter-sized pass per
     publish)."""
     max_clock_skew_s: float = 300.0
+    answer_snapshot_every_s: float = 10.0
+    """An asking address gets our snapshot in an answer at most once per this many seconds: an
+    honest neighbour needs one when it pairs with us or falls past our outbox, not every exchange,
+    while each costs the model's size for a request of a few hundred bytes (peer.core.snapshots)."""
+    answer_snapshots_per_min: float = 12.0
+    """Snapshots in answers to all askers together, per minute (up to `max_neighbours` at once):
+    however many addresses ask, strangers cannot turn our uplink into theirs."""
     allowed_keys: frozenset[bytes] | None = None
     """When set, frames from any other key are refused."""
 
@@ -113,6 +120,8 @@ class GossipConfig:
         self.step_scale_rule()  # refuses a bad bound, power, warm-up or pinned value with its own message
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
+        if not (self.answer_snapshot_every_s > 0 and self.answer_snapshots_per_min > 0):
+            raise ValueError("answer_snapshot_every_s and answer_snapshots_per_min must be > 0")
         if self.average_sigma_rel != 0:
             from async_opt.averaging import power_ema_exponent
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from peer.core.addresses import PeerInfo
+from peer.core.addresses import PeerInfo, valid_listen
 from protocol import FrameKind, FrameRefused, Identity, Limits, RefusalReason, VerifyPolicy, decode_frame
 from protocol.messages import make_control_frame
 
@@ -76,4 +76,6 @@ def read_hello(data: bytes, policy: VerifyPolicy, now: float, nonce: str) -> Hel
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     listen = h.extra.get("listen", "")
-    return Hello(h.sender.hex(), h.step, listen if isinstance(listen, str) else "", tuple(peers))
+    if not valid_listen(listen):
+        raise FrameRefused(RefusalReason.BAD_HEADER, "the hello's listen is not \"\" or HOST:PORT")
+    return Hello(h.sender.hex(), h.step, listen, tuple(peers))

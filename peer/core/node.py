@@ -15,9 +15,10 @@ the receiver's epoch and a ticket the receiver issued (`protocol.replay.TicketBo
 binds the frames after it by their signatures; only then does the bundle change anything
 here: a recording made before our restart (a new epoch) or used once (a spent ticket) is
 refused however many senders came between. A request without a live ticket is answered
-(a fresh ticket, our frames) but changes nothing, and none of its frames is decoded: a first
-contact pushes on its second exchange. Of a ticketed bundle, at most a gap fill's worth of
-frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
+with a fresh ticket and never a snapshot, and changes nothing: none of its frames is
+decoded, and a first contact pushes on its second exchange. An answer carries our snapshot
+only to a ticketed, verified asker, within a budget (`peer.core.snapshots`). Of a ticketed
+bundle, at most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
 a neighbour voids its copy.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 import struct
 from collections import Counter
+from collections.abc import Callable, Collection
 
 import torch
 
@@ -37,6 +39,7 @@ from peer.core.ingest import MAX_GAP_UPDATES, open_frame, screen
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
+from peer.core.snapshots import AnswerBudget, SnapshotCache
 from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
     Frame,
@@ -64,8 +67,6 @@ from protocol import (
 from protocol.finite import all_finite
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
-SNAPSHOT_REUSE_S = 60.0
-"""How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
 
 
@@ -118,7 +119,8 @@ class GossipNode:
         """Tickets others issued us: without one, a request to that peer pushes nothing."""
         self._control_seq = self._versions = self.step = 0
         self._state_cache: bytes | None = None
-        self._snapshot_cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
+        self._snapshots = SnapshotCache()
+        self.answers = AnswerBudget(cfg.answer_snapshot_every_s, cfg.answer_snapshots_per_min, cfg.max_neighbours, now)
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
         self._published_at: float | None = None
@@ -197,7 +199,7 @@ class GossipNode:
         Without a live ticket of theirs it carries only the control frame: they would take
         nothing else, and their answer brings a ticket for next time."""
         to_epoch, ticket = self.held_tickets.take(peer_key)
-        frames = self._frames_for(peer_key, now) if ticket else []
+        frames = self._frames_for(peer_key, now, None) if ticket else []
         control = self._control_frame(peer_key, now, to_epoch=to_epoch, ticket=ticket,
                                       reply=self.tickets.issue(peer_key),
                                       offer=self.tickets.issue(peer_key), frames=frames)
@@ -205,12 +207,15 @@ class GossipNode:
         self.metrics.inc("bytes_sent_total", len(body), help="bytes of exchange bodies sent")
         return body
 
-    def handle_request(self, body: bytes, now: float) -> tuple[bytes, ExchangeResult]:
-        """Serve POST /v1/exchange: ingest the requester's frames, answer with ours.
+    def handle_request(self, body: bytes, now: float, *, address: str = "",
+                       verified: Collection[bytes] = frozenset()) -> tuple[bytes, ExchangeResult]:
+        """Serve POST /v1/exchange from `address`: ingest the requester's frames, answer with ours.
 
         FrameRefused for a body that is not a verified exchange, or one addressed to another
         peer. One without a live ticket of ours (a first contact, a recording) is answered,
-        with a fresh ticket, and applied not at all; `ExchangeResult.accepted` says which."""
+        with a fresh ticket and never a snapshot, and applied not at all; `ExchangeResult.accepted`
+        says which. `verified`: the keys whose listen address the session verified, the only
+        ones an answer may carry our snapshot to (`peer.core.snapshots`)."""
         control, info, frames = self._open(body, now)
         refusal = self.tickets.refusal(control)
         if refusal is RefusalReason.WRONG_RECEIVER:
@@ -225,7 +230,8 @@ class GossipNode:
         if refusal is not None:  # its offer may serve our next request (a stale one costs a push, no more)
             self.held_tickets.keep(control.sender, info.epoch, info.offer, replace=False)
         result = self._ingest(control, info, frames, now, accepted=refusal is None)
-        frames = self._frames_for(result.sender, now)
+        frames = self._frames_for(result.sender, now, lambda: self.answers.withheld(
+            result.sender, ticketed=result.accepted, verified=verified, address=address, now=now))
         control = self._control_frame(result.sender, now, to_epoch=info.epoch, ticket=info.reply, reply=0,
                                       offer=self.tickets.issue(result.sender), frames=frames)
         reply = pack_bundle([control] + frames)
@@ -290,7 +296,9 @@ class GossipNode:
                             seq=self._control_seq, step=self.step, now=now, to=peer_key or b"", to_epoch=to_epoch,
                             ticket=ticket, limits=self.limits)
 
-    def _frames_for(self, peer_key: bytes | None, now: float) -> list[bytes]:
+    def _frames_for(self, peer_key: bytes | None, now: float, withheld: Callable[[], str | None] | None) -> list[bytes]:
+        """The updates `peer_key` lacks, or our snapshot where the outbox cannot fill its gap,
+        unless `withheld` (asked only then) names why not."""
         n = self.neighbours.get(peer_key) if peer_key else None
         latest = self.public.seq
         if n is not None and n.acked_epoch == self.epoch and n.acked_seq >= 0:
@@ -301,22 +309,14 @@ class GossipNode:
             if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
                     sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD):
                 return frames
+        if withheld is not None and (reason := withheld()) is not None:
+            self.metrics.inc("snapshots_withheld_total", reason=reason,
+                             help="answers that carried no snapshot where the asker lacks our copy, by reason")
+            return []
         self.metrics.inc("snapshots_sent_total", help="exact public-copy snapshots sent to fill a gap")
-        return [self._snapshot(now)]
-
-    def _snapshot(self, now: float) -> bytes:
-        """Our public copy as one signed frame, built once per (epoch, seq) and reused: it names
-        no receiver (the control frame binds it by its signature), so a stranger's first
-        contact costs bandwidth, not a parameter-sized compression and signature. Rebuilt
-        after SNAPSHOT_REUSE_S, so a peer whose training stalled never sends a stale stamp."""
-        c = self._snapshot_cache
-        if c is None or (c[0], c[1]) != (self.epoch, self.public.seq) or not 0 <= now - c[2] <= SNAPSHOT_REUSE_S:
-            frame = make_snapshot_frame(
-                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=self.public.seq,
-                step=self.step, timestamp=now, vector=self.public.x_hat, extra={"epoch": self.epoch},
-            )
-            c = self._snapshot_cache = (self.epoch, self.public.seq, now, frame)
-        return c[3]
+        return [self._snapshots.frame(self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
+                                      epoch=self.epoch, seq=self.public.seq, step=self.step,
+                                      x_hat=self.public.x_hat, now=now)]
 
     def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
         """Unpack a bundle and verify its control frame: (its header, its fields, the other frames)."""

@@ -97,6 +97,11 @@ class Session:
         """Whether inbound exchanges are served (not while joining: our state is about to change)."""
         return self._join is None or self._join.phase == "done"
 
+    def verified_keys(self) -> frozenset[bytes]:
+        """Keys whose listen address answered us signed by that key (a hello over our nonce, or an
+        exchange we started): the only askers an answer may carry our snapshot to (`GossipNode`)."""
+        return frozenset(bytes.fromhex(p.peer_id) for p in self.table.verified() if p.peer_id)
+
     def next_hello_seq(self) -> int:
         """Sequence number for our next signed hello (strictly increasing, across restarts too)."""
         self._hello_seq += 1
@@ -154,7 +159,13 @@ class Session:
             info = PeerInfo(peer_id=peer_id, address=listen, source="exchange")
         except ValueError:
             return [Count("inbound_bad_listen_total")]
-        return self.found(info, now)
+        out = self.found(info, now)
+        h = self.table.health(listen)
+        if h is not None and h.dead and listen not in self._dialling:
+            # Judged dead, and speaking again (a restart): verified anew now, not at the next retry,
+            # since until then our answers carry it no snapshot (`peer.core.snapshots`).
+            out.append(self._hello(listen, now))
+        return out
 
     def step_boundary(self, step: int, publish_due: bool, now: float) -> list[Action]:
         """The training thread finished `step`; when a publish is due, publish and start up to

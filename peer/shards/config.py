@@ -37,9 +37,17 @@ class SwarmDataConfig:
     max_uploads: int = 8
     """Shards served at once, to all askers together; more get 503."""
     max_uploads_per_address: int = 2
-    """Shards served at once to one address; more get 429."""
+    """Shards served at once to one address; more get 429. Once half of `max_uploads` are in use, an
+    address gets one at a time: the rest are shared, so a few addresses cannot hold them all."""
     upload_deadline_s: float = 900.0
     """A download of one of our shards that takes longer is cut off (a slow reader holds a slot no longer)."""
+    upload_stall_s: float = 10.0
+    """A download of ours whose reader takes no piece for this long is cut off: a reader that stops
+    reading frees its slot for others within this (plus the few socket buffers it filled)."""
+    min_upload_kb_s: float = 64.0
+    """A download of ours slower than this (kB/s, 10^3 bytes) is cut off: each piece sent is at most
+    what this rate moves in `upload_stall_s`, and must be taken within it. A reader that trickles
+    holds a slot no longer than one that stops. 0: no minimum rate (pieces of 1 MiB)."""
     manifest_check_s: float = 60.0
     """With --data swarm-key:PUBKEY: how often the neighbours are asked for a newer signed manifest
     while training (one found is kept and used from the next start)."""
@@ -56,11 +64,12 @@ class SwarmDataConfig:
         for name in ("max_fetches", "max_uploads", "max_uploads_per_address"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("shard_deadline_s", "stall_timeout_s", "advert_every_s", "upload_deadline_s", "manifest_check_s"):
+        for name in ("shard_deadline_s", "stall_timeout_s", "advert_every_s", "upload_deadline_s", "upload_stall_s",
+                     "manifest_check_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.min_hold_s < 0 or self.ban_s < 0 or not self.max_upload_mb_s >= 0:
-            raise ValueError("min_hold_s, ban_s and max_upload_mb_s must be >= 0")
+        if self.min_hold_s < 0 or self.ban_s < 0 or not self.max_upload_mb_s >= 0 or not self.min_upload_kb_s >= 0:
+            raise ValueError("min_hold_s, ban_s, max_upload_mb_s and min_upload_kb_s must be >= 0")
 
     @property
     def cache_bytes(self) -> int:

@@ -121,12 +121,25 @@ def plan_round(order: list[str], held: set[str], busy: set[str], adverts: dict[s
 
 def upload_refusal(open_to_address: int, open_total: int, per_address: int, total: int) -> tuple[int, str] | None:
     """Whether a shard server turns a download away: (HTTP status, reason) when the asker already has
-    `per_address` uploads open (429) or `total` are open to everyone (503, try another holder)."""
+    `per_address` uploads open (429), or has one open while half of the `total` are in use (429: the
+    rest go one per address, so a few addresses cannot hold every slot), or `total` are open to
+    everyone (503, try another holder)."""
     if open_to_address >= per_address:
         return 429, "shard_uploads"
     if open_total >= total:
         return 503, "shard_uploads_busy"
+    if open_to_address >= 1 and open_total >= total // 2:
+        return 429, "shard_uploads_shared"
     return None
+
+
+def upload_piece_bytes(largest: int, stall_s: float, min_bytes_s: float) -> int:
+    """Bytes per piece of an upload whose every piece must be taken within `stall_s`: at most what
+    `min_bytes_s` moves in that time (a reader below that rate misses a piece's deadline), and at
+    most `largest`. `min_bytes_s` 0: no minimum rate, pieces of `largest`."""
+    if min_bytes_s <= 0:
+        return largest
+    return max(1, min(largest, int(min_bytes_s * stall_s)))
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,9 @@ if mode == "whole":
     routes.CHUNK = int(sys.argv[3])
 store = ShardStore(read_manifest((own / "swarm-manifest.json").read_bytes()), own.parent / "cache", 1, 0.0, own_dir=own)
 store.open()
-served, server = serve_store(store, SwarmDataConfig(max_upload_mb_s=0))  # memory, not pace, is measured here
+# Memory, not pace, is measured here; the whole-shard control also lifts the piece cap of the minimum rate.
+cfg = SwarmDataConfig(max_upload_mb_s=0, **({"min_upload_kb_s": 0.0} if mode == "whole" else {}))
+served, server = serve_store(store, cfg)
 print(served.address, flush=True)
 time.sleep(600)
 """

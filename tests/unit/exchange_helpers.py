@@ -10,7 +10,8 @@ def exchange(a: GossipNode, b: GossipNode, now: float) -> ExchangeResult:
     `a` names `b`'s key once it has heard from `b`."""
     key = b.identity.public_key
     known = key in a.neighbours or a.held_tickets.get(key)[1] > 0
-    reply, result = b.handle_request(a.build_request(key if known else None, now), now)
+    reply, result = b.handle_request(a.build_request(key if known else None, now), now,
+                                     verified={a.identity.public_key})  # b's session verified a's address
     a.handle_response(reply, now)
     return result
 

@@ -8,6 +8,7 @@ import torch
 from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
+from peer.core.snapshots import SnapshotCache
 from peer.metrics import Metrics
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from protocol import FrameRefused, Identity
@@ -183,7 +184,9 @@ def test_only_a_signed_state_is_read_as_a_state():
     x, step = b.read_state(a.state_frame(clock()), clock())
     assert step == 2 and torch.equal(x, a.last_x)
     update = a.outbox.since(0)[0]
-    for other in (update, a._snapshot(clock())):
+    exchange_snapshot = SnapshotCache().frame(a.identity, swarm=a.cfg.swarm, fingerprint=a.fingerprint, epoch=a.epoch,
+                                              seq=a.public.seq, step=2, x_hat=a.public.x_hat, now=clock())
+    for other in (update, exchange_snapshot):
         with pytest.raises(FrameRefused, match="state"):
             b.read_state(other, clock())
 

@@ -113,6 +113,49 @@ def test_per_address_limit_and_slow_reader_deadline(tmp_path: Path) -> None:
         srv.close()
 
 
+def _trickling_reader(address: str, digest: str, bytes_s: float, stop: threading.Event) -> socket.socket:
+    """Ask for a shard and read it at about `bytes_s`, until `stop` or the server cuts it off."""
+    s = _stalled_reader(address, digest)
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                if not s.recv(int(bytes_s / 20)):
+                    return
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=read, daemon=True).start()
+    return s
+
+
+@pytest.mark.parametrize("sendfile", [True, False], ids=["sendfile", "read-write"])
+def test_a_stalled_or_trickling_reader_is_cut_at_the_stall_window(tmp_path: Path, monkeypatch, sendfile) -> None:
+    monkeypatch.setattr(routes, "SENDFILE", sendfile)
+    big = BLOB * 16
+    digest = hashlib.sha256(big).hexdigest()
+    metrics = Metrics(process=False)
+    cfg = SwarmDataConfig(max_uploads_per_address=2, upload_stall_s=1.0, min_upload_kb_s=64.0, max_upload_mb_s=0)
+    srv, server = serve_store(own_store(tmp_path, {"big.tar": big}), cfg, metrics)
+    stop = threading.Event()
+    try:
+        t0 = time.monotonic()
+        stalled = _stalled_reader(srv.address, digest)
+        trickling = _trickling_reader(srv.address, digest, 8e3, stop)  # an eighth of the minimum rate
+        assert _eventually(lambda: server.uploads == 2)
+        assert _eventually(lambda: server.uploads == 0, timeout=8.0)  # far inside upload_deadline_s (900 s)
+        assert time.monotonic() - t0 < 6.0
+        assert metrics.get("http_refused_total", reason="shard_upload_stalled") == 2
+        assert len(get_capped(srv.address, f"/v1/shards/{digest}", len(big), 5.0)) == len(big)  # a reader that reads
+        assert metrics.get("http_refused_total", reason="shard_upload_stalled") == 2
+    finally:
+        stop.set()
+        for s in (stalled, trickling):
+            s.close()
+        srv.close()
+
+
 def test_lying_sources_are_refused_as_lies(tmp_path: Path) -> None:
     async def too_long(request: web.Request) -> web.Response:
         return web.Response(body=BLOB + b"extra")

@@ -3,7 +3,7 @@ round itself and the upload limits, the same functions simnet's `data` scenario 
 
 from __future__ import annotations
 
-from peer.shards.plan import adverts_due, choose_fetches, holders_by_shard, needs_shards, plan_round, prefer_unread, upload_refusal
+from peer.shards.plan import adverts_due, choose_fetches, holders_by_shard, needs_shards, plan_round, prefer_unread, upload_piece_bytes, upload_refusal
 
 SHARDS = [f"{i:064x}" for i in range(1, 7)]
 
@@ -61,6 +61,24 @@ def test_plan_round_asks_nothing_when_full_or_every_slot_is_busy() -> None:
 
 
 def test_upload_refusal_per_address_then_in_all() -> None:
-    assert upload_refusal(open_to_address=1, open_total=7, per_address=2, total=8) is None
+    assert upload_refusal(open_to_address=1, open_total=3, per_address=2, total=8) is None
+    assert upload_refusal(open_to_address=0, open_total=7, per_address=2, total=8) is None
     assert upload_refusal(2, 3, 2, 8) == (429, "shard_uploads")
     assert upload_refusal(0, 8, 2, 8) == (503, "shard_uploads_busy")
+
+
+def test_four_addresses_asking_twice_each_leave_slots_for_others() -> None:
+    """Eight asks from four addresses filled all eight slots under the per-address cap alone."""
+    opened: dict[str, int] = {}
+    for address in ["a", "a", "b", "b", "c", "c", "d", "d"]:
+        if upload_refusal(opened.get(address, 0), sum(opened.values()), 2, 8) is None:
+            opened[address] = opened.get(address, 0) + 1
+    assert sum(opened.values()) == 6 and upload_refusal(0, 6, 2, 8) is None
+    assert upload_refusal(1, 4, 2, 8) == (429, "shard_uploads_shared")
+
+
+def test_upload_pieces_are_what_the_minimum_rate_moves_in_the_stall_window() -> None:
+    assert upload_piece_bytes(1 << 20, 10.0, 64e3) == 640_000
+    assert upload_piece_bytes(1 << 20, 10.0, 1e6) == 1 << 20  # never above the largest piece
+    assert upload_piece_bytes(1 << 20, 10.0, 0) == 1 << 20  # no minimum rate
+    assert upload_piece_bytes(1 << 20, 0.001, 1.0) == 1

@@ -1,0 +1,96 @@
+"""Exact snapshots of our public copy: signed once and reused, and rationed in answers to others.
+
+A snapshot is the model's size (4 bytes a parameter), and a request that asks for one costs
+its sender a few hundred bytes. Our own requests go to partners our session chose, and carry
+one wherever the gap calls for it. An answer (to a request another peer started) carries one
+only where (`AnswerBudget.withheld`): the request spent a ticket of ours (a first contact gets
+a ticket and no frames), the asker's key is one whose listen address our session verified
+(dialled, and a hello signed by that key over our nonce came back: `peer.core.session`), and
+two token buckets have a snapshot left, one per asking address and one for all together.
+Withheld snapshots are counted by reason (`snapshots_withheld_total{reason}`); the asker
+learns nothing but that its copy of ours is still missing, and asks again next exchange.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import torch
+
+from protocol import Identity, make_snapshot_frame
+
+SNAPSHOT_REUSE_S = 60.0
+"""How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""
+MAX_ASKING_ADDRESSES = 4096
+"""Addresses whose snapshot bucket is remembered; the least recent goes first (and starts full again)."""
+
+
+class SnapshotCache:
+    """Our public copy as one signed frame, built once per (epoch, seq) and reused: it names no
+    receiver (the control frame binds it by its signature), so sending it again costs bandwidth,
+    not a parameter-sized compression and signature. Rebuilt after SNAPSHOT_REUSE_S, so a peer
+    whose training stalled never sends a stale stamp."""
+
+    def __init__(self) -> None:
+        self._cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
+
+    def frame(self, identity: Identity, *, swarm: str, fingerprint: str, epoch: int, seq: int, step: int,
+              x_hat: torch.Tensor, now: float) -> bytes:
+        c = self._cache
+        if c is None or (c[0], c[1]) != (epoch, seq) or not 0 <= now - c[2] <= SNAPSHOT_REUSE_S:
+            frame = make_snapshot_frame(identity, swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
+                                        timestamp=now, vector=x_hat, extra={"epoch": epoch})
+            c = self._cache = (epoch, seq, now, frame)
+        return c[3]
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+    def refill(self, rate: float, burst: float, now: float) -> None:
+        """At `rate` a second since the last refill, up to `burst`."""
+        self.tokens = min(burst, self.tokens + max(0.0, now - self.at) * rate)
+        self.at = max(self.at, now)
+
+    def take(self, rate: float, burst: float, now: float) -> bool:
+        """Refill, then take one if there is one."""
+        self.refill(rate, burst, now)
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+class AnswerBudget:
+    """Whether an answer may carry our snapshot; see the module docstring. Pure: the caller passes
+    the time. Buckets count snapshots (each the model's size), so bytes are bounded by the count."""
+
+    def __init__(self, every_s: float, per_min: float, burst: int, now: float) -> None:
+        self.per_address_rate, self.rate, self.burst = 1.0 / every_s, per_min / 60.0, float(burst)
+        self._total = _Bucket(self.burst, now)
+        self._by_address: OrderedDict[str, _Bucket] = OrderedDict()
+
+    def withheld(self, sender: bytes, *, ticketed: bool, verified: Collection[bytes], address: str,
+                 now: float) -> str | None:
+        """Why the answer to `sender` (asking from `address`) carries no snapshot, or None: send it."""
+        if not ticketed:
+            return "unticketed"
+        if sender not in verified:
+            return "unverified"
+        bucket = self._by_address.get(address)
+        if bucket is None:
+            bucket = self._by_address[address] = _Bucket(1.0, now)
+            while len(self._by_address) > MAX_ASKING_ADDRESSES:
+                self._by_address.popitem(last=False)
+        self._by_address.move_to_end(address)
+        bucket.refill(self.per_address_rate, 1.0, now)  # taken below, once the total has one too
+        if bucket.tokens < 1:
+            return "address_budget"
+        if not self._total.take(self.rate, self.burst, now):
+            return "budget"
+        bucket.tokens -= 1
+        return None

@@ -133,13 +133,18 @@ def resume_if_asked(trainer: Trainer, cfg: LoopConfig,
     if not any(checkpoint_path(cfg.checkpoint_dir, age).exists() for age in range(KEEP)):
         emit(f"no checkpoint in {cfg.checkpoint_dir}; starting fresh")
         return None
-    tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
+    try:
+        tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
+    except CheckpointError as exc:
+        raise CheckpointError(f"cannot --resume from {cfg.checkpoint_dir}: {exc}; move the damaged file(s) away, "
+                              "or start a new run with another --checkpoint-dir") from exc
     for reason in skipped:
         emit(f"skipped a checkpoint: {reason}")
     try:
         trainer.load_state_tensors(tensors, meta)
     except (KeyError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"checkpoint {path} does not fit this model: {exc}") from exc
+        raise CheckpointError(f"checkpoint {path} does not fit this model: {exc}; pass the --preset it was "
+                              "trained with, or another --checkpoint-dir for a new run") from exc
     emit(f"resumed from {path} at step {trainer.step_count}")
     return tensors, meta
 

@@ -22,6 +22,9 @@ from peer.metrics import Metrics
 from peer.status_history import history_of
 from peer.trainer import StepStats, Trainer
 
+LOSS_HISTORY_KEY = "loss_history"
+"""Checkpoint metadata key of the status page's loss curve (`LossHistory.to_json`)."""
+
 __all__ = ["GossipRates", "LoopConfig", "LoopResult", "ProgressMeter", "StepHook", "record_step", "resume_if_asked", "run_loop"]
 
 log = logging.getLogger(__name__)
@@ -178,12 +181,16 @@ def run_loop(
         if extra_state is not None:
             more, more_meta = extra_state()
             tensors, meta = {**tensors, **more}, {**meta, **more_meta}
+        if metrics is not None:  # the page's loss curve, so that after --resume it spans the whole run
+            meta = {**meta, LOSS_HISTORY_KEY: history_of(metrics).to_json()}
         return tensors, meta
 
     stop = stop or threading.Event()
     resumed = resume_if_asked(trainer, cfg, emit)
     if resumed is not None and restore_extra is not None:
         restore_extra(*resumed)
+    if resumed is not None and metrics is not None:
+        history_of(metrics).restore(resumed[1].get(LOSS_HISTORY_KEY))
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,

@@ -14,7 +14,7 @@ from typing import Protocol
 from protocol.errors import RefusalReason
 
 HELP: dict[str, str] = {
-    "steps": "local training steps taken (adopted steps included)",
+    "steps": "local training steps",
     "loss": "training loss of the last local step",
     "samples_total": "training samples consumed",
     "audio_seconds_total": "seconds of audio trained on",

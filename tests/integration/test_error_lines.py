@@ -190,3 +190,14 @@ def test_a_refused_dial_is_named_as_refused_not_as_aiohttp_text():
         return "answered"
 
     assert asyncio.run(dial(closed_port())) == "connection refused (nothing listens on that port)"
+
+
+def test_a_peer_flag_at_a_closed_port_names_the_address_and_the_reason(in_tmp, corpus):
+    port = closed_port()
+    result = CliRunner().invoke(main, PEER + ["--checkpoint-dir", "none", "--data", str(corpus["shard0"]),
+                                              "--peer", f"127.0.0.1:{port}"],
+                                env={"GOSSIP_TTS_SESSION_JOIN_TIMEOUT_S": "3"})
+    assert result.exit_code == 0, result.output
+    assert f"WARNING cannot reach --peer 127.0.0.1:{port}: connection refused" in result.output, result.output
+    assert f"joining: no peer answered (127.0.0.1:{port}: connection refused" in result.output, result.output
+    assert f"found peer 127.0.0.1:{port} via static" not in result.output  # it was never found

@@ -89,6 +89,8 @@ CASES: dict[str, tuple[Case, list[str], list[str]]] = {
     "--listen at a port in use": (
         lambda t, c: PEER[:-4] + ["--checkpoint-dir", "none", "--listen", f"127.0.0.1:{c['held_port']}"],
         ["port is in use"], ["pick another port"]),
+    "--data swarm: with a hash that is not one": (
+        lambda t, c: PEER + ["--checkpoint-dir", "none", "--data", "swarm:zz"], ["'swarm:zz'", "64 lowercase hex digits"], []),
     "--key at a file that is not a key": (
         lambda t, c: SOLO + ["--checkpoint-dir", "none", "--data", str(c["shard0"]), "--key", str(junk(t / "k"))],
         ["malformed"], ["gossip-tts keygen"]),

@@ -7,23 +7,9 @@ from pathlib import Path
 
 import click
 
+from gossip_tts.cli_errors import SettingError, fail_cleanly as _fail_cleanly
 from gossip_tts.cli_peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
-
-
-def _fail_cleanly(fn, *args, **kwargs):
-    """Turn a user-facing error (bad value, missing file, missing extra) into one clear line."""
-    from peer.checkpoint import CheckpointError
-
-    try:
-        return fn(*args, **kwargs)
-    except KeyboardInterrupt:  # Ctrl+C outside the training loop (start-up, joining): no traceback
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except (ValueError, CheckpointError) as exc:
-        raise click.UsageError(str(exc) or type(exc).__name__) from exc
-    except (OSError, ImportError) as exc:
-        raise click.ClickException(str(exc) or type(exc).__name__) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,7 +70,7 @@ def manifest(directory, key_file, version) -> None:
     signed = None
     if key_file is None:
         if version is not None:
-            raise click.UsageError("--version needs --sign")
+            raise SettingError("--version needs --sign KEYFILE (it versions a signed manifest)")
         written = _fail_cleanly(write_manifest, directory)
     else:
         signed = _fail_cleanly(write_signed_manifest, directory, _fail_cleanly(Identity.load, key_file), version)
@@ -212,7 +198,7 @@ def keygen(out) -> None:
     from gossip_tts.cli_keygen import write_key_file
 
     if out.exists():
-        raise click.UsageError(f"{out} already exists; refusing to overwrite a key")
+        raise click.ClickException(f"{out} already exists; refusing to overwrite a key (pass another --out)")
     click.echo(f"peer_id={_fail_cleanly(write_key_file, out)}")
 
 

@@ -107,6 +107,8 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     emit(f"gossip-tts peer starting: preset {cfg.train.preset}, device {cfg.train.device}, swarm {cfg.gossip.swarm}, "
          + (f"checkpoints in {directory}" if directory else "checkpoints OFF"))
     preflight.check_device(cfg.train.device)
+    if not cfg.solo:
+        preflight.check_listen(cfg.net.listen)
     preflight.check_checkpoint(directory, cfg.loop.resume, cfg.train.preset,
                                is_default=resolved[preflight.CHECKPOINT_DIR].source == preflight.DEFAULT_DIR_SOURCE)
     lock = preflight.DirectoryLock(directory) if directory else None

@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 from gossip_tts.terminal_text import printable
+from peer.net_errors import describe_os_error
 
 MAX_BYTES = 4 << 20
 """Largest status body read: 512 history points and 64 neighbours are well under 100 kB."""
@@ -49,7 +50,8 @@ def fetch_status(address: str, timeout_s: float = 5.0, max_bytes: int = MAX_BYTE
         raise StatusError(f"{url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise StatusError(f"{url}: {reason}") from None
+        raise StatusError(f"{url}: {describe_os_error(reason) or reason}; check HOST:PORT against the peer's "
+                          "'listening on' line") from None
     if len(body) > max_bytes:
         raise StatusError(f"{url}: the answer is larger than {max_bytes} bytes; is this a gossip-tts peer?")
     try:

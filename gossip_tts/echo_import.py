@@ -154,7 +154,11 @@ def run(cfg: ImportConfig, emit: Callable[[str], None] = print) -> Path:
     """Convert, check that every tensor of the model is filled, and write the checkpoint."""
     from gossip_tts.model import EchoDiT, count_parameters
 
-    model_cfg, weights = convert(load_file(str(cfg.src)), emit)
+    try:
+        tensors = load_file(str(cfg.src))
+    except Exception as exc:  # safetensors raises its own types for a file that is not one
+        raise ValueError(f"{cfg.src} is not a safetensors file ({exc}); pass Echo's model.safetensors") from None
+    model_cfg, weights = convert(tensors, emit)
     with torch.device("meta"):
         model = EchoDiT(model_cfg)
     expected = {n: tuple(p.shape) for n, p in model.state_dict().items()}

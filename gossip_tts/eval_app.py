@@ -70,7 +70,8 @@ def evaluate(cfg: EvalConfig, emit=print) -> float:
     if skipped:
         emit(f"skipped {skipped} clips over the model's limits ({mc.max_frames} frames, {mc.max_text_bytes} text bytes)")
     if not batches:
-        raise ValueError(f"no readable samples within the model's limits in {cfg.sources}")
+        raise ValueError(f"--data {', '.join(map(str, cfg.sources))}: no readable latent sample within the model's "
+                         "limits (raw-audio tars? pack them first: gossip-tts pack SRC_DIR OUT_DIR)")
     with torch.no_grad():
         return float(eval_loss(model, batches))
 

@@ -12,13 +12,15 @@ import json
 import logging
 import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
 
 from gossip_tts.terminal_text import printable
 
 LOGGER_NAME = "gossip_tts"
 _MARK = "_gossip_tts_cli_handler"
+_ORIGINAL_SHOWWARNING = warnings.showwarning
 
 
 class JsonFormatter(logging.Formatter):
@@ -60,6 +62,14 @@ def configure(quiet: bool = False, json_file: Path | None = None, stream: TextIO
     # Chatty third-party loggers stay at warnings even when ours are at INFO.
     for name in ("aiohttp.access", "zeroconf", "asyncio"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.showwarning = _warning_as_log_line
+
+
+def _warning_as_log_line(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                         line: Any = None) -> None:
+    """A Python warning (e.g. a key file readable by others) as one WARNING line like the rest,
+    not the file, line number and source line that `warnings` prints by default."""
+    logging.getLogger(LOGGER_NAME).warning("%s", message)
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -81,6 +91,7 @@ def reset() -> None:
         root.removeHandler(handler)
         handler.close()
     root.setLevel(logging.WARNING)  # Python's default
+    warnings.showwarning = _ORIGINAL_SHOWWARNING
 
 
 def emitter(name: str = LOGGER_NAME) -> Callable[[str], None]:

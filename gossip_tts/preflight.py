@@ -8,6 +8,7 @@ built and the model allocated.
 from __future__ import annotations
 
 import json
+import socket
 import struct
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -37,6 +38,26 @@ def check_device(name: str) -> None:
     from gossip_tts.device import resolve_device
 
     resolve_device(name)
+
+
+def check_listen(listen: str) -> None:
+    """Fail now (OSError naming --listen) when the port is taken, not after the model is built.
+
+    Bound with SO_REUSEADDR, as the server binds: a port in TIME_WAIT passes, one held by a
+    listening socket does not. Port 0 always passes (the OS picks a free one)."""
+    from peer.core.addresses import parse_address
+    from peer.net_errors import listen_failure
+
+    host, port = parse_address(listen, listener=True)
+    if port == 0:
+        return
+    host = host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise listen_failure(listen, exc) from None
 
 
 def checkpoint_meta(path: Path) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from peer.core.config import SessionConfig
 from peer.core.fetched import FetchedStates
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
+from peer.net_errors import describe_failure, listen_failure
 from peer.http_app import build_app
 from peer.http_guard import CappedSite, QuietBadRequests, response_counter
 from peer.http_io import BodyTooLarge, read_capped
@@ -122,7 +123,10 @@ class AsyncDriver:
         )
         await self._runner.setup()
         site = CappedSite(self._runner, host, port, max_connections=self.net_cfg.max_connections, metrics=self.metrics)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise listen_failure(self.net_cfg.listen, exc) from None
         bound_port = site.port
         advertise = self.net_cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)
         self.address = format_address(advertise, bound_port)
@@ -274,7 +278,7 @@ class AsyncDriver:
                     raise RuntimeError(f"HTTP {resp.status}")
             hello = read_hello(data, self.node.policy, self.wall(), nonce)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, FrameRefused, BodyTooLarge) as exc:
-            self.dispatch(self.session.hello_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
+            self.dispatch(self.session.hello_done(a.token, self.mono(), error=describe_failure(exc)))
             return
         self.dispatch(self.session.hello_done(a.token, self.mono(), hello=hello))
 

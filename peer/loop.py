@@ -22,6 +22,9 @@ from peer.metrics import Metrics
 from peer.status_history import history_of
 from peer.trainer import StepStats, Trainer
 
+LOSS_HISTORY_KEY = "loss_history"
+"""Checkpoint metadata key of the status page's loss curve (`LossHistory.to_json`)."""
+
 __all__ = ["GossipRates", "LoopConfig", "LoopResult", "ProgressMeter", "StepHook", "record_step", "resume_if_asked", "run_loop"]
 
 log = logging.getLogger(__name__)
@@ -133,13 +136,18 @@ def resume_if_asked(trainer: Trainer, cfg: LoopConfig,
     if not any(checkpoint_path(cfg.checkpoint_dir, age).exists() for age in range(KEEP)):
         emit(f"no checkpoint in {cfg.checkpoint_dir}; starting fresh")
         return None
-    tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
+    try:
+        tensors, meta, path, skipped = load_newest_good(cfg.checkpoint_dir)
+    except CheckpointError as exc:
+        raise CheckpointError(f"cannot --resume from {cfg.checkpoint_dir}: {exc}; move the damaged file(s) away, "
+                              "or start a new run with another --checkpoint-dir") from exc
     for reason in skipped:
         emit(f"skipped a checkpoint: {reason}")
     try:
         trainer.load_state_tensors(tensors, meta)
     except (KeyError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"checkpoint {path} does not fit this model: {exc}") from exc
+        raise CheckpointError(f"checkpoint {path} does not fit this model: {exc}; pass the --preset it was "
+                              "trained with, or another --checkpoint-dir for a new run") from exc
     emit(f"resumed from {path} at step {trainer.step_count}")
     return tensors, meta
 
@@ -173,12 +181,16 @@ def run_loop(
         if extra_state is not None:
             more, more_meta = extra_state()
             tensors, meta = {**tensors, **more}, {**meta, **more_meta}
+        if metrics is not None:  # the page's loss curve, so that after --resume it spans the whole run
+            meta = {**meta, LOSS_HISTORY_KEY: history_of(metrics).to_json()}
         return tensors, meta
 
     stop = stop or threading.Event()
     resumed = resume_if_asked(trainer, cfg, emit)
     if resumed is not None and restore_extra is not None:
         restore_extra(*resumed)
+    if resumed is not None and metrics is not None:
+        history_of(metrics).restore(resumed[1].get(LOSS_HISTORY_KEY))
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,

@@ -7,7 +7,8 @@ standard process metrics come along. Each `Metrics` has its own registry: simnet
 hundreds of peers in one process and their series must not mix.
 
 Metric names are created on first use (callers pass a name, an optional help text and
-labels), so code that reports a new figure needs no registration step.
+labels), so code that reports a new figure needs no registration step; a metric created
+without help text takes it from `peer.metric_help`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Iterator
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+from peer.metric_help import help_for
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,7 @@ class Metrics:
 
     def _create(self, kind: str, name: str, help: str, names: tuple[str, ...]) -> Any:
         full = f"{self.prefix}_{name}"
+        help = help or help_for(name)
         if kind == "counter":
             metric = Counter(full, help, names, registry=self.registry)
         elif kind == "gauge":

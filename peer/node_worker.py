@@ -8,7 +8,7 @@ Thread model (docs/architecture.md):
 - this worker thread runs that work one item at a time, so the node, its replay window and
   its outbox have exactly one user and need no lock.
 
-The CPU time of each job is counted in `worker_cpu_seconds_total{job=...}` (the job is the
+The CPU time of each job is counted in `worker_cpu_seconds_total{task=...}` (the task is the
 function's name: publish_pending, build_request, handle_request, handle_response, ...), so
 a running peer shows what gossip costs it without a profiler.
 """
@@ -66,8 +66,8 @@ class NodeWorker:
             return fn(*(self.clock() if a is NOW else a for a in args))
         finally:
             self.node.metrics.inc("worker_cpu_seconds_total", time.thread_time() - start,
-                                  help="CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by job",
-                                  job=getattr(fn, "__name__", "other"))
+                                  help="CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by task",
+                                  task=getattr(fn, "__name__", "other"))
 
     async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:
         """`call`, for work another peer asks of us: WorkerBusy when `limit` such jobs already wait.

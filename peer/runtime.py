@@ -33,6 +33,7 @@ from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.driver import SHUTDOWN_TIMEOUT_S, AsyncDriver
 from peer.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
+from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
 from peer.net_config import NetConfig
 from peer.node_worker import NodeWorker
@@ -60,6 +61,7 @@ class GossipPeer:
         self.session_cfg = session_cfg or SessionConfig()
         self.identity, self.emit = identity, emit
         self.metrics = Metrics()
+        expose_from_start(self.metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-net", daemon=True)
         self.node: GossipNode | None = None

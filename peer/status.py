@@ -174,7 +174,7 @@ class StatusService:
         steps_per_s, audio_per_s = history.rates()
         step = max(int(d.session.step), last[0] if last else 0)
         refusals = {labels.get("reason", ""): int(v) for name, labels, v in metrics.series()
-                    if name == "frames_refused_total"}
+                    if name == "frames_refused_total" and v}
         live = d.session.table.live()
         return {
             "peer_id": d.node.peer_id,

@@ -58,6 +58,29 @@ class LossHistory:
                 self._points = [(b[0], (a[1] + b[1]) / 2, b[2]) for a, b in pairs] + odd
                 self._stride *= 2
 
+    def to_json(self) -> dict[str, Any]:
+        """The curve for a checkpoint's metadata, so that a resumed run's page shows all of it."""
+        with self._lock:
+            points = [[p[0], p[1], p[2]] for p in self._points if math.isfinite(p[1])]
+            return {"points": points, "stride": self._stride}
+
+    def restore(self, saved: Any) -> bool:
+        """Take back a curve `to_json` wrote (resume), before the first new step; False when
+        `saved` is absent or malformed (the curve then starts at the resume step, as before)."""
+        try:
+            stride = int(saved["stride"])
+            points = [(int(s), float(v), float(t)) for s, v, t in saved["points"]][-self.max_points + 1:]
+        except (KeyError, TypeError, ValueError):
+            return False
+        ordered = all(a[0] < b[0] for a, b in zip(points, points[1:]))
+        if not (1 <= stride <= 1 << 40 and ordered and all(math.isfinite(v) and math.isfinite(t) for _, v, t in points)):
+            return False
+        with self._lock:
+            if self._points or self._bucket:
+                return False
+            self._points, self._stride = points, stride
+        return True
+
     def points(self) -> list[tuple[int, float, float]]:
         """The curve, oldest first, with the steps of a partly filled point at the end."""
         with self._lock:

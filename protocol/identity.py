@@ -71,7 +71,8 @@ class Identity:
             if doc.get("peer_id") != identity.peer_id:
                 raise ValueError("'peer_id' does not match the key")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"identity file {str(path)!r} is malformed: {exc}") from None
+            raise ValueError(f"identity file {str(path)!r} is malformed: {exc}; "
+                             "make one with `gossip-tts keygen --out FILE`") from None
         return identity
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:

@@ -25,9 +25,11 @@ import math
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
+from stage_progress import Estimator, follow, minutes
 
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
@@ -74,10 +76,10 @@ def main() -> None:
     ap.add_argument("--voice", type=Path, required=True, help="LJSpeech-style folder: wavs/*.wav + metadata.csv")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--peers", type=int, default=2)
-    ap.add_argument("--preset", default="small")
+    ap.add_argument("--preset", default="tiny", help="model size; small or larger needs a GPU to finish in minutes")
     ap.add_argument("--base", type=Path, default=None, help="a checkpoint to fine-tune (default: pretrain one)")
-    ap.add_argument("--base-steps", type=int, default=300)
-    ap.add_argument("--steps", type=int, default=300, help="fine-tuning steps per peer")
+    ap.add_argument("--base-steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=150, help="fine-tuning steps per peer")
     ap.add_argument("--held-out", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -87,52 +89,81 @@ def main() -> None:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     knobs = ["--preset", args.preset, "--device", "auto", "--threads", str(args.threads), "--batch-size",
-             str(args.batch_size), "--max-frames", str(args.max_frames), "--log-every", "10"]
+             str(args.batch_size), "--max-frames", str(args.max_frames), "--log-every", "5"]
 
     rows = read_metadata(args.voice)
     train_rows, val_rows = rows[: -args.held_out], rows[-args.held_out :]
-    print(f"[1/4] packing {len(train_rows)} train and {len(val_rows)} held-out clips of {args.voice}", flush=True)
+    est = Estimator(args.preset)
+    planned = {  # seconds on the reference machine
+        "pack": est.reference("pack_clip", len(rows)) + est.reference("process", args.peers + 1),
+        "base": 0.0 if args.base else est.reference("base_step", args.base_steps) + est.reference("process", 1),
+        "fine-tune": est.reference("finetune_step", args.steps) + est.reference("process", args.peers + 1),
+        "eval+sample": est.reference("eval", args.peers + 1) + est.reference("synth_step", args.synth_steps)
+        + est.reference("process", 1),
+    }
+    print(f"estimated: {', '.join(f'{name} ~{minutes(s)}' for name, s in planned.items() if s)}; total "
+          f"~{minutes(sum(planned.values()))} (on 2 busy CPU cores; each stage's estimate is then scaled by how "
+          "fast this machine ran the stages before it)", flush=True)
+
+    t0 = time.monotonic()
+    print(f"[1/4] packing {len(train_rows)} train and {len(val_rows)} held-out clips of {args.voice} "
+          f"(~{minutes(planned['pack'])})", flush=True)
     per_peer = math.ceil(len(train_rows) / args.peers)
-    for i in range(args.peers):
-        part = train_rows[i * per_peer : (i + 1) * per_peer]
-        run("pack", str(split_folder(args.voice, part, out / "clips" / f"train{i}")), str(out / "tars" / f"train{i}"),
+    folders = [(f"train{i}", train_rows[i * per_peer : (i + 1) * per_peer]) for i in range(args.peers)] + [("val", val_rows)]
+    for name, part in folders:
+        run("pack", str(split_folder(args.voice, part, out / "clips" / name)), str(out / "tars" / name),
             "--speaker", "voice", "--overwrite")
-    run("pack", str(split_folder(args.voice, val_rows, out / "clips" / "val")), str(out / "tars" / "val"),
-        "--speaker", "voice", "--overwrite")
+        print(f"      packed {name}: {len(part)} clips ({minutes(time.monotonic() - t0)})", flush=True)
+    est.finished(planned["pack"], time.monotonic() - t0)
 
     base = args.base
     if base is None:
         base = out / "base"
-        print(f"[2/4] pretraining a {args.preset} base on the built-in corpus for {args.base_steps} steps", flush=True)
-        run("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base))
+        t = time.monotonic()
+        print(f"[2/4] pretraining a {args.preset} base on the built-in corpus for {args.base_steps} steps "
+              f"(~{minutes(planned['base'] * est.slowdown)})", flush=True)
+        log = out / "base.log"
+        proc = cli("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base), log=log)
+        if follow([proc], [log], args.base_steps, "base") != [0]:
+            raise SystemExit(f"pretraining failed:\n{log.read_text()[-3000:]}")
+        est.finished(planned["base"], time.monotonic() - t)
     else:
         print(f"[2/4] fine-tuning {base}", flush=True)
 
-    print(f"[3/4] {args.peers} peers fine-tune for {args.steps} steps each, gossiping on 127.0.0.1", flush=True)
-    procs, address = [], None
+    t = time.monotonic()
+    print(f"[3/4] {args.peers} peers fine-tune for {args.steps} steps each, gossiping on 127.0.0.1 "
+          f"(~{minutes(planned['fine-tune'] * est.slowdown)})", flush=True)
+    procs, logs, address = [], [], None
     for i in range(args.peers):
-        log = out / f"peer{i}.log"
+        logs.append(out / f"peer{i}.log")
         boot = ["--peer", address] if address else []
         procs.append(cli("peer", *knobs, "--init-from", str(base), "--data", str(out / "tars" / f"train{i}"),
                          "--checkpoint-dir", str(out / f"peer{i}"), "--max-steps", str(args.steps), "--listen",
-                         "127.0.0.1:0", "--no-mdns", "--swarm", "finetune-voice", *boot, log=log))
+                         "127.0.0.1:0", "--no-mdns", "--swarm", "finetune-voice", *boot, log=logs[-1]))
         while address is None:
-            m = re.search(r"listening on http://(\S+)", log.read_text())
+            m = re.search(r"listening on http://(\S+)", logs[-1].read_text())
             if m:
                 address = m.group(1)
             elif procs[-1].poll() is not None:
-                raise SystemExit(f"peer 0 failed:\n{log.read_text()}")
-    for i, p in enumerate(procs):
-        if p.wait() != 0:
-            raise SystemExit(f"peer {i} failed:\n{(out / f'peer{i}.log').read_text()[-3000:]}")
+                raise SystemExit(f"peer 0 failed:\n{logs[-1].read_text()}")
+            time.sleep(0.2)
+    for i, code in enumerate(follow(procs, logs, args.steps, " | ".join(f"peer{i}" for i in range(args.peers)))):
+        if code != 0:
+            raise SystemExit(f"peer {i} failed:\n{logs[i].read_text()[-3000:]}")
+    est.finished(planned["fine-tune"], time.monotonic() - t)
 
-    print("[4/4] held-out eval loss and a sample", flush=True)
-    before = eval_loss(base, out / "tars" / "val")
-    after = [eval_loss(out / f"peer{i}", out / "tars" / "val") for i in range(args.peers)]
+    print(f"[4/4] held-out eval loss and a sample (~{minutes(planned['eval+sample'] * est.slowdown)})", flush=True)
+    t = time.monotonic()
+    losses = []
+    for name, ckpt in [("base", base)] + [(f"peer{i}", out / f"peer{i}") for i in range(args.peers)]:
+        losses.append(eval_loss(ckpt, out / "tars" / "val"))
+        print(f"      eval {name}: {losses[-1]:.4f} ({minutes(time.monotonic() - t)})", flush=True)
+    before, after = losses[0], losses[1:]
     print(f"held-out eval loss: base {before:.4f} -> fine-tuned {', '.join(f'{a:.4f}' for a in after)}")
     text = val_rows[0][-1]
     reference = args.voice / "wavs" / f"{train_rows[0][0]}.wav"
     wav = out / "finetuned.wav"
+    print(f"      synthesizing a held-out sentence with {args.synth_steps} sampler steps", flush=True)
     run("synthesize", "--checkpoint", str(out / "peer0"), "--text", text, "--reference", str(reference),
         "--out", str(wav), "--steps", str(args.synth_steps))
     print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
@@ -140,6 +171,7 @@ def main() -> None:
     judge_checkpoints(HeldOutConfig(checkpoints={"base": base, "fine-tuned": out / "peer0"}, voice=args.voice,
                                     sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
                                     out=out / "judged", synth_steps=args.synth_steps))
+    print(f"done in {minutes(time.monotonic() - t0)}", flush=True)
 
 
 def plot_spectrograms(real: Path, generated: Path, png: Path) -> None:

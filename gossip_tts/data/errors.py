@@ -40,6 +40,18 @@ class EmptyStreamError(RuntimeError):
     """A whole pass over the shards gave no usable sample, so looping again would spin forever."""
 
 
+def empty_stream_message(sources: list[str], shards: int, stats: dict[str, int]) -> str:
+    """Why a pass gave nothing, and what to do: the likeliest cause is tars of raw audio."""
+    where = ", ".join(sources)
+    if stats.get("skipped_missing_field", 0) and not stats.get("samples", 0):
+        return (f"--data {where}: {shards} tar(s) but no latent sample in them ({stats['skipped_missing_field']} "
+                "entries lack the .npy latents and .json of a packed sample; raw-audio tars?); pack recordings "
+                "first: gossip-tts pack SRC_DIR OUT_DIR, then --data OUT_DIR")
+    counts = ", ".join(f"{k} {v}" for k, v in stats.items() if v and k.startswith(("skipped_", "shard_")))
+    return (f"--data {where}: a whole pass over {shards} shard(s) gave no usable sample ({counts or 'none read'}); "
+            "check the tars (gossip-tts pack writes them) or point --data at others")
+
+
 class SourceTimeout(SourceError):
     """A shard or listing went past its deadline, or sent nothing for the stall timeout."""
 

@@ -19,7 +19,9 @@ import numpy as np
 
 from gossip_tts.data.bounded_read import BoundedReader, OpenReads
 from gossip_tts.data.decode import CORRUPT, KEPT_MEMBERS, MISSING, NONFINITE, TOO_LARGE, Bad, decode_sample, json_info, load_json
-from gossip_tts.data.errors import EmptyStreamError, ShardMismatchError, SourceAborted, SourceError, SourceTimeout
+from gossip_tts.data.errors import (
+    EmptyStreamError, ShardMismatchError, SourceAborted, SourceError, SourceTimeout, empty_stream_message,
+)
 from gossip_tts.data.limits import DataLimits
 from gossip_tts.data.prefetch import Prefetcher
 from gossip_tts.data.sample import CodecInfo, LatentSample
@@ -229,7 +231,7 @@ class LatentStream:
                 if stop.is_set():
                     return
             if got == 0 and self.cfg.loop:
-                raise EmptyStreamError(f"a whole pass over {len(shards)} shard(s) gave no usable sample; see stats {self.stats}")
+                raise EmptyStreamError(empty_stream_message(list(self.cfg.sources), len(shards), dict(self.stats)))
             if not self.cfg.loop:
                 break
         rng.shuffle(buf)  # type: ignore[arg-type]

@@ -132,9 +132,11 @@ def list_shards(source: str, limits: DataLimits | None = None, reads: OpenReads 
         elif path.is_file():
             shards = [str(path)]
         else:
-            raise SourceError(f"shard source {source!r} does not exist")
+            raise SourceError(f"shard source {source!r} does not exist; --data takes a folder of latent tars "
+                              "(gossip-tts pack writes them), a .tar file or an http(s) URL")
     if not shards:
-        raise SourceError(f"shard source {source!r} holds no .tar shard")
+        raise SourceError(f"shard source {source!r} holds no .tar shard; pack recordings into one with "
+                          "gossip-tts pack SRC_DIR OUT_DIR")
     return shards
 
 

@@ -73,6 +73,7 @@ class Session:
         self._requests: dict[int, tuple[str, str]] = {}  # hello/state token -> (kind, address)
         self._dialling: dict[str, float] = {}  # address -> when we last dialled it to verify it
         self._retry: dict[str, _Retry] = {}  # dead bootstrap address -> when to dial it again
+        self._unreachable: dict[str, str] = {}  # `--peer` address -> why its last hello failed
         self._token = 0
         self._hello_seq = 0
         self._next_hello = 0.0
@@ -145,7 +146,8 @@ class Session:
         if info.source != "static" and info.address not in self.table and not self._room_for_candidate():
             return [Count("candidates_refused_total")]
         if self.table.add(info, now):
-            out.append(Log(f"found peer {info.address} via {info.source}"))
+            via = "--peer (not yet contacted)" if info.source == "static" else info.source
+            out.append(Log(f"found peer {info.address} via {via}"))
         out += self._verify(now)
         if self._join is not None and self._join.phase == "waiting":
             out += self._join_progress(now)
@@ -223,9 +225,11 @@ class Session:
             hello = None
         elif hello is None:
             out += self._failed(address, now, f"hello to {address} failed: {error}", "hello_failures_total")
+            out += self._bootstrap_failed(address, str(error))
             out += self._probe(address, now)
         elif self.table.mark_success(address, now, peer_id=hello.peer_id):
             self._retry.pop(address, None)
+            self._unreachable.pop(address, None)
             for info in hello.peers:
                 out += self.found(info, now)
         if self._join is not None and token in self._join.asked:
@@ -300,6 +304,16 @@ class Session:
         self.table.mark_failure(address, now)
         return [Count(counter), Log(message, "debug")]
 
+    def _bootstrap_failed(self, address: str, error: str) -> list[Action]:
+        """A `--peer` address the user typed did not answer: say so once, naming the reason,
+        since a typo'd port otherwise looks like a swarm that is merely quiet."""
+        h = self.table.health(address)
+        if h is None or not h.static or address in self._unreachable:
+            return []
+        self._unreachable[address] = error
+        return [Log(f"cannot reach --peer {address}: {error}; check that a gossip-tts peer runs there "
+                    "and its port is open (retrying with backoff)", "warning")]
+
     def _probe(self, address: str, now: float) -> list[Action]:
         """Say hello again to a verified peer that just failed us: no longer a partner, it would
         otherwise linger (its neighbour copy held) until the silence timeout; a dead one is gone
@@ -346,6 +360,8 @@ class Session:
             if not live and now >= join.wait_until or live and now >= join.give_up_at:
                 join.phase = "done"
                 why = "no peer answered" if live else "no peer found"
+                if self._unreachable:
+                    why += " (" + "; ".join(f"{a}: {e}" for a, e in sorted(self._unreachable.items())) + ")"
                 return [JoinDone(None), Count("joins_alone_total"),
                         Log(f"joining: {why}; training from our own weights")]
             if not live or now < join.ask_at:

@@ -171,4 +171,4 @@ class ShardFetcher:
     def _gauge(self) -> None:
         held = self.store.held()
         self.metrics.set("data_shards_held", len(held), help="corpus shards this peer holds (own and cached)")
-        self.metrics.set("data_shards_total", len(self.order), help="corpus shards in the manifest")
+        self.metrics.set("data_shards_in_manifest", len(self.order), help="corpus shards in the manifest")

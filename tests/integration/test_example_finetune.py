@@ -22,6 +22,11 @@ def test_finetune_voice_example_lowers_held_out_loss_and_writes_a_wav(tmp_path):
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # Every stage says up front how long it should take, then shows progress while it runs.
+    assert re.search(r"^estimated: pack ~.*, base ~.*, fine-tune ~.*, eval\+sample ~.*; total ~", done.stdout, re.M)
+    for stage in (r"^\[1/4\] .*\(~[0-9.]+ (s|min)\)$", r"^ +packed train0: ", r"^\[2/4\] .*\(~", r"^ +base: step \d+/150",
+                  r"^\[3/4\] .*\(~", r"^ +peer0 \| peer1: step \d+/100 .*, step \d+/100", r"^\[4/4\] .*\(~"):
+        assert re.search(stage, done.stdout, re.M), (stage, done.stdout)
     m = re.search(r"held-out eval loss: base ([0-9.]+) -> fine-tuned (.+)", done.stdout)
     assert m, done.stdout
     before = float(m.group(1))

@@ -3,8 +3,10 @@
 Two tiny-preset peers on 127.0.0.1 (the second bootstrapped with --peer): once the first
 one's /v1/status has loss points and a neighbour row, Chromium loads its page, lets the
 page's own script poll /v1/status, and the dumped DOM must show the loss curve, the
-neighbour row and figures that agree with /v1/status read before and after. A screenshot
-is kept as an artifact (under the test's tmp_path, and in $GOSSIP_TTS_ARTIFACTS when set).
+neighbour row and figures that agree with /v1/status read before and after. A lone peer's
+page must say how to add a neighbour, draw the curve with step and time axes, explain
+consensus distance and show no placeholder rows. Screenshots are kept as artifacts (under
+the test's tmp_path, and in $GOSSIP_TTS_ARTIFACTS when set).
 """
 
 from __future__ import annotations
@@ -97,11 +99,51 @@ def test_status_page_draws_the_loss_curve_and_neighbours(corpus, spawn, tmp_path
     assert int(_attr(_element(dom, "refusals"), "data-rows")) == len(after["refusals"])
     assert f">{swarm_name}<" in dom and f">{a.peer_id}<" in dom
 
-    shot = tmp_path / "status-page.png"
-    result = _chromium(tmp_path / "profile-shot", "--virtual-time-budget=6000", "--window-size=1200,1000",
+    assert _attr(_element(dom, "no-neighbours"), "hidden") is not None  # the hint is for a lone peer only
+    _screenshot(url, tmp_path, "status-page.png")
+
+
+def _screenshot(url: str, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    result = _chromium(tmp_path / f"profile-{name}", "--virtual-time-budget=6000", "--window-size=1200,1400",
                        f"--screenshot={shot}", "--hide-scrollbars", url)
     assert result.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000, result.stderr[-3000:]
     artifacts = os.environ.get("GOSSIP_TTS_ARTIFACTS")
     if artifacts:
         Path(artifacts).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(artifacts) / shot.name)
+    return shot
+
+
+def test_lone_peer_page_has_axes_a_neighbour_hint_an_explained_consensus_and_no_placeholder_rows(
+        corpus, spawn, tmp_path, swarm_name):
+    a = spawn("a", *tiny_args(corpus["shard0"], tmp_path / "a", "--listen", "127.0.0.1:0", "--no-mdns",
+                              "--swarm", swarm_name, steps=100000))
+    address = a.wait_listening()
+    deadline, status = time.monotonic() + 180, {}
+    while time.monotonic() < deadline and len(status.get("loss_history", [])) < 20:
+        status = _status(address)
+        time.sleep(0.5)
+    assert len(status["loss_history"]) >= 20 and not status["neighbours"] and not status["refusals"], status
+
+    url = f"http://{address}/"
+    page = _chromium(tmp_path / "profile", "--virtual-time-budget=6000", "--dump-dom", url)
+    assert page.returncode == 0, page.stderr[-3000:]
+    dom = page.stdout
+    assert _attr(re.search(r"<body[^>]*>", dom).group(0), "data-ready") == "1", dom[:3000]
+
+    assert _attr(_element(dom, "no-neighbours"), "hidden") is None, _element(dom, "no-neighbours")
+    assert re.search(rf'id="hint-address"[^>]*>{re.escape(address)}<', dom), "the hint names this peer's address"
+    assert _attr(_element(dom, "neighbours"), "hidden") is not None  # no empty table under the hint
+    assert _attr(_element(dom, "refusals"), "hidden") is not None and _attr(_element(dom, "no-refusals"), "hidden") is None
+    assert not re.search(r"<td[^>]*>none</td>", dom), "no 'none | 0' placeholder row"
+
+    axes = _element(dom, "loss-axes")
+    assert int(_attr(axes, "data-x-ticks")) >= 2 and int(_attr(axes, "data-y-ticks")) >= 2, axes
+    steps = [int(v) for v in re.findall(r'class="tick x-tick"[^>]*>(\d+)<', dom)]
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[-1] <= status["loss_history"][-1][0] + 200, steps
+    assert re.findall(r'class="tick x-time"[^>]*>[^<]*\d\d[^<]*<', dom), "time of day under the step ticks"
+    assert len(re.findall(r'class="tick y-tick"', dom)) >= 2
+    assert any("RMS distance" in title for title in re.findall(r'<div class="fig" title="([^"]*)"', dom))
+    assert re.search(r'id="consensus-note"[^>]*>Consensus distance: how far apart the replicas are', dom)
+    _screenshot(url, tmp_path, "status-page-alone.png")

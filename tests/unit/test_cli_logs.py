@@ -41,3 +41,18 @@ def test_json_file_gets_one_object_per_line_even_when_quiet(tmp_path):
     assert [r["message"] for r in rows] == ['step 5 loss 1.0 "quoted"\nsecond line', "mDNS is blocked"]
     assert [r["level"] for r in rows] == ["info", "warning"] and rows[1]["logger"] == "peer.discovery"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", rows[0]["time"])
+
+
+def test_a_python_warning_is_one_warning_line_without_file_and_source():
+    import warnings
+
+    original = warnings.showwarning
+    out = io.StringIO()
+    logs.configure(stream=out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("identity file 'k' is readable by other users; run `chmod 600 k`", stacklevel=1)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"\S+ \S+ WARNING identity file 'k' is readable .*chmod 600 k`", lines[0]), lines
+    logs.reset()
+    assert warnings.showwarning is original  # after reset, warnings are Python's own again

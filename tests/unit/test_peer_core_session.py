@@ -267,3 +267,26 @@ def test_each_publish_pulls_several_partners_each_another_one():
 def test_more_pulls_than_slots_or_partners_is_refused(bad):
     with pytest.raises(ValueError, match="pulls_per_publish"):
         SessionConfig(**bad)
+
+
+def test_a_refused_bootstrap_address_is_named_once_with_its_reason_and_in_the_join_verdict():
+    s = Session(SessionConfig(join=True, join_wait_s=1.0, join_timeout_s=5.0), peer_id=ME, rng=random.Random(0))
+    start = s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0)
+    assert "not yet contacted" in of(start, Log)[0].message  # "found" would claim it answered
+    first = of(start, SendHello)[0]
+    warned = [a for a in of(s.hello_done(first.token, 0.1, error="connection refused"), Log) if a.level == "warning"]
+    assert len(warned) == 1 and addr(1) in warned[0].message and "connection refused" in warned[0].message
+    again = [h for t in (1.2, 2.4, 3.6) for h in of(s.tick(t), SendHello)]
+    for h in again:
+        assert not [a for a in of(s.hello_done(h.token, h.token + 0.1, error="connection refused"), Log)
+                    if a.level == "warning"]  # said once, not at every retry
+    verdict = [a.message for t in (5.5, 6.0) for a in of(s.tick(t), Log) if "joining" in a.message]
+    assert verdict and f"{addr(1)}: connection refused" in verdict[0], verdict
+
+
+def test_a_failing_address_learned_by_exchange_is_not_reported_as_a_bootstrap_failure():
+    s = session()
+    verify_all(s, s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0), 0.1)
+    learned = s.found(PeerInfo(peer_id=IDS[addr(2)], address=addr(2), source="exchange"), 0.2)
+    dial = [h for h in of(learned, SendHello) if h.address == addr(2)][0]
+    assert not [a for a in of(s.hello_done(dial.token, 0.3, error="connection refused"), Log) if a.level == "warning"]

@@ -221,5 +221,5 @@ def test_the_worker_counts_each_jobs_cpu_seconds_by_name():
         assert asyncio.run(run()) == 7
     finally:
         worker.close()
-    assert me.metrics.get("worker_cpu_seconds_total", job="burn") >= 0.05
-    assert me.metrics.get("worker_cpu_seconds_total", job="build_request") > 0
+    assert me.metrics.get("worker_cpu_seconds_total", task="burn") >= 0.05
+    assert me.metrics.get("worker_cpu_seconds_total", task="build_request") > 0

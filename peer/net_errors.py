@@ -1,0 +1,61 @@
+"""Why a socket operation failed, in words a user can act on.
+
+aiohttp's own text for a refused connection ("Cannot connect to host … ssl:default [Connect
+call failed …]") and asyncio's for a taken port ("[Errno 98] error while attempting to bind")
+name neither the cause nor the fix; the log, the join message and the CLI name these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+
+import aiohttp
+
+_BY_ERRNO = {
+    errno.ECONNREFUSED: "connection refused (nothing listens on that port)",
+    errno.EHOSTUNREACH: "host unreachable (check the address and the network)",
+    errno.ENETUNREACH: "network unreachable (check the address and the network)",
+    errno.ETIMEDOUT: "connection timed out (a firewall may drop it)",
+    errno.ECONNRESET: "connection reset by the other side",
+}
+
+
+def describe_os_error(exc: BaseException) -> str | None:
+    """The reason for a failed connect (refused, unreachable, timed out, unknown host), or None."""
+    if isinstance(exc, socket.gaierror):
+        return "cannot resolve the host name (check its spelling)"
+    return _BY_ERRNO.get(exc.errno or 0) if isinstance(exc, OSError) else None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One short phrase for a failed dial: the reason first, aiohttp's detail only as a fallback."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "cannot resolve the host name (check its spelling)"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        reason = describe_os_error(exc.os_error)
+        if reason:
+            return reason
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer in time (a firewall may drop it, or the peer is overloaded)"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the other side closed the connection (is it a gossip-tts peer?)"
+    return describe_os_error(exc) or str(exc) or type(exc).__name__
+
+
+class ListenError(OSError):
+    """The peer cannot serve on its --listen address; the message names the flag to change."""
+
+
+def listen_failure(listen: str, exc: OSError) -> ListenError:
+    """The one-line error for a --listen address that cannot be bound."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "the port is in use (another peer or program holds it)"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = "no interface of this machine has that address"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied (ports below 1024 need root)"
+    else:
+        why = exc.strerror or str(exc)
+    return ListenError(f"cannot listen on --listen {listen}: {why}; pick another port, or port 0 for a free one")

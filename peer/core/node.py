@@ -5,7 +5,6 @@ of a real peer, `peer.node_worker.NodeWorker`; simnet's event loop). Every metho
 state and must be called from the owner only; none takes a lock. The training thread never
 calls it: it reads the `view_slot` and `average.current` (immutable snapshots, see
 `peer.core.view`, `peer.core.average`) and hands parameter copies to the owner to `publish`.
-See docs/architecture.md.
 
 An exchange is push-pull in one request. Each side sends a control frame (its epoch, step,
 listen address, the last seq it holds of the *other* side's public copy, tickets; see
@@ -18,8 +17,8 @@ refused however many senders came between. A request without a live ticket is an
 with a fresh ticket and never a snapshot, and changes nothing: none of its frames is
 decoded, and a first contact pushes on its second exchange. An answer carries our snapshot
 only to a ticketed, verified asker, within a budget (`peer.core.snapshots`). Of a ticketed
-bundle, at most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply strictly in seq order; a new epoch of
-a neighbour voids its copy.
+bundle, at most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply
+strictly in seq order; a new epoch of a neighbour voids its copy. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -230,8 +229,8 @@ class GossipNode:
         if refusal is not None:  # its offer may serve our next request (a stale one costs a push, no more)
             self.held_tickets.keep(control.sender, info.epoch, info.offer, replace=False)
         result = self._ingest(control, info, frames, now, accepted=refusal is None)
-        frames = self._frames_for(result.sender, now, lambda: self.answers.withheld(
-            result.sender, ticketed=result.accepted, verified=verified, address=address, now=now))
+        frames = self._frames_for(result.sender, now, lambda gap_fill: self.answers.withheld(
+            result.sender, ticketed=result.accepted, verified=verified, address=address, now=now, gap_fill=gap_fill))
         control = self._control_frame(result.sender, now, to_epoch=info.epoch, ticket=info.reply, reply=0,
                                       offer=self.tickets.issue(result.sender), frames=frames)
         reply = pack_bundle([control] + frames)
@@ -296,11 +295,11 @@ class GossipNode:
                             seq=self._control_seq, step=self.step, now=now, to=peer_key or b"", to_epoch=to_epoch,
                             ticket=ticket, limits=self.limits)
 
-    def _frames_for(self, peer_key: bytes | None, now: float, withheld: Callable[[], str | None] | None) -> list[bytes]:
+    def _frames_for(self, peer_key: bytes | None, now: float, withheld: Callable[[bool], str | None] | None,
+                    ) -> list[bytes]:
         """The updates `peer_key` lacks, or our snapshot where the outbox cannot fill its gap,
         unless `withheld` (asked only then) names why not."""
-        n = self.neighbours.get(peer_key) if peer_key else None
-        latest = self.public.seq
+        n, latest, gap_fill = self.neighbours.get(peer_key) if peer_key else None, self.public.seq, False
         if n is not None and n.acked_epoch == self.epoch and n.acked_seq >= 0:
             if n.acked_seq >= latest:
                 return []
@@ -309,7 +308,8 @@ class GossipNode:
             if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
                     sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD):
                 return frames
-        if withheld is not None and (reason := withheld()) is not None:
+            gap_fill = frames is not None  # a snapshot in place of updates we hold: no budget
+        if withheld is not None and (reason := withheld(gap_fill)) is not None:
             self.metrics.inc("snapshots_withheld_total", reason=reason,
                              help="answers that carried no snapshot where the asker lacks our copy, by reason")
             return []

@@ -75,12 +75,19 @@ class AnswerBudget:
         self._by_address: OrderedDict[str, _Bucket] = OrderedDict()
 
     def withheld(self, sender: bytes, *, ticketed: bool, verified: Collection[bytes], address: str,
-                 now: float) -> str | None:
-        """Why the answer to `sender` (asking from `address`) carries no snapshot, or None: send it."""
+                 now: float, gap_fill: bool = False) -> str | None:
+        """Why the answer to `sender` (asking from `address`) carries no snapshot, or None: send it.
+
+        `gap_fill`: the asker holds our copy of this epoch and we hold every update it lacks; the
+        snapshot only replaces them because it is the smaller (or the gap is long). It costs no
+        more than the updates an honest neighbour is owed, so only the ticket and the verified
+        address are asked of it, not the buckets, which ration first copies to new keys."""
         if not ticketed:
             return "unticketed"
         if sender not in verified:
             return "unverified"
+        if gap_fill:
+            return None
         bucket = self._by_address.get(address)
         if bucket is None:
             bucket = self._by_address[address] = _Bucket(1.0, now)

@@ -37,6 +37,7 @@ def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():
     neighbour's bundle reset its copy to None, and the mix died with a TypeError."""
     tr = trainer()
     me, them = node(0, tr.get_flat_params()), node(1, tr.get_flat_params() + 1.0)
+    exchange(me, them, NOW)  # a first contact: a ticket, no snapshot
     exchange(me, them, NOW)  # we pulled their copy: news to mix
     copying, restarted = threading.Event(), threading.Event()
     real_get = tr.get_flat_params
@@ -192,7 +193,9 @@ def test_mixing_in_place_gives_the_copy_out_and_back_result():
     x = torch.randn(64)
     me = node(0, x)
     for i in (1, 2, 3):
-        exchange(me, node(i, x + torch.randn(64) * i), NOW)  # pulled: these copies move us
+        other = node(i, x + torch.randn(64) * i)
+        exchange(me, other, NOW)  # a first contact: a ticket, no snapshot
+        exchange(me, other, NOW)  # pulled: these copies move us
     view = me.view_slot.current
     mixed, report = Mixer(me.cfg, 3).mix(x, view, 10, NOW)
     delta, _ = Mixer(me.cfg, 3).mix(None, view, 10, NOW)

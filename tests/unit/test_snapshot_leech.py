@@ -95,3 +95,17 @@ def test_answer_budget_per_address_refills_at_its_rate():
     assert budget.withheld(key, ticketed=False, verified={key}, address="c", now=0) == "unticketed"
     assert budget.withheld(key, ticketed=True, verified=set(), address="c", now=0) == "unverified"
 
+
+
+def test_a_gap_fill_in_place_of_updates_we_hold_is_not_rationed_but_still_needs_ticket_and_address():
+    """Between established partners a snapshot replaces updates once it is the smaller; it costs no
+    more than the updates they are owed, so the buckets (for first copies to new keys) do not apply."""
+    from peer.core.snapshots import AnswerBudget
+
+    budget, key = AnswerBudget(every_s=10.0, per_min=12.0, burst=8, now=0.0), b"\x01" * 32
+    assert budget.withheld(key, ticketed=True, verified={key}, address="a:1", now=0.0) is None
+    assert budget.withheld(key, ticketed=True, verified={key}, address="a:1", now=0.1) == "address_budget"
+    for t in (0.2, 0.3, 0.4):
+        assert budget.withheld(key, ticketed=True, verified={key}, address="a:1", now=t, gap_fill=True) is None
+    assert budget.withheld(key, ticketed=False, verified={key}, address="a:1", now=0.5, gap_fill=True) == "unticketed"
+    assert budget.withheld(key, ticketed=True, verified=set(), address="a:1", now=0.5, gap_fill=True) == "unverified"

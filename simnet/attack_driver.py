@@ -26,7 +26,9 @@ import torch
 
 from peer.core.actions import Action, Count
 from peer.core.addresses import PeerInfo
+from peer.core.config import SessionConfig
 from peer.core.control import make_control, read_control
+from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.session import Session
 from protocol import (
@@ -111,6 +113,18 @@ class PeerAttack:
         """This honest peer runs without the defence its run's attack targets."""
         self._sybils = 0
         self._sybil_rng = random.Random(f"simnet-sybil:{seed}:{index}")
+
+    def session_config(self, cfg: SessionConfig) -> SessionConfig:
+        """The session this peer runs: a pushy attacker pulls every partner at every publish."""
+        if not (self.attacker and self.cfg.pushy):
+            return cfg
+        return dataclasses.replace(cfg, pulls_per_publish=cfg.max_partners, max_in_flight=cfg.max_partners)
+
+    def gossip_config(self, cfg: GossipConfig) -> GossipConfig:
+        """The gossip settings this peer runs: in `pushy_undefended`, honest peers let pushed copies pull."""
+        if self.attacker or not self.cfg.pushy_undefended:
+            return cfg
+        return dataclasses.replace(cfg, pull_only=False)
 
     def make_node(self, *args: Any, **kwargs: Any) -> GossipNode:
         """The node this peer runs: the production one, or an attacker's or control arm's variant."""

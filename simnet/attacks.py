@@ -35,6 +35,11 @@ Attacks on the protocol rather than the parameters (the driver side is in
 - sybil: sends `sybil_rate` control-only exchanges per second, each from a fresh key and
   naming a fresh made-up listen address, to bait peers into adopting those addresses.
 
+`pushy = true` with any parameter attack: the attacker starts an exchange with every partner
+it has at every publish (as many pulls as partners), so under a rule where any copy with news
+pulls, every honest peer mixes its lie every period; `pushy_undefended` is that arm's control,
+in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
+
 `undefended = true` is the control arm of those three: the honest peers of that run drop
 the one defence the attack targets (see `simnet.attack_driver`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
@@ -86,6 +91,10 @@ class AttackConfig:
     training alone instead of the swarm's (a sign flip then points away from the honest copies)."""
     undefended: bool = False
     """Control arm of future, join_liar and sybil: honest peers drop the defence it targets."""
+    pushy: bool = False
+    """The attacker exchanges with every partner it has at every publish (module docstring)."""
+    pushy_undefended: bool = False
+    """Control arm of `pushy`: honest peers let every copy with news pull, pushed ones too."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -94,6 +103,10 @@ class AttackConfig:
             raise ValueError(f"attack.undefended is a control arm of {CONTROLLED}, not of {self.kind!r}")
         if self.payload not in PAYLOADS:
             raise ValueError(f"attack.payload must be one of {PAYLOADS}, got {self.payload!r}")
+        if (self.pushy or self.pushy_undefended) and self.kind not in PAYLOADS:
+            raise ValueError(f"attack.pushy needs a parameter attack (one of {PAYLOADS}), not {self.kind!r}")
+        if self.pushy_undefended and not self.pushy:
+            raise ValueError("attack.pushy_undefended is the control arm of attack.pushy")
         if not 0 <= self.ahead_s or self.claim_step < 1 or not self.sybil_rate > 0:
             raise ValueError("attack.ahead_s must be >= 0, claim_step >= 1 and sybil_rate > 0")
         if not 0 <= self.fraction < 1:

@@ -75,14 +75,14 @@ class SimPeer(SimServer):
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
         self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
-        cfg = self.sim.gossip_cfg
+        cfg = self.attack.gossip_config(self.sim.gossip_cfg)
         self.node = self.attack.make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
                                           now=self.sim.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
         self.worker = SimWorker(self.sim.sched, lambda: self.life)
-        self.session = Session(dataclasses.replace(self.sim.session_cfg, join=join),
-                               peer_id=self.identity.peer_id, rng=self.rng)
-        self.hook = BoundaryHook(Mixer(cfg, self.sim.session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
+        session_cfg = self.attack.session_config(dataclasses.replace(self.sim.session_cfg, join=join))
+        self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
+        self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
                                  self.metrics, cfg.publish_cadence(), self.sim.clock)
         if isinstance(trainer, AttackTrainer):
             view_slot = self.node.view_slot

@@ -173,3 +173,28 @@ def test_sybil_addresses_get_no_snapshots_and_displace_no_partner(protocol_attac
     c = runs["sybil_trusting"]["totals"]
     assert c["exchanges_to_made_up"] > 0 and c["partners_made_up"] > 0 and c["snapshots_to_made_up"] == 0
     assert ratios["sybil_trusting/clean"]["final_loss"] > ratios["sybil/clean"]["final_loss"] + 0.03
+
+
+def test_pushy_liars_that_exchange_with_everyone_every_period_buy_no_more_pulls():
+    """Two ALIE and two steering liars start an exchange with every partner at every publish
+    (`attack.pushy`): far more exchanges than the honest peers start, yet only the copies of
+    partners an honest peer chose pull it, so each ends within 5% of clean."""
+    world = {**WORLD, "duration_s": 40.0}
+    runs = [{"name": "clean", "set": {"attack": {"kind": "none"}}},
+            {"name": "alie", "set": {"attack": {"kind": "alie", "z": 1.0}}},
+            {"name": "pushy_alie", "set": {"attack": {"kind": "alie", "z": 1.0, "pushy": True}}},
+            {"name": "pushy_steer", "set": {"attack": {"kind": "steer", "growth": 1.25, "pushy": True}}}]
+    s = simulate(world, runs, [["pushy_alie", "clean"], ["pushy_steer", "clean"]])
+    assert s["runs"]["pushy_alie"]["totals"]["exchanges_ok"] > 1.2 * s["runs"]["alie"]["totals"]["exchanges_ok"]
+    for name in ("pushy_alie", "pushy_steer"):
+        assert s["ratios"][f"{name}/clean"]["final_loss"] <= 1.05, s["ratios"][f"{name}/clean"]
+        assert s["runs"][name]["diverged_peers"] == 0
+
+
+def test_pushy_is_refused_on_attacks_that_publish_no_parameters():
+    from simnet.attacks import AttackConfig
+
+    with pytest.raises(ValueError, match="pushy"):
+        AttackConfig(kind="sybil", pushy=True)
+    with pytest.raises(ValueError, match="pushy"):
+        AttackConfig(kind="alie", pushy_undefended=True)

@@ -28,7 +28,7 @@ from async_opt.averaging import PowerEma  # noqa: E402
 from vs_load import GroupCPUMeter, others_load, read_busy  # noqa: E402
 from vs_workloads import KINDS, Task, Workload, load_workload, workload_json  # noqa: E402
 
-AVERAGE_EVERY = 4
+AVERAGE_EVERY = 1
 AVERAGE_SIGMA_REL = 0.1
 """How every arm keeps its averaged weights: the peer's own rule (a power-function EMA of width
 σ_rel, sampled every `gossip_every` steps; peer.core.average) at the peer's defaults

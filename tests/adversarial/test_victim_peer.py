@@ -67,7 +67,10 @@ def _numel(base: str, swarm: str, fingerprint: str) -> int:
 
 
 def test_a_stranger_cannot_poison_flood_or_pin_the_victim(corpus, tmp_path, swarm_name):
-    env = {"GOSSIP_TTS_NET_BODY_READ_TIMEOUT_S": "2", "GOSSIP_TTS_NET_STATE_EVERY_S": "60"}
+    # Pushed copies pull here (pull_only off), so that the poison reaches the mix and clipping
+    # alone must hold it; with the default a stranger's push never moves the victim at all.
+    env = {"GOSSIP_TTS_NET_BODY_READ_TIMEOUT_S": "2", "GOSSIP_TTS_NET_STATE_EVERY_S": "60",
+           "GOSSIP_TTS_GOSSIP_PULL_ONLY": "false"}
     v = _victim(corpus, tmp_path, "victim", swarm_name, env)
     try:
         base = f"http://{v.wait_listening()}"
@@ -102,7 +105,8 @@ def test_a_stranger_cannot_poison_flood_or_pin_the_victim(corpus, tmp_path, swar
 
 
 def test_control_undefended_the_same_snapshot_poisons_the_victim(corpus, tmp_path, swarm_name):
-    undefended = {"GOSSIP_TTS_GOSSIP_CLIP": "false", "GOSSIP_TTS_LOOP_GOOD_STATE_EVERY_STEPS": "0"}
+    undefended = {"GOSSIP_TTS_GOSSIP_CLIP": "false", "GOSSIP_TTS_GOSSIP_PULL_ONLY": "false",
+                  "GOSSIP_TTS_LOOP_GOOD_STATE_EVERY_STEPS": "0"}
     v = _victim(corpus, tmp_path, "control", swarm_name, undefended)
     try:
         base = f"http://{v.wait_listening()}"
@@ -110,5 +114,21 @@ def test_control_undefended_the_same_snapshot_poisons_the_victim(corpus, tmp_pat
         fingerprint = json.loads(_request(base + "/v1/status")[1])["fingerprint"]
         losses = _poison_with_a_huge_snapshot(v, base, swarm_name, fingerprint, _numel(base, swarm_name, fingerprint))
         assert losses and not all(math.isfinite(x) and x < 10 for x in losses), losses
+    finally:
+        v.kill()
+
+
+def test_with_the_defaults_a_strangers_pushed_snapshot_never_moves_the_victim(corpus, tmp_path, swarm_name):
+    """Pull-only: the victim never chose the stranger as a partner, so its copy is held, not mixed,
+    even with clipping off (the control above, pushed copies pulling, is poisoned)."""
+    v = _victim(corpus, tmp_path, "pull_only", swarm_name, {"GOSSIP_TTS_GOSSIP_CLIP": "false",
+                                                            "GOSSIP_TTS_LOOP_GOOD_STATE_EVERY_STEPS": "0"})
+    try:
+        base = f"http://{v.wait_listening()}"
+        v.wait_for(r"^step \d+ ", timeout=120)
+        fingerprint = json.loads(_request(base + "/v1/status")[1])["fingerprint"]
+        losses = _poison_with_a_huge_snapshot(v, base, swarm_name, fingerprint, _numel(base, swarm_name, fingerprint))
+        assert len(losses) >= 8 and all(math.isfinite(x) and x < 10 for x in losses), losses
+        assert _metric(base, "gossip_tts_mixes_total") == 0
     finally:
         v.kill()

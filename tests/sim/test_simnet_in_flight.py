@@ -24,7 +24,7 @@ def kept_exchanging_while_waiting_on_a_silent_neighbour(max_in_flight: int, stal
     """How many 0.25 s windows peer 1 finished an exchange while a request to peer 0 hung."""
     # peer 0 is cut off at 0.5 s (after everyone verified it): a request to it waits out the 10 s timeout
     sim = GossipSim(small_world(partitions=[{"start_s": 0.5, "end_s": 100.0, "groups": [[0]]}],
-                                session={"max_in_flight": max_in_flight, "stall_min_s": stall_min_s}), seed=0)
+                                session={"max_in_flight": max_in_flight, "pulls_per_publish": 1, "stall_min_s": stall_min_s}), seed=0)
     p = sim.peers[1]
     silent = sim.peers[0].address
     ok_while_waiting = 0

@@ -59,7 +59,10 @@ class GossipConfig:
     step_scale: float = 0.0
     """A fixed step-size multiplier instead of the measured one (0: measured)."""
     max_neighbours: int = 8
-    """Neighbour copies kept in memory; the least recently heard-from is dropped."""
+    """Neighbour copies kept in memory. When full, a copy only ever pushed at us is dropped before
+    one we pulled (least recently heard first within each): in a swarm larger than this, the
+    neighbours that choose us would otherwise evict our own partners' copies, and every pull
+    would need a fresh snapshot."""
     outbox_bytes: int = 256 * 2**20
     """Recent update frames kept to fill a neighbour's gap without a full snapshot."""
     clip_quantile: float = 0.5

@@ -392,9 +392,9 @@ class GossipNode:
     def _neighbour(self, key: bytes) -> Neighbour:
         n = self.neighbours.get(key)
         if n is None:
-            if len(self.neighbours) >= self.cfg.max_neighbours:
-                oldest = min(self.neighbours, key=lambda k: self.neighbours[k].last_heard)
-                del self.neighbours[oldest]
+            if len(self.neighbours) >= self.cfg.max_neighbours:  # copies only pushed at us go first
+                del self.neighbours[min(self.neighbours, key=lambda k: (self.neighbours[k].pulled > 0,
+                                                                        self.neighbours[k].last_heard))]
             n = self.neighbours[key] = Neighbour()
         self.metrics.set("neighbours", len(self.neighbours), help="neighbour copies held")
         return n

@@ -207,3 +207,20 @@ def test_only_the_answer_to_our_own_exchange_marks_a_copy_pulled():
     exchange(b, a, clock())  # a newer version pushed: news to hold, not to mix
     (newer,) = a.view_slot.current.copies
     assert newer.version > newer.pulled == pulled.version
+
+
+def test_a_full_table_drops_a_copy_only_pushed_at_us_before_one_we_pulled():
+    clock, trainers, rigs = make_swarm(4)
+    a, b, c, d = (r.node for r in rigs)
+    a.cfg.max_neighbours = 2
+    for other in (b, c):  # a pulls b and c: their copies are its partners'
+        exchange(a, other, clock())
+        exchange(a, other, clock())
+    clock.t += 1.0
+    exchange(b, a, clock())  # b is heard from again, later than c
+    exchange(d, a, clock())  # d's first contact holds no ticket: changes nothing
+    exchange(d, a, clock())  # d pushes: the table is full, the least recently heard pulled copy (c) goes
+    assert set(a.neighbours) == {b.identity.public_key, d.identity.public_key}
+    clock.t += 1.0
+    exchange(a, c, clock())  # a pulls c again: d's copy, only pushed, goes before b's, though heard later
+    assert set(a.neighbours) == {b.identity.public_key, c.identity.public_key}

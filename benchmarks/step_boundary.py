@@ -61,6 +61,9 @@ class FlatTrainer:
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
 
+    def set_step_scale(self, scale: float) -> None:
+        """The swarm's step-size multiplier: its fixed steps ignore it (only the boundary's cost is timed)."""
+
     def add_to_flat_params(self, delta: torch.Tensor) -> None:  # as TTSTrainer: in place, tensor by tensor
         offset = 0
         for p in self.params:

@@ -87,6 +87,7 @@ class WorkloadTrainer:
         self.model = w.build_model()
         self.params = list(self.model.parameters())
         self.opt = w.optimizer()(self.params)
+        self._base_lr = [group["lr"] for group in self.opt.param_groups]
         self.rec = Record(rank)
         self._started = False
         self._at_end = evals_at_end
@@ -135,6 +136,11 @@ class WorkloadTrainer:
         from peer.trainer import unflatten_into
 
         unflatten_into(flat, self.params)
+
+    def set_step_scale(self, scale: float) -> None:
+        """The swarm's step-size multiplier (the Trainer seam): on the workload's own learning rate."""
+        for group, base in zip(self.opt.param_groups, self._base_lr):
+            group["lr"] = base * scale
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {"flat": self.get_flat_params()}, {"step": self.rec.steps}

@@ -42,14 +42,15 @@ class Rig:
         return due
 
 
-def make_swarm(n, *, compression="topk:0.1+int8", staleness="constant", clip=True, dim=64, seed=0):
+def make_swarm(n, *, compression="topk:0.1+int8", staleness="constant", clip=True, dim=64, seed=0, max_neighbours=8):
     clock = FakeClock()
     trainers, nodes = [], []
     for i in range(n):
         tr = LeastSquaresTrainer(
             LeastSquaresConfig(dim=dim, samples_per_shard=128, shard=i, n_shards=n, heterogeneity=1.0, seed=i, lr=0.05)
         )
-        cfg = GossipConfig(swarm="test", gossip_every=2, compression=compression, staleness=staleness, clip=clip)
+        cfg = GossipConfig(swarm="test", gossip_every=2, compression=compression, staleness=staleness, clip=clip,
+                           max_neighbours=max_neighbours)
         node = GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), tr.param_spec(), tr.get_flat_params(),
                           now=clock(), metrics=Metrics())
         trainers.append(tr)
@@ -210,9 +211,8 @@ def test_only_the_answer_to_our_own_exchange_marks_a_copy_pulled():
 
 
 def test_a_full_table_drops_a_copy_only_pushed_at_us_before_one_we_pulled():
-    clock, trainers, rigs = make_swarm(4)
+    clock, trainers, rigs = make_swarm(4, max_neighbours=2)
     a, b, c, d = (r.node for r in rigs)
-    a.cfg.max_neighbours = 2
     for other in (b, c):  # a pulls b and c: their copies are its partners'
         exchange(a, other, clock())
         exchange(a, other, clock())

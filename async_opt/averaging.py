@@ -13,9 +13,9 @@ over the m copies it holds: the mean of x and of each x̂_j + (x − x̂_i), eve
 carried forward by our own unpublished residual, since public copies lag the parameters they
 track (top-k sends a tenth of a change per publish). No copy moves x̃ by more than ρ / (1 + m),
 with ρ the mixer's radius (a low quantile of the neighbours' distances, capped by our own norm:
-a bound no neighbour sets). The plain mean of the copies, (x + Σ_j x̂_j) / (1 + m), was 2.7%
-better at step 100 of the head-to-head MLP but 3.7× worse at step 24, while the copies still
-lagged far behind (benchmarks/averaging_probe.py's setting, seeds 0-2; docs/benchmarks.md).
+a bound no neighbour sets). The plain mean of the copies, (x + Σ_j x̂_j) / (1 + m), would
+inherit their lag, which is worst early while the copies trail far behind
+(docs/benchmarks.md#what-changed-in-the-peer-and-what-a-replicas-loss-is-made-of).
 
 A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
 how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x
@@ -23,11 +23,10 @@ counts 1/(1 + m·r) and each copy r/(1 + m·r), and the copies carry only c = 1/
 residual forward. At r = 1 both rules are the estimate above. A straggler's residual is
 mostly the pulls it took towards those very copies (its own steps are few), so carried in
 full it counts them twice; and its own lagging parameters would otherwise weigh as much as
-any of the swarm's. In process,
-one 4×-slow replica among the head-to-head MLP's three fast ones, each publishing on the peer's
-own cadence (`benchmarks/averaging_probe.py --straggler --steps 120`, seeds 0-1, the second
-half), its averaged weights scored 1.65-2.00× the fast replicas' with every model counted
-alike and 1.05-1.08× with both rules. No copy's share ever exceeds 1/m, so no copy moves x̃ by
+any of the swarm's. With both rules a straggler's averaged weights score close to the fast
+replicas' (`benchmarks/averaging_probe.py --straggler`;
+docs/benchmarks.md#quiet-machine-4-processes-per-arm-live-and-averaged-weights-the-current-figures).
+No copy's share ever exceeds 1/m, so no copy moves x̃ by
 more than ρ/m, and only a majority of at least two neighbours can raise r.
 
 The time average is EDM2's power-function EMA (Karras et al. 2024, "Analyzing and Improving

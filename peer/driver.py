@@ -44,12 +44,12 @@ HELLO_MAX_BYTES = 64 * 1024
 """A hello is a few hundred bytes plus at most 64 peer entries: anything larger is refused unread."""
 LINGER_S = 0.0
 """How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
-the connection is closed after the answer. aiohttp's default (10 s) let 60 refused senders keep
-streaming, and the buffers of what was read and dropped raised memory by 15 MB more."""
+the connection is closed after the answer: reading on lets refused senders keep streaming, and
+buffers what is dropped (docs/benchmarks.md#the-http-servers-linger-and-shutdown-timeouts)."""
 SHUTDOWN_TIMEOUT_S = 5.0
 """At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
 reader) may go on before it is cancelled; the cancelled handler gets as long again to end.
-aiohttp's default (60 s) outlasted the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
+Well inside the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
 
 
 def lan_ip() -> str:

@@ -41,7 +41,7 @@ __all__ = ["SparseCodec", "ef_encode", "ef_decode", "ef_nbytes", "randk_indices"
 _MASK64 = (1 << 64) - 1
 TOPK_SAMPLED_MIN = 1 << 16
 """Vectors at least this long narrow top-k with a sampled threshold; shorter ones select directly."""
-_TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (a 0.1 ms partition)
+_TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitioned in far less than a pass)
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
 _TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
 _TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
@@ -84,7 +84,8 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     bits = np.unpackbits(hi, bitorder="little")
     if bits[nbits:].any():
         raise CodecError("index code has stray padding bits")
-    pos = np.flatnonzero(bits.view(bool))  # 0/1 bytes; numpy finds bools ~8x faster than uint8
+    # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks.md#finiteness-checks-and-index-decoding)
+    pos = np.flatnonzero(bits.view(bool))
     if pos.size != k:
         raise CodecError(f"index code holds {pos.size} indices, expected {k}")
     idx = (pos - np.arange(k)).astype(np.int64) << low

@@ -1,8 +1,9 @@
 """One finiteness test for the hot paths: the node's publish, the frame builders, the decoder.
 
-`torch.isfinite(x).all()` builds a bool tensor in several passes: about 2.7 ms for 1.1M
-float32 values on one thread, on every publish and every decoded frame. numpy's vectorised `isfinite` gives the
-same answer in about 0.1 ms, so CPU float32/float64 tensors go through it.
+`torch.isfinite(x).all()` builds a bool tensor in several passes, on every publish and every
+decoded frame. numpy's vectorised `isfinite` gives the same answer many times faster
+(docs/benchmarks.md#finiteness-checks-and-index-decoding), so CPU float32/float64 tensors go
+through it.
 """
 
 from __future__ import annotations

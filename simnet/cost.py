@@ -4,11 +4,9 @@ A real peer compresses, signs, verifies, decodes and applies on its node worker 
 mixes on its training thread. simnet runs that same code, but the virtual clock would
 otherwise see it as free, which flatters gossip. The model: each operation costs a fixed
 part plus a part per byte of frames it signs or verifies and per parameter it touches.
-The defaults were measured on the real code by `python benchmarks/protocol_cost.py --sizes
-100000,1000000,4000000 --repeats 3` (int8 updates) on the project's 2-core development
-machine (AMD EPYC, torch 2.13 CPU, one torch thread, load average 2.6 from other work, so
-the fixed part is on the high side); rerun it on your hardware and put its last line in a
-scenario's `[world.cost]` to model that.
+The defaults come from `python benchmarks/protocol_cost.py` on the real code, on the project's
+development machine (docs/simnet.md#figures-behind-the-codes-defaults); rerun it on your
+hardware and put its last line in a scenario's `[world.cost]` to model that.
 Every scenario prints the model it ran with.
 """
 
@@ -28,16 +26,14 @@ class CostConfig:
     """Hashing and lz4 of frames we check, per byte."""
     publish_s_per_param: float = 2.6e-8
     """Compressing and reconstructing one published update, and updating the averaged weights
-    (`peer.core.average`), per parameter. Measured at 5554b6c (load 1.5, 1M parameters, one
-    thread): the default codec's publish 15.4 ns (`--compression topk:0.1+int8`), the averaged
-    weights 0.45 + 1.15 ns per neighbour copy held (3.8 ns with 3 copies, 9.7 with 8), together
-    19-25 ns; int8's publish alone, from which this default came, 24.5 ns."""
+    (`peer.core.average`), per parameter: int8's publish, which covers the default codec's
+    publish plus the averaged weights (docs/simnet.md#figures-behind-the-codes-defaults)."""
     apply_s_per_param: float = 2.6e-9
     """Decoding one received update or snapshot and adding it to a neighbour copy, per parameter."""
     mix_s_per_param: float = 3.5e-9
     """Mixing one neighbour copy into the parameters (training thread), per parameter."""
     enabled: bool = True
-    """False charges nothing (the old, flattering model; for comparison only)."""
+    """False charges nothing (a flattering model, for comparison only)."""
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

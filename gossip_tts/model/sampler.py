@@ -63,7 +63,7 @@ class GuidanceConfig:
 
     @classmethod
     def nested(cls, cfg_text: float = 3.0, cfg_speaker: float = 3.0, steps: int = 32) -> GuidanceConfig:
-        """This project's earlier sampler: nested branches at every step, grid from exactly 1."""
+        """`--guidance nested`: nested branches at every step, grid from exactly 1."""
         return cls(mode="nested", cfg_text=cfg_text, cfg_speaker=cfg_speaker, steps=steps, t_min=0.0,
                    grid_scale=1.0)
 

@@ -27,9 +27,8 @@ class GossipConfig:
     about equal speed never wait that long. 0 counts steps only."""
     compression: str = "topk:0.1+int8"
     """Tensor codec spec for published updates (see protocol.parse_codec). Top-10% + int8
-    rather than top-1%: top-1% forces the consensus step down to γ=0.02, and three tiny-TTS
-    peers then ended 8.8 apart (vs 13.1 from a lone peer) where top-10% ended 3.4–4.1 apart
-    (tests/integration/test_gossip_swarm.py)."""
+    rather than top-1%: top-1% forces the consensus step down so far that peers barely agree
+    (docs/benchmarks.md#the-default-codec-and-its-mixing-rate)."""
     staleness: str = "pipemare:K=2000,p_min=0,tau_max=64"
     """Staleness schedule spec (see async_opt.parse_staleness). Without `gamma=`, the mixing
     rate is chosen from the compression (see `default_gamma`)."""
@@ -71,9 +70,8 @@ class GossipConfig:
     neighbours cannot move it (async_opt.NeighbourRadius)."""
     clip_multiplier: float = 1.0
     """1 rather than ClippedGossip-style 2: the median honest neighbour still pulls unshortened,
-    and no liar pulls farther than it (simnet byzantine test world, seeds 0-2, with clip_power 2 and
-    staleness_relative: radius steering 0.7-1.6% above clean instead of 4.5-7.4%, ALIE 1.1-2.3%
-    instead of 17-26%; docs/simnet.md)."""
+    and no liar pulls farther than it; at 2, radius steering and ALIE do several times the harm
+    (docs/simnet.md#figures-behind-the-codes-defaults)."""
     clip_power: float = 2.0
     """A copy farther than the radius ρ pulls ρ·(ρ/‖d‖)^(power − 1) (async_opt.mixing): 1 is plain
     clipping, where a copy ten radii away pulls as hard as one at the radius; 2 lets the pull
@@ -184,9 +182,9 @@ def default_gamma(compression: str) -> float:
     """A consensus step that stays stable under this compression.
 
     CHOCO-SGD's consensus step must shrink with the compression quality δ (the kept
-    fraction for top-k/random-k): measured on a 4-peer least-squares swarm, top-10% diverged
-    at γ=0.5 and converged at 0.2; top-1% diverged at 0.2 and converged at ≤0.05, and on a
-    ring of 16 needed 0.02. Dense codecs (fp16, bf16, int8) keep δ≈1, so γ=0.5 is safe.
+    fraction for top-k/random-k), else compressed gossip with error feedback diverges: γ = 2δ,
+    within [0.02, 0.5]. Dense codecs (fp16, bf16, int8) keep δ≈1, so γ=0.5 is safe
+    (docs/benchmarks.md#the-default-codec-and-its-mixing-rate).
     """
     head = compression.split("+")[0]
     name, _, arg = head.partition(":")

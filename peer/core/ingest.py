@@ -20,8 +20,8 @@ from protocol.messages import SNAPSHOT_TENSOR, UPDATE_TENSOR
 
 MAX_GAP_UPDATES = 32
 """Update frames one bundle carries at most; a longer gap is filled with one exact snapshot.
-Past this many, decoding the updates costs more than decoding a snapshot (a top-k update of
-one entry decodes in ~0.7 ms at 1M parameters, a snapshot in ~9 ms, before either is applied)."""
+Past this many, decoding the updates costs more than decoding a snapshot
+(docs/benchmarks.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
 _TENSOR = {FrameKind.UPDATE: UPDATE_TENSOR, FrameKind.SNAPSHOT: SNAPSHOT_TENSOR}

@@ -49,9 +49,8 @@ def choose_fetches(order: list[str], held: set[str], busy: set[str], holders: di
     shards that some partial holder can give come first (in `order` within each group), and are
     fetched from partial holders only: when those are all busy (503) the job ends and a later
     round tries again, rather than fall back to the seed. A full holder is the source of what
-    nobody else advertises. Measured in simnet (`gossip-tts simnet --scenario data`: 16 peers, one
-    seed, 64 x 50 MB over 100 Mb/s WAN links, seed 0): the seed uploads 1.47x the corpus, against
-    3.16x with the seed as every shard's last source (seeds 0-4 in docs/simnet.md)."""
+    nobody else advertises, so the seed uploads little more than the corpus once
+    (docs/simnet.md#figures-behind-the-codes-defaults)."""
     holdings: dict[str, int] = {}
     for shard_holders in holders.values():
         for address in shard_holders:
@@ -110,8 +109,8 @@ def plan_round(order: list[str], held: set[str], busy: set[str], adverts: dict[s
     never-held shards first (`prefer_unread`), for the free slots.
 
     A peer that holds no shard yet fetches one at a time: it cannot train before its first shard,
-    which then gets its source's whole share instead of half (in simnet's `data` scenario, seed 0,
-    the median peer starts training after 32 s instead of 65 s)."""
+    which then gets its source's whole share instead of half, so it starts training sooner
+    (docs/simnet.md#figures-behind-the-codes-defaults)."""
     slots = max_fetches if held else 1
     if not needs_shards(order, held) or len(busy) >= slots:
         return []

@@ -61,6 +61,28 @@ def test_every_relative_link_in_readme_and_docs_resolves():
     assert not broken, "\n".join(broken)
 
 
+CODE_LINK = re.compile(r"docs/([a-z_-]+\.md)(?:#([\w-]+))?")
+SOURCES = ("gossip_tts", "peer", "protocol", "async_opt", "simnet", "benchmarks")
+
+
+def broken_code_links() -> list[str]:
+    """The `docs/PAGE.md#anchor` a docstring or comment points its evidence at, where it is gone."""
+    out = []
+    for source in sorted(f for package in SOURCES for f in (ROOT / package).rglob("*.py")):
+        for name, anchor in CODE_LINK.findall(source.read_text(encoding="utf-8")):
+            page = ROOT / "docs" / name
+            if not page.exists():
+                out.append(f"{source.relative_to(ROOT)}: docs/{name} (no such file)")
+            elif anchor and anchor not in anchors(page.read_text(encoding="utf-8")):
+                out.append(f"{source.relative_to(ROOT)}: docs/{name}#{anchor} (no such heading)")
+    return out
+
+
+def test_every_docs_page_and_heading_named_in_the_code_exists():
+    broken = broken_code_links()
+    assert not broken, "\n".join(broken)
+
+
 def test_the_link_check_finds_a_missing_file_and_a_missing_heading(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     (tmp_path / "other.md").write_text("# A page\n\n## Its section (`x`, 5×)\n")

@@ -82,10 +82,10 @@ class AsyncDriver:
         """Whether an offered state scores better than ours (the trainer's `probe_better`), if it can tell."""
         self.session = Session(session_cfg, peer_id=self.node.peer_id, rng=random.Random(net_cfg.seed))
         self.joined = threading.Event()
+        """Set once joining is over (at once when not joining); the training thread waits on it."""
         self.join_error: Exception | None = None
         """Why loading an adopted state failed, if it did: set before `joined`; the runtime then
         stops with it rather than train on parameters that may be part replaced."""
-        """Set once joining is over (at once when not joining); the training thread waits on it."""
         self.trace: list[Action] | None = None
         """When a list, every dispatched action is appended (tests compare drivers with it)."""
         self.address = ""

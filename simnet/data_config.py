@@ -20,8 +20,8 @@ PLANS = ("swarm", "seed_only")
 _NOT_SIMULATED = {"manifest", "cache_dir", "min_hold_s", "upload_deadline_s", "upload_stall_s", "min_upload_kb_s",
                   "max_upload_mb_s", "manifest_check_s"}
 """SwarmDataConfig fields simnet does not model: refused, so a scenario cannot set one and believe it
-acted (uploads are bounded by the links alone; no signed manifests are watched)."""
-"""SwarmDataConfig fields with no meaning here: no files, and a cache that holds the corpus evicts nothing."""
+acted (no files; a cache that holds the corpus evicts nothing; uploads are bounded by the links alone;
+no signed manifests are watched)."""
 
 
 @dataclass

@@ -136,8 +136,10 @@ class TTSTrainer:
         self.lr_scale = 1.0
         """Multiplies the scheduled learning rate; lowered by each rollback to a good state."""
         self.step_scale = 1.0
-        """Multiplies it too: the swarm's step-size rule (`set_step_scale`)."""
+        """Also multiplies the scheduled learning rate: the swarm's step-size rule (`set_step_scale`)."""
         self.probe_batch: Batch | None = None
+        """The batch an offered state is scored on before it is adopted (`gossip_tts.train.probe`):
+        drawn at the first probe and kept aside, so every offer meets the same test."""
         self._autocast = self.device.type == "cuda" and cfg.bf16
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
 

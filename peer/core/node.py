@@ -215,33 +215,33 @@ class GossipNode:
         with a fresh ticket and never a snapshot, and applied not at all; `ExchangeResult.accepted`
         says which. `verified`: the keys whose listen address the session verified, the only
         ones an answer may carry our snapshot to (`peer.core.snapshots`)."""
-        control, info, frames = self._open(body, now)
-        refusal = self.tickets.refusal(control)
+        header, control, raw_frames = self._open(body, now)
+        refusal = self.tickets.refusal(header)
         if refusal is RefusalReason.WRONG_RECEIVER:
-            raise FrameRefused(refusal, f"addressed to {control.to.hex()[:16]}...")
+            raise FrameRefused(refusal, f"addressed to {header.to.hex()[:16]}...")
         if refusal is None:
-            self.tickets.spend(control)
-        elif refusal is RefusalReason.NO_TICKET and not frames:
+            self.tickets.spend(header)
+        elif refusal is RefusalReason.NO_TICKET and not raw_frames:
             self.metrics.inc("exchanges_unticketed_total", help="exchanges that held no ticket of ours and pushed "
                                                                "nothing (a first contact): answered with a ticket")
         else:
             self.metrics.inc("frames_refused_total", reason=refusal.value)
         if refusal is not None:  # its offer may serve our next request (a stale one costs a push, no more)
-            self.held_tickets.keep(control.sender, info.epoch, info.offer, replace=False)
-        result = self._ingest(control, info, frames, now, accepted=refusal is None)
+            self.held_tickets.keep(header.sender, control.epoch, control.offer, replace=False)
+        result = self._ingest(header, control, raw_frames, now, accepted=refusal is None)
         frames = self._frames_for(result.sender, now, lambda gap_fill: self.answers.withheld(
             result.sender, ticketed=result.accepted, verified=verified, address=address, now=now, gap_fill=gap_fill))
-        control = self._control_frame(result.sender, now, to_epoch=info.epoch, ticket=info.reply, reply=0,
-                                      offer=self.tickets.issue(result.sender), frames=frames)
-        reply = pack_bundle([control] + frames)
+        answer_control = self._control_frame(result.sender, now, to_epoch=control.epoch, ticket=control.reply, reply=0,
+                                             offer=self.tickets.issue(result.sender), frames=frames)
+        reply = pack_bundle([answer_control] + frames)
         self.metrics.inc("bytes_sent_total", len(reply))
         return reply, result
 
     def handle_response(self, body: bytes, now: float) -> ExchangeResult:
         """Ingest the answer to our request; FrameRefused unless it spends the `reply` ticket we sent."""
-        control, info, frames = self._open(body, now)
-        self.tickets.spend(control)
-        return self._ingest(control, info, frames, now, accepted=True, pulled=True)
+        header, control, raw_frames = self._open(body, now)
+        self.tickets.spend(header)
+        return self._ingest(header, control, raw_frames, now, accepted=True, pulled=True)
 
     # ------------------------------------------------------------------ joining
     def state_frame(self, now: float) -> bytes:
@@ -329,26 +329,26 @@ class GossipNode:
             raise FrameRefused(RefusalReason.BAD_HEADER, "frame from ourselves")
         return header, read_control(header), raw_frames[1:]
 
-    def _ingest(self, control: FrameHeader, info: Control, raw_frames: list[bytes], now: float, *,
+    def _ingest(self, header: FrameHeader, control: Control, raw_frames: list[bytes], now: float, *,
                 accepted: bool, pulled: bool = False) -> ExchangeResult:
         """Apply a bundle whose control frame spent a ticket of ours (`accepted`; else none of its frames
         is decoded: `handle_request` counts them refused). `pulled`: an answer to our own exchange."""
-        sender = control.sender
+        sender = header.sender
         if not accepted:
-            return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, len(raw_frames), False)
+            return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, len(raw_frames), False)
         n = self._neighbour(sender)
-        if info.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
-            n.copy, n.epoch = NeighbourCopy(), info.epoch
-        n.listen, n.step, n.last_heard = info.listen, control.step, now
-        n.acked_epoch, n.acked_seq = info.have_epoch, info.have_seq
-        self.held_tickets.keep(sender, info.epoch, info.offer)
-        frames, refusals = screen(raw_frames, sender, bound=info.bundle == bundle_digest(raw_frames))
+        if control.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
+            n.copy, n.epoch = NeighbourCopy(), control.epoch
+        n.listen, n.step, n.last_heard = control.listen, header.step, now
+        n.acked_epoch, n.acked_seq = control.have_epoch, control.have_seq
+        self.held_tickets.keep(sender, control.epoch, control.offer)
+        frames, refusals = screen(raw_frames, sender, bound=control.bundle == bundle_digest(raw_frames))
         for reason, count in Counter(refusals).items():
             self.metrics.inc("frames_refused_total", count, reason=reason)
         refused, changed = len(refusals), False
         for raw in frames:
             try:
-                frame = open_frame(raw, self.policy, now, info.epoch)
+                frame = open_frame(raw, self.policy, now, control.epoch)
             except FrameRefused as exc:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
@@ -360,7 +360,7 @@ class GossipNode:
         n.pulled = n.version if pulled and n.copy.x_hat is not None else n.pulled
         self._publish_view()
         self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
-        return ExchangeResult(sender, info.listen, control.step, len(raw_frames) + 1, refused, accepted)
+        return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted)
 
     def _apply(self, n: Neighbour, frame: Frame, now: float) -> bool:
         """Apply one verified frame to a neighbour copy; True when the copy changed."""

@@ -6,12 +6,12 @@ For each size, one heavy-tailed vector (`codec.synthetic_delta`) goes through th
 encode a publish runs (select, gather, value codec, index code, reconstruction) with:
 
 - `exact, re-decoding`: the shipped selection, the reconstruction decoded back from the
-  index code just written (the sparse codec before it kept its indices);
+  index code just written (the control for keeping the indices);
 - `exact`: the shipped `SparseCodec.compress`;
 - `approximate`: keep every |x_i| at or above the strided sample's own estimate of the
   (1 - k/N) quantile, cut to the first k in index order when more pass (so never more than
   the k a receiver allows, and sometimes fewer); the wire would then have to carry the count;
-- `torch.topk` (selection only), what the codec ran before its sampled narrowing.
+- `torch.topk` (selection only): exact selection without the sampled narrowing.
 
 It prints per-publish milliseconds (best of --repeats, the methods taking turns, one torch
 thread), the kept fraction m/N, the kept energy sum x_i^2 over the kept entries as a share of

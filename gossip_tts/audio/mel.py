@@ -8,9 +8,9 @@ squares, and recover a phase by fast Griffin-Lim. No learned weights, fully dete
 Normalisation constants. The flow model wants latents of order 1, so the log-mel is
 shifted and scaled by fixed numbers: `(log(max(mel, 1e-5)) - LOG_MEL_MEAN) / LOG_MEL_STD`
 with LOG_MEL_MEAN = -5.5 and LOG_MEL_STD = 2.2: the mean and standard deviation of the
-log-mel over all frames and bands of the 24 LJSpeech clips LJ001-0001..0024 (-5.47, 2.17),
-rounded. With them those clips' latents have mean 0.01, std 0.99, and digital silence
-(the floor) maps to -2.73.
+log-mel over all frames and bands of the 24 LJSpeech clips LJ001-0001..0024, rounded, so
+those clips' latents have mean about 0 and standard deviation about 1
+(docs/benchmarks.md#the-mel-codecs-normalisation); digital silence (the floor) maps to -2.73.
 Constants, not per-clip statistics: the latent of a clip must not depend on which other clips
 were packed with it, and loudness differences must survive the round trip.
 """

@@ -106,7 +106,8 @@ def run(a: argparse.Namespace) -> None:
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
                                "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
-           {"peers": n, "budget_s": b})
+           {"peers": n, "budget_s": b},
+           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}")})
 
 
 if __name__ == "__main__":

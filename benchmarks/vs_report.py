@@ -115,6 +115,20 @@ def ratios(by_name: dict[str, float], pairs: dict[str, tuple[str, str]]) -> dict
     return out
 
 
+def gain_captured(by_name: dict[str, float], captures: dict[str, tuple[str, str, str]]) -> dict[str, float | None]:
+    """(alone − method) / (alone − reference) of final losses for each (method, reference, alone):
+    the share of the reference's gain over training alone that the method keeps (1: all of it,
+    0: none, < 0: worse than alone). None when an arm is missing, not finite, or the reference
+    gained nothing."""
+    out: dict[str, float | None] = {}
+    for key, (method, ref, alone) in captures.items():
+        vals = [by_name.get(name, math.nan) for name in (method, ref, alone)]
+        gain = vals[2] - vals[1]
+        ok = all(math.isfinite(v) for v in vals) and gain > 0
+        out[key] = round((vals[2] - vals[0]) / gain, 4) if ok else None
+    return out
+
+
 def crossing_times(curves: dict[str, list], finals: dict[str, float],
                    pairs: dict[str, tuple[str, str]]) -> dict[str, float | None]:
     """For each pair, when each arm's mean curve first reached the other's final loss (None: never
@@ -128,8 +142,10 @@ def crossing_times(curves: dict[str, list], finals: dict[str, float],
     return out
 
 
-def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict) -> None:
-    """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`."""
+def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict,
+           captures: dict[str, tuple[str, str, str]] | None = None) -> None:
+    """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`;
+    `captures` adds `gain_captured` figures, on live and on averaged weights."""
     if target is None:
         target = final_loss(results[0].records) if results[0].records else 0.0
     print(f"\ntarget loss for 't to target': {target:.4g} (the first arm's loss at the budget unless --target)\n")
@@ -148,5 +164,9 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
         for key, t in found.items():
             print(f"  {key}: {t}")
     averaged_ratios = {f"averaged_{key}": v for key, v in ratios(averaged, pairs).items()}
-    print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, "t_to_other_final": crossings,
+    captured = {**gain_captured(loss, captures or {}),
+                **{f"averaged_{key}": v for key, v in gain_captured(averaged, captures or {}).items()}}
+    for key, v in captured.items():
+        print(f"{key}: {v}  ((alone − method) / (alone − reference) of final losses)")
+    print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, **captured, "t_to_other_final": crossings,
                                   "averaged_t_to_other_final": averaged_crossings, **extra}, sort_keys=True))

@@ -164,3 +164,11 @@ def test_averaged_final_loss_is_nan_without_records_and_its_ratio_none() -> None
     assert math.isnan(vr.final_loss(records, "averaged"))
     assert vr.final_loss(records[:1], "averaged") == 0.25
     assert vr.ratios({"a": math.nan, "b": 1.0}, {"a/b": ("a", "b")}) == {"a/b": None}
+
+
+def test_gain_captured_is_the_share_of_the_reference_gain_over_alone() -> None:
+    losses = {"gossip": 0.9, "ddp": 0.6, "alone": 1.0, "worse": 1.2, "nan": math.nan}
+    got = vr.gain_captured(losses, {"quarter": ("gossip", "ddp", "alone"), "negative": ("worse", "ddp", "alone"),
+                                    "no_gain": ("gossip", "alone", "ddp"), "missing": ("gossip", "ddp", "absent"),
+                                    "not_finite": ("nan", "ddp", "alone")})
+    assert got == {"quarter": 0.25, "negative": -0.5, "no_gain": None, "missing": None, "not_finite": None}

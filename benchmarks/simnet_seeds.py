@@ -161,12 +161,16 @@ def data_figures() -> list[Figure]:
     ]
 
 
-def single_figures(peers: int, limit: float) -> list[Figure]:
+def single_figures(peers: int, limit: float, half_swarm: bool = False) -> list[Figure]:
     """single / single16: the peers, each as fast as one process, against that process's final loss at D.
-    `limit`: the most of D the swarm may take, 1 / (the machines it must be worth)."""
+    `limit`: the most of D the swarm may take, 1 / (the machines it must be worth); `half_swarm`: the
+    scenario has a `gossip{peers // 2}` run, half the peers holding the same samples."""
+    half = [Figure(f"gossip x{peers // 2}, the same samples: time to target / D",
+                   time_over_duration(f"gossip{peers // 2}", "single"))] if half_swarm else []
     return [
         Figure("target loss (single process's final loss)", target_of("gossip")),
         Figure("gossip: time to target / D", time_over_duration("gossip", "single"), "<=", limit),
+        *half,
         Figure("alone (control, every link cut): time to target / D", time_over_duration("alone", "single"), ">", 0.5),
         Figure("gossip_before (control, the rule before): time to target / D",
                time_over_duration("gossip_before", "single")),
@@ -243,7 +247,7 @@ FIGURES: dict[str, list[Figure]] = {
     ],
     "data": data_figures(),
     "single": single_figures(8, 1 / 3),
-    "single16": single_figures(16, 1 / 4),
+    "single16": single_figures(16, 1 / 4, half_swarm=True),
 }
 
 

@@ -25,7 +25,7 @@ from gossip_tts.data.sources import provide_listing
 from gossip_tts.peer_config import PeerAppConfig
 from peer.metrics import Metrics
 from peer.runtime import GossipPeer
-from peer.shard_routes import ShardServer
+from peer.net.shard_routes import ShardServer
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, get_capped
 from peer.shards.fetcher import ShardFetcher
@@ -238,7 +238,7 @@ class SwarmDataPeer(GossipPeer):
         hook = super().make_hook()
         driver = self.driver
         assert driver is not None
-        driver.shards = ShardServer(self.swarm.store, self.swarm.cfg, self.metrics)  # read by peer.shard_routes
+        driver.shards = ShardServer(self.swarm.store, self.swarm.cfg, self.metrics)  # read by peer.net.shard_routes
         bootstrap = self.swarm.bootstrap
         self.swarm.fetcher.self_address = lambda: driver.address
         self.swarm.fetcher.addresses = lambda: live_verified(driver) + bootstrap

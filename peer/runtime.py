@@ -25,25 +25,25 @@ from typing import Any, Callable, Coroutine
 
 import torch
 
-from peer import averaged_weights
+from peer.local import averaged_weights
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.boundary import BoundaryHook
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
-from peer.driver import SHUTDOWN_TIMEOUT_S, AsyncDriver
-from peer.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
+from peer.net.driver import SHUTDOWN_TIMEOUT_S, AsyncDriver
+from peer.local.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
 from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from peer.trainer import Trainer
-from peer.trust import load_trusted_keys
+from peer.net.trust import load_trusted_keys
 from protocol import Identity
 
 STOP_WAIT_S = 4 * SHUTDOWN_TIMEOUT_S + 10.0
 """How long stopping the network may take: an adoption under way, discovery, and the server,
-which ends requests in progress within twice `peer.driver.SHUTDOWN_TIMEOUT_S`."""
+which ends requests in progress within twice `peer.net.driver.SHUTDOWN_TIMEOUT_S`."""
 
 
 class GossipPeer:
@@ -76,7 +76,7 @@ class GossipPeer:
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time)
 
     def averaged_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """The node's averaged weights as checkpoint tensors (peer.averaged_weights); any thread."""
+        """The node's averaged weights as checkpoint tensors (peer.local.averaged_weights); any thread."""
         if self.node is None:
             return {}, {}
         return averaged_weights.checkpoint_tensors(self.node.average, self.trainer.param_spec())

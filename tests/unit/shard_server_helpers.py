@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from peer.metrics import Metrics
-from peer.shard_routes import ShardServer, add_shard_routes
+from peer.net.shard_routes import ShardServer, add_shard_routes
 from peer.shards.advert import advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.manifest import Manifest, ShardEntry

@@ -13,10 +13,10 @@ import torch
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import Identity
 from simnet.config import world_from_dict
 from simnet.swarm import GossipSim

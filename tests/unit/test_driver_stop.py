@@ -13,16 +13,16 @@ import urllib.request
 import pytest
 import torch
 
-import peer.driver as driver_mod
+import peer.net.driver as driver_mod
 import peer.runtime as runtime_mod
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.driver import AsyncDriver
-from peer.loop import LoopConfig
-from peer.net_config import NetConfig
+from peer.net.driver import AsyncDriver
+from peer.local.loop import LoopConfig
+from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import running_driver
 

@@ -30,10 +30,10 @@ from peer.core.control import read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.hello import make_hello, read_hello
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import FrameRefused, Identity, decode_frame, pack_bundle
 from protocol.messages import bundle_digest, make_control_frame, make_snapshot_frame, make_update_frame
 

@@ -18,15 +18,15 @@ from gossip_tts.cli import main
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
-from peer.loop import LoopConfig, ProgressMeter, record_step
+from peer.net.driver import AsyncDriver
+from peer.local.loop import LoopConfig, ProgressMeter, record_step
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from peer.runtime import GossipPeer
-from peer.status import consensus_distance
-from peer.status_history import LossHistory, history_of
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.net.status import consensus_distance
+from peer.local.status_history import LossHistory, history_of
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from peer.trainer import StepStats
 from protocol import Identity
 

@@ -1,4 +1,4 @@
-"""The aiohttp server of a peer: the HTTP face of `peer.driver.AsyncDriver`.
+"""The aiohttp server of a peer: the HTTP face of `peer.net.driver.AsyncDriver`.
 
 Handlers decide nothing and never touch the model or the node: node work (verify,
 decode, apply, sign) is awaited on the node worker through the driver, so the event loop
@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from peer.http_guard import BODY_KEY, RequestGuard
+from peer.net.http_guard import BODY_KEY, RequestGuard
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from peer.node_worker import WorkerBusy
-from peer.shard_routes import add_shard_routes
-from peer.status import StatusService
+from peer.net.node_worker import WorkerBusy
+from peer.net.shard_routes import add_shard_routes
+from peer.net.status import StatusService
 from protocol import FrameRefused
 
 if TYPE_CHECKING:
-    from peer.driver import AsyncDriver
+    from peer.net.driver import AsyncDriver
 
 DRIVER_KEY: web.AppKey["AsyncDriver"] = web.AppKey("driver")
 STATE_CHUNK = 1 << 20

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 from aiohttp import web
 
-from peer.http_guard import count_down
+from peer.net.http_guard import count_down
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from aiohttp import web
 
-from peer.status_history import history_of
+from peer.local.status_history import history_of
 
 if TYPE_CHECKING:
     from peer.core.node import GossipNode
-    from peer.driver import AsyncDriver
+    from peer.net.driver import AsyncDriver
     from peer.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class StatusService:
     async def serve_page(self, request: web.Request) -> web.Response:
         """GET /: the status page (one static file: it draws itself from /v1/status)."""
         if self._page is None:
-            self._page = resources.files("peer").joinpath("static/status.html").read_bytes()
+            self._page = resources.files("peer.net").joinpath("static/status.html").read_bytes()
         return web.Response(body=self._page, content_type="text/html", charset="utf-8",
                             headers={"Cache-Control": "no-store"})
 

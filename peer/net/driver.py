@@ -30,13 +30,13 @@ from peer.core.config import SessionConfig
 from peer.core.fetched import FetchedStates
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
-from peer.net_errors import describe_failure, listen_failure
-from peer.http_app import build_app
-from peer.http_guard import CappedSite, QuietBadRequests, response_counter
-from peer.http_io import BodyTooLarge, read_capped
+from peer.net.errors import describe_failure, listen_failure
+from peer.net.http_app import build_app
+from peer.net.http_guard import CappedSite, QuietBadRequests, response_counter
+from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NOW, NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NOW, NodeWorker
 from protocol import FrameRefused
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class AsyncDriver:
             timeout=aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s),
         )
         if self.net_cfg.mdns:
-            from peer.mdns import MdnsConfig, MdnsDiscovery
+            from peer.net.mdns import MdnsConfig, MdnsDiscovery
 
             self._discoveries.append(MdnsDiscovery(
                 MdnsConfig(
@@ -302,7 +302,7 @@ class AsyncDriver:
     async def _adopt(self, a: Adopt) -> None:
         x = self._fetched.take(a.token)
         # Off the loop, which goes on answering hellos, /v1/status and mDNS: loading a state can be
-        # a copy to the device or a broadcast to every rank (peer/group.py). The training thread
+        # a copy to the device or a broadcast to every rank (peer/local/group.py). The training thread
         # waits on `joined`: it is not stepping.
         await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x)
         await self.worker.call(self.node.adopt, x, a.step)

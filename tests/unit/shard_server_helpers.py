@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -64,7 +63,7 @@ class Served:
 def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: Metrics | None = None) -> tuple[Served, ShardServer]:
     server = ShardServer(store, cfg or SwarmDataConfig(), metrics or Metrics(process=False))
     app = web.Application()
-    add_shard_routes(app, SimpleNamespace(shards=server))
+    add_shard_routes(app, server)
     return Served(app), server
 
 

@@ -85,8 +85,8 @@ def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_
 
     start = AsyncDriver.async_start
 
-    async def start_then_fail_the_join(self: AsyncDriver) -> str:
-        address = await start(self)
+    async def start_then_fail_the_join(self: AsyncDriver, bound_port: int) -> str:
+        address = await start(self, bound_port)
         self.join_error = RuntimeError("the device ran out of memory")
         self.joined.set()
         return address

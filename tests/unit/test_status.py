@@ -29,6 +29,7 @@ from peer.local.status_history import LossHistory, history_of
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from peer.trainer import StepStats
 from protocol import Identity
+from tests.unit.driver_helpers import Network
 
 
 def _get(url: str) -> tuple[str, bytes]:
@@ -52,9 +53,10 @@ def lone_driver():
     worker = NodeWorker(node, time.time)
     driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
                          emit=lambda s: None, on_adopt=lambda x: None)
-    asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
+    network = Network.of(driver)
+    asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
     yield driver
-    asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
+    asyncio.run_coroutine_threadsafe(network.stop(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()

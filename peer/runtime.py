@@ -68,7 +68,7 @@ class GossipPeer:
         self.trainer, self.loop_cfg, self.gossip_cfg, self.net_cfg = trainer, loop_cfg, gossip_cfg, net_cfg
         self.session_cfg = session_cfg or SessionConfig()
         self.identity, self.emit, self.shards = identity, emit, shards
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
         expose_from_start(self.metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-net", daemon=True)

@@ -52,7 +52,7 @@ from gossip_tts.synth_app import SynthConfig  # noqa: E402
 from gossip_tts.synth_app import run as synthesize  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
-from peer.checkpoint import save_checkpoint  # noqa: E402
+from peer.local.checkpoint import save_checkpoint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDANCE = {  # label -> SynthConfig fields

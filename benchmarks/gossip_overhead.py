@@ -38,8 +38,8 @@ from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
 from peer.core.config import SessionConfig  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
-from peer.loop import LoopConfig  # noqa: E402
-from peer.net_config import NetConfig  # noqa: E402
+from peer.local.loop import LoopConfig  # noqa: E402
+from peer.net.config import NetConfig  # noqa: E402
 from peer.runtime import GossipPeer  # noqa: E402
 from protocol import Identity  # noqa: E402
 

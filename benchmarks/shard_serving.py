@@ -128,8 +128,8 @@ def run_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     from gossip_tts.train.trainer import TTSTrainer
     from peer.core.config import SessionConfig
     from peer.core.gossip_config import GossipConfig
-    from peer.loop import LoopConfig
-    from peer.net_config import NetConfig
+    from peer.local.loop import LoopConfig
+    from peer.net.config import NetConfig
     from peer.shards.config import SwarmDataConfig
     from peer.shards.manifest import Manifest, ShardEntry
     from protocol import Identity

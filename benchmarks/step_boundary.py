@@ -35,7 +35,7 @@ from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
-from peer.node_worker import NodeWorker  # noqa: E402
+from peer.net.node_worker import NodeWorker  # noqa: E402
 from peer.trainer import StepStats, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 

@@ -155,8 +155,8 @@ class WorkloadTrainer:
 def worker(a: argparse.Namespace) -> None:
     from peer.core.config import SessionConfig
     from peer.core.gossip_config import GossipConfig
-    from peer.loop import LoopConfig, run_loop
-    from peer.net_config import NetConfig
+    from peer.local.loop import LoopConfig, run_loop
+    from peer.net.config import NetConfig
     from peer.runtime import GossipPeer
     from protocol import Identity
 

@@ -34,7 +34,7 @@ def fail_cleanly(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run `fn`; turn a user-facing error (bad value, missing file, damaged checkpoint, taken
     port, unusable data, missing extra) into one clear line and an exit status."""
     from gossip_tts.data.errors import EmptyStreamError
-    from peer.checkpoint import CheckpointError
+    from peer.local.checkpoint import CheckpointError
 
     try:
         return fn(*args, **kwargs)

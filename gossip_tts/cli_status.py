@@ -15,7 +15,7 @@ import urllib.request
 from typing import Any
 
 from gossip_tts.terminal_text import printable
-from peer.net_errors import describe_os_error
+from peer.net.errors import describe_os_error
 
 MAX_BYTES = 4 << 20
 """Largest status body read: 512 history points and 64 neighbours are well under 100 kB."""

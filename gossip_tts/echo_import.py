@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file
 
 from gossip_tts.model import ModelConfig, model_config
-from peer.checkpoint import save_checkpoint
+from peer.local.checkpoint import save_checkpoint
 
 MODEL_PREFIX = "model."
 ECHO_CODEC = {"codec": "echo", "latent_dim": 80, "frame_rate": 44100 / 2048}

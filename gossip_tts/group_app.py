@@ -2,8 +2,8 @@
 
 `gossip-tts peer --nproc N` re-runs itself under torchrun (`--standalone`: one machine, a
 free port on localhost). Each rank runs `gossip-tts peer` again; rank 0 does everything a
-single peer does and drives the group through `peer.group.GroupTrainer`, the others build
-the same trainer and follow (`peer.group.follow`).
+single peer does and drives the group through `peer.local.group.GroupTrainer`, the others build
+the same trainer and follow (`peer.local.group.follow`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def share_setup(group: "Group", train_cfg: Any) -> None:
 
 
 def comm_for(group: "Group") -> Any:
-    from peer.group import GroupComm
+    from peer.local.group import GroupComm
 
     return GroupComm(group.device)
 
@@ -52,7 +52,7 @@ def run_follower(cfg: Any, group: "Group") -> int:
     """A non-zero rank: same trainer, own data order, rank 0's commands; Ctrl+C and SIGTERM are
     rank 0's to handle (it finishes the step, checkpoints, then releases the group)."""
     from gossip_tts.train.trainer import TTSTrainer
-    from peer.group import follow
+    from peer.local.group import follow
 
     if threading_is_main():
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -14,9 +14,9 @@ from gossip_tts.peer_config import PeerAppConfig
 from gossip_tts.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
 from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
-from peer.averaged_weights import SoloAverage
-from peer.group import GroupTrainer
-from peer.loop import LoopResult, run_loop
+from peer.local.averaged_weights import SoloAverage
+from peer.local.group import GroupTrainer
+from peer.local.loop import LoopResult, run_loop
 from peer.runtime import GossipPeer
 from protocol import Identity
 

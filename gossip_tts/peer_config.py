@@ -15,8 +15,8 @@ from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.parallel import ParallelConfig
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.loop_config import LoopConfig
-from peer.net_config import NetConfig
+from peer.local.config import LoopConfig
+from peer.net.config import NetConfig
 from peer.shards.config import SwarmDataConfig
 
 

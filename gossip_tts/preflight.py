@@ -46,7 +46,7 @@ def check_listen(listen: str) -> None:
     Bound with SO_REUSEADDR, as the server binds: a port in TIME_WAIT passes, one held by a
     listening socket does not. Port 0 always passes (the OS picks a free one)."""
     from peer.core.addresses import parse_address
-    from peer.net_errors import listen_failure
+    from peer.net.errors import listen_failure
 
     host, port = parse_address(listen, listener=True)
     if port == 0:
@@ -85,7 +85,7 @@ def check_checkpoint(directory: Path | None, resume: bool, preset: str, is_defau
     """A checkpoint to resume must be of this preset; the default folder is never silently overwritten."""
     if directory is None:
         return
-    from peer.checkpoint import checkpoint_path
+    from peer.local.checkpoint import checkpoint_path
 
     path = checkpoint_path(directory)
     if not path.exists():

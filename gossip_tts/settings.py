@@ -31,9 +31,9 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     # classes may move, and importing some of them costs seconds.
     (APP_SECTION, "gossip_tts.peer_config:PeerAppConfig"),
     ("train", "gossip_tts.train.config:TrainConfig"),
-    ("loop", "peer.loop_config:LoopConfig"),
+    ("loop", "peer.local.config:LoopConfig"),
     ("gossip", "peer.core.gossip_config:GossipConfig"),
-    ("net", "peer.net_config:NetConfig"),
+    ("net", "peer.net.config:NetConfig"),
     ("session", "peer.core.config:SessionConfig"),
     ("parallel", "gossip_tts.train.parallel:ParallelConfig"),
     ("data", "gossip_tts.data.limits:DataLimits"),

@@ -14,7 +14,6 @@ store on `/v1/shards` and points the fetcher at the session's live, verified nei
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from pathlib import Path
@@ -23,9 +22,10 @@ from typing import Any, Callable, NamedTuple
 from gossip_tts.data.http_get import http_get, is_http
 from gossip_tts.data.sources import provide_listing
 from gossip_tts.peer_config import PeerAppConfig
+from peer.local.loop import LoopResult
 from peer.metrics import Metrics
 from peer.runtime import GossipPeer
-from peer.shard_routes import ShardServer
+from peer.net.shard_routes import ShardServer
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, get_capped
 from peer.shards.fetcher import ShardFetcher
@@ -208,39 +208,20 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
     return data
 
 
-def live_verified(driver: Any) -> list[str]:
-    """The addresses of the session's live neighbours that have answered us, read on the event loop
-    (the session's thread) through the neighbour table's public queries."""
-    loop = getattr(driver, "loop", None)
-    if loop is None or loop.is_closed():
-        return []
-
-    async def snapshot() -> list[str]:
-        return [p.address for p in driver.session.table.verified()]
-
-    try:
-        return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(5.0)
-    except Exception:  # the loop is stopping
-        return []
-
-
 class SwarmDataPeer(GossipPeer):
     """A GossipPeer that also serves its shards and fetches from its verified neighbours."""
 
     def __init__(self, *args: Any, swarm: SwarmData, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, metrics=swarm.metrics,  # one /metrics for gossip and data
+                         shards=ShardServer(swarm.store, swarm.cfg, swarm.metrics), **kwargs)
         self.swarm = swarm
-        self.metrics = swarm.metrics  # one /metrics for gossip and data
+        swarm.fetcher.ask_from(self._sources, lambda: self.address)
 
-    def make_hook(self) -> Any:
-        """Called once the driver exists and before its server starts: hand it the shard server,
-        and let the fetcher ask the session's neighbours from now on."""
-        hook = super().make_hook()
-        driver = self.driver
-        assert driver is not None
-        driver.shards = ShardServer(self.swarm.store, self.swarm.cfg, self.metrics)  # read by peer.shard_routes
-        bootstrap = self.swarm.bootstrap
-        self.swarm.fetcher.self_address = lambda: driver.address
-        self.swarm.fetcher.addresses = lambda: live_verified(driver) + bootstrap
-        self.swarm.watch_for_newer(lambda: [a for a in live_verified(driver) + bootstrap if a != driver.address], self.emit)
-        return hook
+    def _sources(self) -> list[str]:
+        """Whom to ask for shards and manifests: the verified neighbours, then the --peer addresses."""
+        return self.verified_addresses() + self.swarm.bootstrap
+
+    def run(self, stop: threading.Event | None = None) -> LoopResult:
+        """Train, looking for a newer signed manifest among the neighbours meanwhile."""
+        self.swarm.watch_for_newer(lambda: [a for a in self._sources() if a != self.address], self.emit)
+        return super().run(stop)

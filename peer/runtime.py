@@ -1,7 +1,8 @@
 """A real peer: training on the calling thread, the network on an event-loop thread, node work
 on the node worker thread. See docs/architecture.md for the thread model.
 
-`GossipPeer.run()` starts the network (server, discovery), waits while the session joins a
+`GossipPeer.run()` starts the network (the HTTP server, then the driver: discovery,
+client, timer), waits while the session joins a
 running swarm (adopting a further-along neighbour's signed state when there is one), then
 trains. At every step boundary the training thread mixes from the newest immutable view of
 the neighbour copies and, when a publish is due, hands over a copy of its parameters; it
@@ -25,28 +26,33 @@ from typing import Any, Callable, Coroutine
 
 import torch
 
-from peer import averaged_weights
+from peer.local import averaged_weights
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.boundary import BoundaryHook
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
-from peer.driver import SHUTDOWN_TIMEOUT_S, AsyncDriver
-from peer.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
+from peer.net.driver import AsyncDriver
+from peer.net.http_server import SHUTDOWN_TIMEOUT_S, HttpServer
+from peer.local.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
 from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
+from peer.net.shard_routes import ShardServer
 from peer.trainer import Trainer
-from peer.trust import load_trusted_keys
+from peer.net.trust import load_trusted_keys
 from protocol import Identity
 
 STOP_WAIT_S = 4 * SHUTDOWN_TIMEOUT_S + 10.0
 """How long stopping the network may take: an adoption under way, discovery, and the server,
-which ends requests in progress within twice `peer.driver.SHUTDOWN_TIMEOUT_S`."""
+which ends requests in progress within twice `peer.net.http_server.SHUTDOWN_TIMEOUT_S`."""
 
 
 class GossipPeer:
+    """One networked peer. `metrics` is the registry /metrics shows (an app that counts into
+    its own passes it); `shards` serves /v1/shards (None: this peer shares no corpus)."""
+
     def __init__(
         self,
         trainer: Trainer,
@@ -56,17 +62,20 @@ class GossipPeer:
         identity: Identity,
         emit: Callable[[str], None] = print,
         session_cfg: SessionConfig | None = None,
+        metrics: Metrics | None = None,
+        shards: ShardServer | None = None,
     ) -> None:
         self.trainer, self.loop_cfg, self.gossip_cfg, self.net_cfg = trainer, loop_cfg, gossip_cfg, net_cfg
         self.session_cfg = session_cfg or SessionConfig()
-        self.identity, self.emit = identity, emit
-        self.metrics = Metrics()
+        self.identity, self.emit, self.shards = identity, emit, shards
+        self.metrics = metrics if metrics is not None else Metrics()
         expose_from_start(self.metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-net", daemon=True)
         self.node: GossipNode | None = None
         self.worker: NodeWorker | None = None
         self.driver: AsyncDriver | None = None
+        self.http: HttpServer | None = None
         self._network_up = False
 
     def make_hook(self) -> StepHook:
@@ -75,8 +84,18 @@ class GossipPeer:
         return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls_per_publish), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time)
 
+    @property
+    def address(self) -> str:
+        """The address this peer advertises ("" until its server is up)."""
+        return self.driver.address if self.driver is not None else ""
+
+    def verified_addresses(self) -> list[str]:
+        """From any thread but the event loop's: the live neighbours that have answered us
+        ([] before the network is up)."""
+        return self.driver.verified_addresses() if self.driver is not None else []
+
     def averaged_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """The node's averaged weights as checkpoint tensors (peer.averaged_weights); any thread."""
+        """The node's averaged weights as checkpoint tensors (peer.local.averaged_weights); any thread."""
         if self.node is None:
             return {}, {}
         return averaged_weights.checkpoint_tensors(self.node.average, self.trainer.param_spec())
@@ -106,11 +125,13 @@ class GossipPeer:
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
                                   on_adopt=self.trainer.set_flat_params, probe=getattr(self.trainer, "probe_better", None))
+        self.http = HttpServer(self.driver, self.worker, self.net_cfg, self.metrics, self.session_cfg.request_timeout_s,
+                               self.shards)
         hook = self.make_hook()
         self._thread.start()
         try:
             self._network_up = True
-            address = self._call(self.driver.async_start(), timeout=60)
+            address = self._call(self._start_network(), timeout=60)
             self.emit(f"listening on http://{address} peer_id={self.identity.peer_id}")
             loop_cfg = LoopConfig(**{**self.loop_cfg.__dict__, "resume": False})  # already resumed above
             interrupted = self._wait_for_join(stop)
@@ -129,6 +150,17 @@ class GossipPeer:
                 self._thread.join(timeout=30)
                 self._loop.close()
                 self.worker.close()
+
+    async def _start_network(self) -> str:
+        """The server first: the driver advertises the port it bound."""
+        assert self.driver is not None and self.http is not None
+        return await self.driver.async_start(await self.http.start())
+
+    async def _stop_serving(self) -> None:
+        """The driver first (it lets an adoption under way finish), then the server."""
+        assert self.driver is not None and self.http is not None
+        await self.driver.async_stop()
+        await self.http.stop()
 
     def _wait_for_join(self, stop: threading.Event) -> bool | None:
         """Wait while the session joins (or gives up) on its own deadlines: None once joined;
@@ -163,7 +195,7 @@ class GossipPeer:
         self._network_up = False
         assert self.driver is not None
         try:
-            self._call(self.driver.async_stop(), timeout=STOP_WAIT_S)
+            self._call(self._stop_serving(), timeout=STOP_WAIT_S)
         except concurrent.futures.TimeoutError:
             self.emit(f"the network did not stop within {STOP_WAIT_S:g} s; left unfinished")
         finally:

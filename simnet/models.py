@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from peer.trainer import Trainer
 from simnet.mlp_trainer import MLPConfig, MLPEvaluator, MLPTrainer
 

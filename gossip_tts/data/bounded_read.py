@@ -16,8 +16,8 @@ import socket
 from typing import BinaryIO
 
 from gossip_tts.data.errors import SourceAborted, SourceError, SourceTimeout
-from peer.socket_watchdog import OpenReads
-from peer.socket_watchdog import Watchdog as SocketWatchdog
+from peer.shards.socket_watchdog import OpenReads
+from peer.shards.socket_watchdog import Watchdog as SocketWatchdog
 
 __all__ = ["BoundedReader", "OpenReads", "Watchdog"]
 
@@ -25,7 +25,7 @@ _SKIP_CHUNK = 1 << 16
 
 
 class Watchdog(SocketWatchdog):
-    """A shard read's watchdog (peer/socket_watchdog.py): its cuts are SourceTimeout and
+    """A shard read's watchdog (peer/shards/socket_watchdog.py): its cuts are SourceTimeout and
     SourceAborted naming the shard, which the stream counts as a failed shard."""
 
     timeout_error = SourceTimeout

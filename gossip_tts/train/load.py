@@ -9,7 +9,7 @@ import torch
 
 from gossip_tts.model import EchoDiT, ModelConfig
 from gossip_tts.train.trainer import MODEL_PREFIX
-from peer.checkpoint import AVERAGE_PREFIX, CheckpointError, load_checkpoint
+from peer.local.checkpoint import AVERAGE_PREFIX, CheckpointError, load_checkpoint
 
 WEIGHTS = ("average", "live")
 """Which weights to load: the peer's averaged ones (peer.core.average; the live ones where a

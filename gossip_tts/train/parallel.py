@@ -2,7 +2,7 @@
 
 A machine with N GPUs should be one strong peer, not N weak ones: `torchrun
 --nproc_per_node=N -m gossip_tts peer` starts N ranks that train one replica with DDP or
-FSDP2 (NCCL on CUDA, gloo on CPU), and only rank 0 talks to the swarm (peer/group.py).
+FSDP2 (NCCL on CUDA, gloo on CPU), and only rank 0 talks to the swarm (peer/local/group.py).
 As torchtitan does, every rank builds the whole model from the shared seed, then it is
 wrapped; FSDP2 shards each DiT block and the root, so parameters and AdamW moments become
 DTensors. `full_tensor`/`copy_full_into` are how gossip and checkpoints see such a

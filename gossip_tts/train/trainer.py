@@ -26,7 +26,7 @@ from gossip_tts.train.offload import MasterWeights, offload_adamw
 from gossip_tts.train.parallel import Group, add_full_into, compile_problem, copy_full_into, full_tensor, place_like, rank_seed, wrap_model
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from peer.trainer import ParamSpec, StepStats, flatten
 
 MODEL_PREFIX = "model."
@@ -72,7 +72,7 @@ class TTSTrainer:
     own data order and noise (`rank_seed`), the model wrapped by DDP or sharded by FSDP2.
     With FSDP2, `get_flat_params`, `set_flat_params`, `state_tensors` and
     `load_state_tensors` are collectives: every rank must call them in the same order
-    (peer/group.py makes sure of it).
+    (peer/local/group.py makes sure of it).
 
     `data` bounds what the shards may cost (`DataLimits`). Setting `stop` makes a wait for
     data (a stalled source) raise StopRequested, a KeyboardInterrupt, so the training loop

@@ -1,7 +1,7 @@
 """The gossip state of one peer: its public copy, outbox and neighbour copies. No I/O.
 
 Thread contract: a `GossipNode` belongs to exactly one thread, its owner (the node worker
-of a real peer, `peer.node_worker.NodeWorker`; simnet's event loop). Every method mutates
+of a real peer, `peer.net.node_worker.NodeWorker`; simnet's event loop). Every method mutates
 state and must be called from the owner only; none takes a lock. The training thread never
 calls it: it reads the `view_slot` and `average.current` (immutable snapshots, see
 `peer.core.view`, `peer.core.average`) and hands parameter copies to the owner to `publish`.

@@ -5,7 +5,7 @@ capped: a shard at the manifest's size (a source that offers or sends more is re
 `too_long`), a manifest at MAX_MANIFEST_BYTES, an advert at MAX_ADVERT_BYTES. A socket that
 is silent for `stall_s` fails the read. The deadline covers the whole request (connecting,
 the status line and headers, the body) and for shards so does `stop`: a `Watchdog`
-(`peer/socket_watchdog.py`) shuts the socket down when either comes, so a server
+(`peer/shards/socket_watchdog.py`) shuts the socket down when either comes, so a server
 trickling a byte just within `stall_s`, headers included, cannot hold a reader for good.
 A Content-Length or Content-Range that is not a plain ASCII number is refused as a lie.
 Nothing here judges the bytes: the fetcher hashes them.
@@ -24,7 +24,7 @@ from typing import Any, Callable
 from peer.core.addresses import parse_address
 from peer.shards.advert import parse_advert
 from peer.shards.manifest import load_json
-from peer.socket_watchdog import ReadAborted, ReadDeadline, Watchdog
+from peer.shards.socket_watchdog import ReadAborted, ReadDeadline, Watchdog
 
 CHUNK = 256 * 1024
 MAX_ADVERT_BYTES = 1 << 20

@@ -56,6 +56,11 @@ class ShardFetcher:
         """Set whenever a shard is added (the start-up wait watches it)."""
         self._gauge()
 
+    def ask_from(self, addresses: Callable[[], list[str]], self_address: Callable[[], str]) -> None:
+        """From the next round on, ask `addresses` for adverts (a running peer's verified
+        neighbours) and never `self_address()`, our own."""
+        self.addresses, self.self_address = addresses, self_address
+
     def start(self) -> None:
         self._ticker.start()
 

@@ -30,7 +30,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from peer.checkpoint import CheckpointError, digest, load_checkpoint
+from peer.local.checkpoint import CheckpointError, digest, load_checkpoint
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import PeerProcess, last_step
 

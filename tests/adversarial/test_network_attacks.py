@@ -23,9 +23,9 @@ import pytest
 import torch
 from aiohttp import web
 
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from peer.core.node import limits_for
-from peer.status import REFRESH_S
+from peer.net.status import REFRESH_S
 from protocol import unpack_bundle
 from protocol.limits import Limits
 from tests.adversarial.conftest import (
@@ -317,7 +317,7 @@ ONE_SHOT_KEYS = 300
 MAX_NEIGHBOURS = 8  # GossipConfig.max_neighbours
 SAMPLED_BATCHES = 20
 """Batches of one-shot keys held through a status refresh: pushed copies are never mixed (pull-only),
-so their series appear only when peer.status refreshes its summary."""
+so their series appear only when peer.net.status refreshes its summary."""
 
 
 def test_one_shot_keys_leave_no_per_peer_series(pair):

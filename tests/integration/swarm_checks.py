@@ -8,7 +8,7 @@ import torch
 
 from gossip_tts.eval_app import EvalConfig, evaluate
 from gossip_tts.train.trainer import MODEL_PREFIX
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 
 
 def eval_loss(ckpt: Path, val: Path) -> float:

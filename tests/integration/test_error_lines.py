@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from gossip_tts import logs
 from gossip_tts.cli import main
-from peer.checkpoint import save_checkpoint
+from peer.local.checkpoint import save_checkpoint
 
 PEER = ["peer", "--preset", "tiny", "--device", "cpu", "--no-mdns", "--listen", "127.0.0.1:0", "--max-steps", "1"]
 SOLO = ["peer", "--solo", "--preset", "tiny", "--device", "cpu", "--max-steps", "1"]
@@ -181,7 +181,7 @@ def test_a_refused_dial_is_named_as_refused_not_as_aiohttp_text():
 
     import aiohttp
 
-    from peer.net_errors import describe_failure
+    from peer.net.errors import describe_failure
 
     async def dial(port: int) -> str:
         async with aiohttp.ClientSession() as client:

@@ -4,7 +4,7 @@ import re
 import signal
 import time
 
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import last_step
 

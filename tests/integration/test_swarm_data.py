@@ -243,7 +243,7 @@ async def _abort(transports: list[asyncio.Transport]) -> None:
 RSS_SERVER = """
 import sys, time
 from pathlib import Path
-import peer.shard_routes as routes
+import peer.net.shard_routes as routes
 from peer.shards.config import SwarmDataConfig
 from peer.shards.manifest import read_manifest
 from peer.shards.store import ShardStore
@@ -298,7 +298,7 @@ def _frame_budget(preset: str) -> int:
     from gossip_tts.model import count_parameters, model_config
     from gossip_tts.model.dit import EchoDiT
     from peer.core.node import limits_for
-    from peer.net_config import NetConfig
+    from peer.net.config import NetConfig
 
     with torch.device("meta"):
         numel = count_parameters(EchoDiT(model_config(preset)))

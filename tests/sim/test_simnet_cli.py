@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from simnet.cli_app import SimnetAppConfig, run
 from simnet.models import register_model
 from simnet.plots import write_plots

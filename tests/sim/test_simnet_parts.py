@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from simnet.attacks import AttackConfig, AttackTrainer
 from simnet.baselines import SyncSim, ring_allreduce_s
 from simnet.churn import ChurnConfig, churn_events

@@ -1,4 +1,5 @@
-"""A real AsyncDriver on its own event loop thread, serving on 127.0.0.1, for driver tests."""
+"""A real AsyncDriver and its HTTP server on their own event loop thread, serving on 127.0.0.1,
+for driver tests."""
 
 from __future__ import annotations
 
@@ -14,13 +15,35 @@ import torch
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
+from peer.net.http_server import HttpServer
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import Identity
 
 DIM = 16
+
+
+@dataclass
+class Network:
+    """A driver and the HTTP server the runtime would start beside it, started and stopped in
+    the runtime's order (`peer.runtime.GossipPeer`)."""
+
+    driver: AsyncDriver
+    server: HttpServer
+
+    @classmethod
+    def of(cls, driver: AsyncDriver) -> "Network":
+        return cls(driver, HttpServer(driver, driver.worker, driver.net_cfg, driver.metrics,
+                                      driver.session.cfg.request_timeout_s))
+
+    async def start(self) -> str:
+        return await self.driver.async_start(await self.server.start())
+
+    async def stop(self) -> None:
+        await self.driver.async_stop()
+        await self.server.stop()
 
 
 @dataclass
@@ -28,6 +51,7 @@ class RunningDriver:
     driver: AsyncDriver
     node: GossipNode
     loop: asyncio.AbstractEventLoop
+    network: Network
 
     def call(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
         """Run `coro` on the driver's loop and wait for it."""
@@ -47,14 +71,14 @@ def running_driver(seed: int, on_adopt: Callable[[torch.Tensor], None] = lambda 
     worker = NodeWorker(node, time.time)
     driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
                          emit=lambda line: None, on_adopt=on_adopt)
-    running = RunningDriver(driver, node, loop)
+    running = RunningDriver(driver, node, loop, Network.of(driver))
     try:
-        running.call(driver.async_start())
+        running.call(running.network.start())
         yield running
     finally:
         try:
             if stop:
-                running.call(driver.async_stop())
+                running.call(running.network.stop())
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)

@@ -6,13 +6,12 @@ import asyncio
 import hashlib
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from peer.metrics import Metrics
-from peer.shard_routes import ShardServer, add_shard_routes
+from peer.net.shard_routes import ShardServer, add_shard_routes
 from peer.shards.advert import advert_body
 from peer.shards.config import SwarmDataConfig
 from peer.shards.manifest import Manifest, ShardEntry
@@ -64,7 +63,7 @@ class Served:
 def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: Metrics | None = None) -> tuple[Served, ShardServer]:
     server = ShardServer(store, cfg or SwarmDataConfig(), metrics or Metrics(process=False))
     app = web.Application()
-    add_shard_routes(app, SimpleNamespace(shards=server))
+    add_shard_routes(app, server)
     return Served(app), server
 
 

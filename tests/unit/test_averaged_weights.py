@@ -1,7 +1,7 @@
 """The averaged weights a peer hands its user: the power-function EMA (exact values against its
 per-step definition), the swarm estimate's bound on any one copy, the node keeping it at each
 publish, and checkpoints carrying it (async_opt.averaging, peer.core.average,
-peer.averaged_weights)."""
+peer.local.averaged_weights)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch
 from async_opt.averaging import (SIGMA_REL_MAX, PowerEma, power_ema_exponent, progress_ratio, sigma_rel_of,
                                  swarm_estimate)
 from async_opt.mixing import safe_norm
-from peer.averaged_weights import SoloAverage, checkpoint_tensors, restore
-from peer.checkpoint import AVERAGE_PREFIX
+from peer.local.averaged_weights import SoloAverage, checkpoint_tensors, restore
+from peer.local.checkpoint import AVERAGE_PREFIX
 from peer.core.average import SwarmAverage
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode

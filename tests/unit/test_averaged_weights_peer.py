@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from peer.averaged_weights import SoloAverage, restore
-from peer.checkpoint import AVERAGE_PREFIX, load_checkpoint
+from peer.local.averaged_weights import SoloAverage, restore
+from peer.local.checkpoint import AVERAGE_PREFIX, load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.loop import LoopConfig, run_loop
-from peer.net_config import NetConfig
+from peer.local.loop import LoopConfig, run_loop
+from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 
 GOSSIP = GossipConfig(swarm="average-test", gossip_every=2, compression="identity")

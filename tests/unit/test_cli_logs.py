@@ -20,7 +20,7 @@ def test_console_lines_carry_a_timestamp_and_quiet_keeps_only_warnings(tmp_path)
     out = io.StringIO()
     logs.configure(stream=out)
     logs.emitter()("listening on http://127.0.0.1:7000 peer_id=ab")
-    logging.getLogger("peer.loop").warning("checkpoint write failed")
+    logging.getLogger("peer.local.loop").warning("checkpoint write failed")
     lines = out.getvalue().splitlines()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} listening on http://127\.0\.0\.1:7000 peer_id=ab", lines[0])
     assert re.fullmatch(r"\S+ \S+ WARNING checkpoint write failed", lines[1])
@@ -36,10 +36,10 @@ def test_json_file_gets_one_object_per_line_even_when_quiet(tmp_path):
     path = tmp_path / "logs" / "peer.jsonl"
     logs.configure(quiet=True, json_file=path, stream=io.StringIO())
     logs.emitter()('step 5 loss 1.0 "quoted"\nsecond line')
-    logging.getLogger("peer.discovery").warning("mDNS is blocked")
+    logging.getLogger("peer.net.discovery").warning("mDNS is blocked")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["message"] for r in rows] == ['step 5 loss 1.0 "quoted"\nsecond line', "mDNS is blocked"]
-    assert [r["level"] for r in rows] == ["info", "warning"] and rows[1]["logger"] == "peer.discovery"
+    assert [r["level"] for r in rows] == ["info", "warning"] and rows[1]["logger"] == "peer.net.discovery"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", rows[0]["time"])
 
 

@@ -12,7 +12,7 @@ from gossip_tts import logs, settings
 from gossip_tts.cli import main, peer
 from gossip_tts.cli_options import SettingOption
 from gossip_tts.preflight import DirectoryLock
-from peer.checkpoint import save_checkpoint
+from peer.local.checkpoint import save_checkpoint
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """An adoption runs off the event loop: while the trainer loads an adopted state (a full copy
-to the device, or a broadcast to every rank of a group: peer/group.py), the peer keeps
+to the device, or a broadcast to every rank of a group: peer/local/group.py), the peer keeps
 answering hellos, /v1/status and /metrics (docs/architecture.md, "Three threads"); one that
 fails ends the join with its error, and the run stops rather than hang or train on it."""
 
@@ -14,8 +14,8 @@ import torch
 
 from peer.core.actions import Adopt, JoinDone
 from peer.core.gossip_config import GossipConfig
-from peer.driver import AsyncDriver
-from peer.net_config import NetConfig
+from peer.net.driver import AsyncDriver
+from peer.net.config import NetConfig
 from protocol import Identity
 from tests.unit.driver_helpers import DIM, running_driver
 
@@ -79,14 +79,14 @@ def test_a_failed_adoption_ends_the_join_with_its_error_instead_of_hanging() -> 
 
 
 def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_path, monkeypatch) -> None:
-    from peer.loop import LoopConfig
+    from peer.local.loop import LoopConfig
     from peer.runtime import GossipPeer
-    from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+    from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
     start = AsyncDriver.async_start
 
-    async def start_then_fail_the_join(self: AsyncDriver) -> str:
-        address = await start(self)
+    async def start_then_fail_the_join(self: AsyncDriver, bound_port: int) -> str:
+        address = await start(self, bound_port)
         self.join_error = RuntimeError("the device ran out of memory")
         self.joined.set()
         return address

@@ -13,13 +13,14 @@ import torch
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import Identity
 from simnet.config import world_from_dict
 from simnet.swarm import GossipSim
+from tests.unit.driver_helpers import Network
 
 DIM = 16
 GOSSIP = GossipConfig(swarm="fetched-test")
@@ -47,12 +48,14 @@ def test_the_real_driver_keeps_no_refused_state_after_joining_alone(verdict: str
     probed: list[torch.Tensor] = []
     server = _driver(b"\x61", SessionConfig(join=False), [], None)
     joiner = None
+    networks = [Network.of(server)]
     try:
-        on_loop(server.async_start())
+        on_loop(networks[0].start())
         on_loop(at_step(server, 10))
         probe = (lambda x: probed.append(x) or False) if verdict == "scores_worse" else None
         joiner = _driver(b"\x62", SessionConfig(join=True, join_timeout_s=10.0), [server.address], probe)
-        on_loop(joiner.async_start())
+        networks.insert(0, Network.of(joiner))
+        on_loop(networks[0].start())
         assert joiner.joined.wait(10.0)
         on_loop(asyncio.sleep(0.05))  # the JoinDone task has run
         m = joiner.metrics
@@ -62,10 +65,9 @@ def test_the_real_driver_keeps_no_refused_state_after_joining_alone(verdict: str
         assert len(joiner._fetched) == 0
         assert torch.equal(joiner.node.last_x, torch.zeros(DIM))  # nothing adopted
     finally:
-        for d in (joiner, server):
-            if d is not None:
-                on_loop(d.async_stop())
-                d.worker.close()
+        for network in networks:
+            on_loop(network.stop())
+            network.driver.worker.close()
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()

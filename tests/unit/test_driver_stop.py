@@ -1,5 +1,5 @@
 """Stopping a peer with a request still in progress (a slow shard upload, a /v1/state answer
-to a slow reader): the server gives it `driver.SHUTDOWN_TIMEOUT_S` and then ends it, and a
+to a slow reader): the server gives it `http_server.SHUTDOWN_TIMEOUT_S` and then ends it, and a
 network stop that overruns its wait (`runtime.STOP_WAIT_S`) is logged, not raised, so the
 run's result and its final checkpoint still come back."""
 
@@ -13,16 +13,16 @@ import urllib.request
 import pytest
 import torch
 
-import peer.driver as driver_mod
+import peer.net.http_server as http_server_mod
 import peer.runtime as runtime_mod
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.driver import AsyncDriver
-from peer.loop import LoopConfig
-from peer.net_config import NetConfig
+from peer.net.driver import AsyncDriver
+from peer.local.loop import LoopConfig
+from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import running_driver
 
@@ -56,17 +56,17 @@ def _ask_state(address: str) -> None:
 
 def test_the_shutdown_timeout_is_well_inside_the_stop_wait() -> None:
     # runner.cleanup gives a request in progress the timeout to finish, then as long again once cancelled
-    assert 0 < 2 * driver_mod.SHUTDOWN_TIMEOUT_S < runtime_mod.STOP_WAIT_S / 2
+    assert 0 < 2 * http_server_mod.SHUTDOWN_TIMEOUT_S < runtime_mod.STOP_WAIT_S / 2
 
 
 def test_stop_ends_a_request_in_progress_within_the_shutdown_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver_mod, "SHUTDOWN_TIMEOUT_S", 0.3, raising=False)
+    monkeypatch.setattr(http_server_mod, "SHUTDOWN_TIMEOUT_S", 0.3, raising=False)
     entered = _hang_state_requests(monkeypatch)
     with running_driver(0x51, stop=False) as rig:
         _ask_state(rig.driver.address)
         assert entered.wait(5.0)
         t0 = time.monotonic()
-        rig.call(rig.driver.async_stop(), 5.0)
+        rig.call(rig.network.stop(), 5.0)
         assert time.monotonic() - t0 < 2 * 0.3 + 1.0
 
 

@@ -30,12 +30,13 @@ from peer.core.control import read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.hello import make_hello, read_hello
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import FrameRefused, Identity, decode_frame, pack_bundle
 from protocol.messages import bundle_digest, make_control_frame, make_snapshot_frame, make_update_frame
+from tests.unit.driver_helpers import Network
 
 HOSTILE = [
     "\x1b[2J\x1b[H",  # clear the screen
@@ -131,9 +132,10 @@ def victim():
     driver = AsyncDriver(NodeWorker(node, time.time), SessionConfig(join=False, hello_every_s=0.2),
                          NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(), emit=logging.getLogger("peer").info,
                          on_adopt=lambda x: None)
-    asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
+    network = Network.of(driver)
+    asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
     yield driver, loop
-    asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
+    asyncio.run_coroutine_threadsafe(network.stop(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()

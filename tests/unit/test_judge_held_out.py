@@ -14,7 +14,7 @@ from gossip_tts.audio import MelCodec, write_wav
 from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
 from gossip_tts.model import EchoDiT, model_config
 from gossip_tts.train.trainer import MODEL_PREFIX
-from peer.checkpoint import save_checkpoint
+from peer.local.checkpoint import save_checkpoint
 from tests.unit.judge_helpers import LoudnessEars
 
 

@@ -11,7 +11,7 @@ import torch
 from gossip_tts.model import EchoDiT, model_config
 from gossip_tts.train.load import load_model
 from gossip_tts.train.trainer import MODEL_PREFIX
-from peer.checkpoint import AVERAGE_PREFIX, CheckpointError, save_checkpoint
+from peer.local.checkpoint import AVERAGE_PREFIX, CheckpointError, save_checkpoint
 
 CPU = torch.device("cpu")
 

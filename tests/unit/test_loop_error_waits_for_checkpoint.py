@@ -1,4 +1,4 @@
-"""run_loop ending on an error must not abandon a checkpoint write still in flight (peer/loop.py)."""
+"""run_loop ending on an error must not abandon a checkpoint write still in flight (peer/local/loop.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import peer.checkpoint as checkpoint
-from peer.checkpoint import load_newest_good
-from peer.loop import LoopConfig, run_loop
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+import peer.local.checkpoint as checkpoint
+from peer.local.checkpoint import load_newest_good
+from peer.local.loop import LoopConfig, run_loop
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
 
 class Boom(RuntimeError):

@@ -8,7 +8,7 @@ import torch
 
 from gossip_tts.train.parallel import ParallelConfig, init_group
 from gossip_tts.train.trainer import TTSTrainer
-from peer.group import GroupComm, GroupTrainer, follow
+from peer.local.group import GroupComm, GroupTrainer, follow
 from tests.unit.parallel_helpers import spawn
 from tests.unit.test_parallel_train import config, corpus  # noqa: F401  (the fixture)
 

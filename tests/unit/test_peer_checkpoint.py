@@ -4,7 +4,7 @@ import threading
 import pytest
 import torch
 
-from peer.checkpoint import BackgroundCheckpointer, CheckpointError, checkpoint_path, load_checkpoint, save_checkpoint
+from peer.local.checkpoint import BackgroundCheckpointer, CheckpointError, checkpoint_path, load_checkpoint, save_checkpoint
 
 
 def test_round_trip_keeps_tensors_and_meta(tmp_path):

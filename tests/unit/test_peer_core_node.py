@@ -10,7 +10,7 @@ from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.core.snapshots import SnapshotCache
 from peer.metrics import Metrics
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from protocol import FrameRefused, Identity
 from tests.unit.exchange_helpers import exchange
 

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from peer.discovery import PeerInfo
+from peer.net.discovery import PeerInfo
 from peer.core.table import NeighbourConfig, NeighbourTable
 
 SELF_ID = "f" * 64

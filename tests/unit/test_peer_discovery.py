@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from peer.discovery import Discovery, PeerInfo, StaticDiscovery, format_address, parse_address
-from peer.mdns import SERVICE_TYPE, MdnsConfig, MdnsDiscovery
+from peer.net.discovery import Discovery, PeerInfo, StaticDiscovery, format_address, parse_address
+from peer.net.mdns import SERVICE_TYPE, MdnsConfig, MdnsDiscovery
 
 LOOPBACK = ["127.0.0.1"]  # never the default interfaces: nothing may leave the machine
 RUN = secrets.token_hex(4)  # other test runs on this host may be announcing at the same time
@@ -142,7 +142,7 @@ def test_announcements_past_max_services_are_ignored_and_counted():
 
     from zeroconf import ServiceStateChange
 
-    from peer.mdns import SERVICE_TYPE
+    from peer.net.mdns import SERVICE_TYPE
 
     async def scenario() -> None:
         rec = Recorder(time.monotonic())

@@ -14,10 +14,10 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.hello import Hello
 from peer.core.node import GossipNode
 from peer.core.session import Session
-from peer.driver import AsyncDriver
+from peer.net.driver import AsyncDriver
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from protocol import Identity
 from simnet.config import world_from_dict
 from simnet.swarm import GossipSim

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from peer.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_newest_good, save_checkpoint
-from peer.loop import LoopConfig, run_loop
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_newest_good, save_checkpoint
+from peer.local.loop import LoopConfig, run_loop
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
 
 class Poisonable(LeastSquaresTrainer):

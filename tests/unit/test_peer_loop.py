@@ -3,9 +3,9 @@ import threading
 import pytest
 import torch
 
-from peer.checkpoint import load_checkpoint
-from peer.loop import LoopConfig, run_loop
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.checkpoint import load_checkpoint
+from peer.local.loop import LoopConfig, run_loop
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
 
 def make_trainer(**kw):

@@ -11,13 +11,13 @@ import time
 import pytest
 import torch
 
-from peer.checkpoint import load_checkpoint
+from peer.local.checkpoint import load_checkpoint
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.loop import LoopConfig
-from peer.net_config import NetConfig
+from peer.local.loop import LoopConfig
+from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 
 DIM = 64

@@ -15,8 +15,8 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.metrics import Metrics
-from peer.node_worker import NOW as NOW_ARG, NodeWorker
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.net.node_worker import NOW as NOW_ARG, NodeWorker
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity, TicketBook, make_update_frame, pack_bundle
 from tests.unit.exchange_helpers import exchange, push
 

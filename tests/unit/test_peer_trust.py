@@ -2,7 +2,7 @@
 
 import pytest
 
-from peer.trust import load_trusted_keys
+from peer.net.trust import load_trusted_keys
 
 
 def test_keys_comments_and_blank_lines(tmp_path):

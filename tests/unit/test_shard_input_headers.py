@@ -2,7 +2,7 @@
 
 `str.isdigit()` passes "²", which int() refuses, and int() refuses more than 4,300 digits: a
 hostile header must be refused as a bad source or a bad request, never escape as a ValueError
-(`peer/shards/download.py`, `peer/shard_routes.py`).
+(`peer/shards/download.py`, `peer/net/shard_routes.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gossip_tts.swarm_data import load_manifest
-from peer.shard_routes import RangeNotSatisfiable, parse_range
+from peer.net.shard_routes import RangeNotSatisfiable, parse_range
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped
 from tests.unit.shard_server_helpers import own_store, serve_store
 

@@ -2,7 +2,7 @@
 
 A request refused before it opened (a second /v1/state within `state_every_s`, an upload
 refused because all slots are busy) must leave no entry behind, or addresses, of which an
-attacker has plenty, grow the map for good (`peer/http_guard.py`, `peer/shard_routes.py`).
+attacker has plenty, grow the map for good (`peer/net/http_guard.py`, `peer/net/shard_routes.py`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from peer.http_guard import RequestGuard
+from peer.net.http_guard import RequestGuard
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.shard_routes import ShardServer
+from peer.net.config import NetConfig
+from peer.net.shard_routes import ShardServer
 from peer.shards.config import SwarmDataConfig
 from tests.unit.shard_server_helpers import own_store
 

@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from peer.metrics import Metrics
-import peer.shard_routes as routes
-from peer.shard_routes import RangeNotSatisfiable, parse_range
+import peer.net.shard_routes as routes
+from peer.net.shard_routes import RangeNotSatisfiable, parse_range
 from peer.shards.pacer import UploadPacer
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped, read_advert
@@ -192,13 +192,11 @@ def test_a_source_that_dies_leaves_the_part_for_the_next(tmp_path: Path) -> None
 
 
 def test_no_store_answers_404(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
-    from peer.shard_routes import add_shard_routes
+    from peer.net.shard_routes import add_shard_routes
     from tests.unit.shard_server_helpers import Served
 
     app = web.Application()
-    add_shard_routes(app, SimpleNamespace())
+    add_shard_routes(app, None)
     srv = Served(app)
     try:
         with pytest.raises(SourceFailed, match="http_404"):

@@ -18,17 +18,18 @@ from gossip_tts.cli import main
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
-from peer.driver import AsyncDriver
-from peer.loop import LoopConfig, ProgressMeter, record_step
+from peer.net.driver import AsyncDriver
+from peer.local.loop import LoopConfig, ProgressMeter, record_step
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NodeWorker
 from peer.runtime import GossipPeer
-from peer.status import consensus_distance
-from peer.status_history import LossHistory, history_of
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.net.status import consensus_distance
+from peer.local.status_history import LossHistory, history_of
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from peer.trainer import StepStats
 from protocol import Identity
+from tests.unit.driver_helpers import Network
 
 
 def _get(url: str) -> tuple[str, bytes]:
@@ -52,9 +53,10 @@ def lone_driver():
     worker = NodeWorker(node, time.time)
     driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
                          emit=lambda s: None, on_adopt=lambda x: None)
-    asyncio.run_coroutine_threadsafe(driver.async_start(), loop).result(30)
+    network = Network.of(driver)
+    asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
     yield driver
-    asyncio.run_coroutine_threadsafe(driver.async_stop(), loop).result(30)
+    asyncio.run_coroutine_threadsafe(network.stop(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from peer.loop import LoopConfig, run_loop
+from peer.local.loop import LoopConfig, run_loop
 from peer.metrics import Metrics
-from peer.status_history import LossHistory, history_of
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.local.status_history import LossHistory, history_of
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
 
 def trainer() -> LeastSquaresTrainer:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from peer.group import GroupComm, GroupTrainer, follow
-from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
+from peer.local.group import GroupComm, GroupTrainer, follow
+from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from simnet.mlp_trainer import MLPConfig, MLPTrainer
 from tests.unit.parallel_helpers import spawn
 

@@ -27,7 +27,7 @@ import ifaddr
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from peer.discovery import PEER_ID_HEX_LEN, OnFound, OnLost, PeerInfo, format_address, is_peer_id, safe_call
+from peer.net.discovery import PEER_ID_HEX_LEN, OnFound, OnLost, PeerInfo, format_address, is_peer_id, safe_call
 
 log = logging.getLogger(__name__)
 

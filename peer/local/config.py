@@ -1,7 +1,7 @@
 """`LoopConfig`, the settings of the local training loop, in a module that imports no torch.
 
 `gossip-tts peer --help` reads every default from the config dataclasses; while this class
-lived in `peer/loop.py` (which imports the trainer and so torch), `--help` took seconds.
+lived in `peer/local/loop.py` (which imports the trainer and so torch), `--help` took seconds.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """`GET /v1/status` (typed JSON) and `GET /` (the live status page) of a peer.
 
 Thread contract (docs/architecture.md): handlers run on the event loop. They read the
-session's neighbour table (the loop owns it), `Metrics` and the loss history (both
-thread-safe), and get what only the node knows (its neighbour copies: their steps, when
-they were last heard from) as an immutable `NodeSummary` built on the node worker. They
-never touch `driver.node.neighbours` themselves.
+session's neighbour table through the driver's declared queries (`StatusFace`; the loop
+owns the table), `Metrics` and the loss history (both thread-safe), and get what only the
+node knows (its neighbour copies: their steps, when they were last heard from) as an
+immutable `NodeSummary` built on the node worker. They never touch `node.neighbours` themselves.
 
 Typed means: counts and steps are JSON integers, rates and losses are floats, and what is
 not known yet (the loss before the first step, a neighbour's round-trip time before the
@@ -21,16 +21,18 @@ import statistics
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Protocol
 
 from aiohttp import web
 
-from peer.status_history import history_of
+from peer.local.status_history import history_of
 
 if TYPE_CHECKING:
+    from peer.core.addresses import PeerInfo
     from peer.core.node import GossipNode
-    from peer.driver import AsyncDriver
+    from peer.core.table import NeighbourHealth
     from peer.metrics import Metrics
+    from peer.net.node_worker import NodeWorker
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,32 @@ PEER_LABEL = "peer"
 """The label of per-neighbour series (the first 16 hex digits of the neighbour's key)."""
 CONSENSUS_CHUNK = 1 << 22
 """Parameters per chunk of the consensus computation: memory stays O(chunk), not O(model)."""
+
+
+class StatusFace(Protocol):
+    """What the status asks of the driver, on the event loop (the session's thread)."""
+
+    @property
+    def address(self) -> str:
+        """The address we advertise ("" before the server is up)."""
+        ...
+
+    @property
+    def step(self) -> int:
+        """The step the session last heard of from the training thread."""
+        ...
+
+    def mono(self) -> float:
+        """The session's clock."""
+        ...
+
+    def live_peers(self) -> list["PeerInfo"]:
+        """The neighbour table's peers not judged dead."""
+        ...
+
+    def known_neighbours(self) -> list["NeighbourHealth"]:
+        """Every live table entry and every static one (kept while dead), by address."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -108,8 +136,10 @@ def _finite(x: float | None) -> float | None:
 class StatusService:
     """Serves `/v1/status` and `/`, and keeps the node summary and its gauges fresh."""
 
-    def __init__(self, driver: "AsyncDriver") -> None:
-        self.driver = driver
+    def __init__(self, face: StatusFace, worker: "NodeWorker", metrics: "Metrics") -> None:
+        self.face, self.worker, self.metrics = face, worker, metrics
+        node = worker.node  # who we are is fixed for the run: read once, not on the loop again
+        self.identity = {"peer_id": node.peer_id, "swarm": node.cfg.swarm, "fingerprint": node.fingerprint}
         self.summary: NodeSummary | None = None
         self.consensus: float | None = None
         self._next_consensus = 0.0
@@ -129,9 +159,8 @@ class StatusService:
         return await self._refresh(True)
 
     async def _refresh(self, consensus: bool) -> NodeSummary:
-        d = self.driver
         t0 = time.monotonic()
-        summary = await d.worker.call(summarize_node, d.node, d.metrics, consensus)
+        summary = await self.worker.call(summarize_node, self.worker.node, self.metrics, consensus)
         if consensus:
             self.consensus = summary.consensus_distance
             spent = time.monotonic() - t0
@@ -153,8 +182,8 @@ class StatusService:
         while True:
             try:
                 await self.refresh(consensus=time.monotonic() >= self._next_consensus)
-                self.driver.metrics.set("peers_live", len(self.driver.session.table.live()),
-                                        help="peers in the neighbour table not judged dead")
+                self.metrics.set("peers_live", len(self.face.live_peers()),
+                                 help="peers in the neighbour table not judged dead")
             except (RuntimeError, ValueError) as exc:  # worker shut down, or a copy vanished mid-read
                 log.debug("status refresh failed: %s", exc)
             await asyncio.sleep(REFRESH_S)
@@ -168,19 +197,17 @@ class StatusService:
     # ------------------------------------------------------------------ assembly
     def assemble(self, summary: NodeSummary | None) -> dict[str, Any]:
         """The /v1/status object (see the module docstring for its typing rules)."""
-        d, metrics = self.driver, self.driver.metrics
+        face, metrics = self.face, self.metrics
         history = history_of(metrics)
         last = history.last()
         steps_per_s, audio_per_s = history.rates()
-        step = max(int(d.session.step), last[0] if last else 0)
+        step = max(int(face.step), last[0] if last else 0)
         refusals = {labels.get("reason", ""): int(v) for name, labels, v in metrics.series()
                     if name == "frames_refused_total" and v}
-        live = d.session.table.live()
+        live = face.live_peers()
         return {
-            "peer_id": d.node.peer_id,
-            "swarm": d.node.cfg.swarm,
-            "fingerprint": d.node.fingerprint,
-            "listen": d.address,
+            **self.identity,
+            "listen": face.address,
             "time": time.time(),
             "step": step,
             "loss": _finite(last[1]) if last else None,
@@ -199,16 +226,11 @@ class StatusService:
 
     def _neighbour_rows(self, summary: NodeSummary | None, our_step: int) -> list[dict[str, Any]]:
         """Table entries (live, or static ones kept while dead) joined by peer id with the node's copies."""
-        d = self.driver
-        table, mono_now, wall_now = d.session.table, d.mono(), time.time()
+        mono_now, wall_now = self.face.mono(), time.time()
         held = {n.peer_id: n for n in (summary.neighbours if summary else ())}
         rows: dict[str, dict[str, Any]] = {}
-        addresses = {p.address: p for p in [*table.live(), *table.static_peers()]}
-        for address in sorted(addresses):
-            health = table.health(address)
-            if health is None:
-                continue
-            info = health.info
+        for health in self.face.known_neighbours():
+            info, address = health.info, health.info.address
             rows[info.peer_id or address] = {
                 "peer_id": info.peer_id or None, "address": address, "live": not health.dead,
                 "rtt_s": health.rtt_s, "step": None, "staleness": None,
@@ -232,7 +254,7 @@ class StatusService:
     async def serve_page(self, request: web.Request) -> web.Response:
         """GET /: the status page (one static file: it draws itself from /v1/status)."""
         if self._page is None:
-            self._page = resources.files("peer").joinpath("static/status.html").read_bytes()
+            self._page = resources.files("peer.net").joinpath("static/status.html").read_bytes()
         return web.Response(body=self._page, content_type="text/html", charset="utf-8",
                             headers={"Cache-Control": "no-store"})
 

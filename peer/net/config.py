@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer.discovery import parse_address
+from peer.net.discovery import parse_address
 
 
 @dataclass

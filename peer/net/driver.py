@@ -3,7 +3,9 @@
 It decides nothing. Events (a step boundary, a discovery, a reply, a timeout, a tick) go
 to `peer.core.session.Session`; the actions it returns are performed here, with every
 piece of node work sent to the `NodeWorker` thread. It runs on the event-loop thread;
-only `notify_boundary` may be called from another thread. See docs/architecture.md.
+only `notify_boundary` and `verified_addresses` may be called from another thread. Its HTTP
+server (`peer.net.http_server`) is started beside it and answers through the driver's
+`serve_*` methods and queries. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any, Callable, Coroutine
 
 import aiohttp
 import torch
-from aiohttp import web
 
 from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
@@ -30,26 +31,19 @@ from peer.core.config import SessionConfig
 from peer.core.fetched import FetchedStates
 from peer.core.hello import make_hello, read_hello
 from peer.core.session import Session
-from peer.net_errors import describe_failure, listen_failure
-from peer.http_app import build_app
-from peer.http_guard import CappedSite, QuietBadRequests, response_counter
-from peer.http_io import BodyTooLarge, read_capped
+from peer.core.table import NeighbourHealth
+from peer.net.errors import describe_failure
+from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
-from peer.node_worker import NOW, NodeWorker
+from peer.net.config import NetConfig
+from peer.net.node_worker import NOW, NodeWorker
 from protocol import FrameRefused
 
 log = logging.getLogger(__name__)
 HELLO_MAX_BYTES = 64 * 1024
 """A hello is a few hundred bytes plus at most 64 peer entries: anything larger is refused unread."""
-LINGER_S = 0.0
-"""How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
-the connection is closed after the answer: reading on lets refused senders keep streaming, and
-buffers what is dropped (docs/benchmarks.md#the-http-servers-linger-and-shutdown-timeouts)."""
-SHUTDOWN_TIMEOUT_S = 5.0
-"""At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
-reader) may go on before it is cancelled; the cancelled handler gets as long again to end.
-Well inside the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
+VERIFIED_WAIT_S = 5.0
+"""How long `verified_addresses`, asked from another thread, waits for the loop to answer."""
 
 
 def lan_ip() -> str:
@@ -71,7 +65,7 @@ def _is_ipv4(host: str) -> bool:
 
 
 class AsyncDriver:
-    """Owns the session, the HTTP server and client, discovery and the timer."""
+    """Owns the session, the HTTP client, discovery and the timer."""
 
     def __init__(self, worker: NodeWorker, session_cfg: SessionConfig, net_cfg: NetConfig, metrics: Metrics,
                  emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor], None],
@@ -90,7 +84,6 @@ class AsyncDriver:
         """When a list, every dispatched action is appended (tests compare drivers with it)."""
         self.address = ""
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self._discoveries: list[Any] = []
         self._tasks: set[asyncio.Task] = set()
@@ -111,23 +104,13 @@ class AsyncDriver:
         return time.time()
 
     # ------------------------------------------------------------------ lifecycle
-    async def async_start(self) -> str:
+    async def async_start(self, bound_port: int) -> str:
+        """Start the session, client, discovery and timer of a peer whose server listens on
+        `bound_port` (`peer.net.http_server.HttpServer.start`); the address we advertise.
+        Everything up to the first await runs before the server's first request is handled."""
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        host, port = parse_address(self.net_cfg.listen, listener=True)
-        self._runner = web.AppRunner(
-            build_app(self), auto_decompress=False,  # a refused compressed body is then not inflated either
-            keepalive_timeout=self.net_cfg.idle_timeout_s, lingering_time=LINGER_S,
-            access_log_class=response_counter(self.metrics), access_log=log, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-            logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
-        )
-        await self._runner.setup()
-        site = CappedSite(self._runner, host, port, max_connections=self.net_cfg.max_connections, metrics=self.metrics)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise listen_failure(self.net_cfg.listen, exc) from None
-        bound_port = site.port
+        host, _ = parse_address(self.net_cfg.listen, listener=True)
         advertise = self.net_cfg.advertise_host or (lan_ip() if host in ("0.0.0.0", "") else host)
         self.address = format_address(advertise, bound_port)
         self.node.listen = self.address
@@ -137,7 +120,7 @@ class AsyncDriver:
             timeout=aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s),
         )
         if self.net_cfg.mdns:
-            from peer.mdns import MdnsConfig, MdnsDiscovery
+            from peer.net.mdns import MdnsConfig, MdnsDiscovery
 
             self._discoveries.append(MdnsDiscovery(
                 MdnsConfig(
@@ -156,8 +139,9 @@ class AsyncDriver:
         return self.address
 
     async def async_stop(self) -> None:
-        """Stop serving and cancel the session's tasks. An adoption under way finishes first, so the
-        trainer and the node hold our own state or the whole adopted one (`GossipPeer._stop_network`)."""
+        """Cancel the session's tasks, stop discovery and the client (the server stops after, on
+        its own). An adoption under way finishes first, so the trainer and the node hold our own
+        state or the whole adopted one (`GossipPeer._stop_network`)."""
         if self._adopting is not None:
             await asyncio.gather(self._adopting, return_exceptions=True)
         for task in list(self._tasks):
@@ -167,8 +151,6 @@ class AsyncDriver:
             await d.async_stop()
         if self._client is not None:
             await self._client.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -302,7 +284,7 @@ class AsyncDriver:
     async def _adopt(self, a: Adopt) -> None:
         x = self._fetched.take(a.token)
         # Off the loop, which goes on answering hellos, /v1/status and mDNS: loading a state can be
-        # a copy to the device or a broadcast to every rank (peer/group.py). The training thread
+        # a copy to the device or a broadcast to every rank (peer/local/group.py). The training thread
         # waits on `joined`: it is not stepping.
         await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x)
         await self.worker.call(self.node.adopt, x, a.step)
@@ -317,7 +299,43 @@ class AsyncDriver:
             self._fetched.clear()
         self.joined.set()
 
-    # ------------------------------------------------------------------ serving (http_app)
+    # ------------------------------------------------------------------ queries (the HTTP face, the app)
+    @property
+    def accepting(self) -> bool:
+        """Whether inbound exchanges are served (not while joining: our state is about to change)."""
+        return self.session.accepting
+
+    @property
+    def step(self) -> int:
+        """The step the training thread last reported at a boundary."""
+        return self.session.step
+
+    def live_peers(self) -> list[PeerInfo]:
+        """The neighbour table's peers not judged dead, by address."""
+        return self.session.table.live()
+
+    def known_neighbours(self) -> list[NeighbourHealth]:
+        """Every live table entry and every static one (kept while dead), by address."""
+        table = self.session.table
+        addresses = sorted({p.address for p in [*table.live(), *table.static_peers()]})
+        return [h for h in map(table.health, addresses) if h is not None]
+
+    def verified_addresses(self) -> list[str]:
+        """From any thread but the loop's: the live neighbours that have answered us, read on the
+        loop (the session's thread); [] before the start, or while the loop is stopping."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return []
+
+        async def snapshot() -> list[str]:
+            return [p.address for p in self.session.table.verified()]
+
+        try:
+            return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(VERIFIED_WAIT_S)
+        except Exception:  # the loop is stopping
+            return []
+
+    # ------------------------------------------------------------------ serving (peer.net.http_app)
     async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
         """POST /v1/exchange from `address`: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,

@@ -15,8 +15,8 @@ that stops, or reads slower than `min_upload_kb_s`, is cut off when a piece is n
 (`slow_shard_reader`), so a slow reader holds a slot no longer. Refusals are counted in
 `http_refused_total{reason=...}`.
 
-`add_shard_routes(app, driver)` adds the routes; they serve the driver's `shards` (a
-`ShardServer`) when it has one, and answer 404 otherwise.
+`add_shard_routes(app, server)` adds the routes; they serve the `ShardServer` the runtime was
+given (`peer.runtime.GossipPeer`'s `shards`), and answer 404 when there is none.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import asyncio
 import re
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from aiohttp import web
 
-from peer.http_guard import count_down
+from peer.net.http_guard import count_down
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
@@ -212,9 +212,9 @@ async def _no_shards(request: web.Request) -> web.Response:
     return web.json_response({"missing": "this peer shares no corpus"}, status=404)
 
 
-def add_shard_routes(app: web.Application, driver: Any) -> None:
-    """Add GET /v1/shards and GET /v1/shards/{digest}, serving `driver.shards` if it is set."""
-    server: ShardServer | None = getattr(driver, "shards", None)
+def add_shard_routes(app: web.Application, server: ShardServer | None) -> None:
+    """Add GET /v1/shards and GET /v1/shards/{digest}, served by `server` (None: this peer shares
+    no corpus, and both answer 404)."""
     if server is None:
         app.router.add_get("/v1/shards", _no_shards)
         app.router.add_get("/v1/shards/{digest}", _no_shards)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from peer.checkpoint import non_finite
+from peer.local.checkpoint import non_finite
 from peer.trainer import StepStats, Trainer
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ connections pile up, and a stranger can make us sign and stream full snapshots i
 
 Limits per address (`max_requests_per_address`, `state_every_s`) keep one address from
 taking the peer's whole share; limits in all (`max_connections`, the body budget, the node
-worker's queue in `peer.node_worker`) hold however many addresses there are. Refusals are
+worker's queue in `peer.net.node_worker`) hold however many addresses there are. Refusals are
 counted by reason (`http_refused_total{reason=...}`), and every answer by status
 (`http_responses_total{code=...}`), malformed HTTP included.
 """
@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from peer.metrics import Metrics
-from peer.net_config import NetConfig
+from peer.net.config import NetConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from peer.checkpoint import AVERAGE_PREFIX
+from peer.local.checkpoint import AVERAGE_PREFIX
 from peer.core.average import SwarmAverage
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView

@@ -15,11 +15,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from peer.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError, checkpoint_path, load_newest_good
-from peer.guard import PoisonGuard
-from peer.loop_config import LoopConfig
+from peer.local.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError, checkpoint_path, load_newest_good
+from peer.local.guard import PoisonGuard
+from peer.local.config import LoopConfig
 from peer.metrics import Metrics
-from peer.status_history import history_of
+from peer.local.status_history import history_of
 from peer.trainer import StepStats, Trainer
 
 LOSS_HISTORY_KEY = "loss_history"
@@ -119,7 +119,7 @@ def _bytes_per_s(rate: float) -> str:
 
 def record_step(metrics: Metrics, stats: StepStats, step_s: float, boundary_s: float) -> None:
     """Per-step figures for /metrics and /v1/status: step and boundary time, audio trained on,
-    and a point of the loss history (`peer.status_history`)."""
+    and a point of the loss history (`peer.local.status_history`)."""
     metrics.observe("step_seconds", step_s, help="seconds of one local training step (forward, backward, optimiser)")
     metrics.observe("boundary_seconds", boundary_s, help="seconds of the step-boundary hooks (mixing, publish hand-over)")
     metrics.inc("audio_seconds_total", stats.audio_seconds, help="seconds of audio trained on")

@@ -1,0 +1,128 @@
+"""The routes of a peer's HTTP server, answering through `PeerFace`, the driver's declared surface.
+
+Handlers decide nothing and never touch the model or the node: node work (verify,
+decode, apply, sign) is awaited on the node worker through the driver, so the event loop
+keeps answering while it runs. They see the driver only as a `PeerFace`, so the driver need
+not know its face (`peer.net.http_server` starts and stops the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+from aiohttp import web
+
+from peer.net.http_guard import BODY_KEY, RequestGuard
+from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from peer.net.node_worker import WorkerBusy
+from peer.net.shard_routes import add_shard_routes
+from peer.net.status import StatusFace, StatusService
+from protocol import FrameRefused
+
+if TYPE_CHECKING:
+    from peer.metrics import Metrics
+    from peer.net.config import NetConfig
+    from peer.net.node_worker import NodeWorker
+    from peer.net.shard_routes import ShardServer
+
+STATE_CHUNK = 1 << 20
+"""Bytes per write of a /v1/state answer (slices of one buffer: no copies)."""
+
+
+class PeerFace(StatusFace, Protocol):
+    """What the HTTP face asks of the driver (`peer.net.driver.AsyncDriver`), on the event loop."""
+
+    @property
+    def accepting(self) -> bool:
+        """Whether inbound exchanges are served (not while joining)."""
+        ...
+
+    async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
+        """POST /v1/exchange: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
+        ...
+
+    async def serve_state(self) -> bytes:
+        """GET /v1/state: our signed state (WorkerBusy: 503)."""
+        ...
+
+    def serve_hello(self, nonce: str) -> bytes:
+        """GET /v1/hello: our signed hello, echoing the asker's nonce."""
+        ...
+
+
+class PeerRoutes:
+    """The gossip handlers: /v1/exchange, /v1/state, /v1/hello and /metrics."""
+
+    def __init__(self, face: PeerFace, metrics: "Metrics", request_timeout_s: float) -> None:
+        self.face, self.metrics, self.request_timeout_s = face, metrics, request_timeout_s
+
+    async def exchange(self, request: web.Request) -> web.Response:
+        if not self.face.accepting:  # still joining: our public copy is about to be replaced
+            return web.json_response({"retry": "joining"}, status=503)
+        body = request.get(BODY_KEY)
+        if body is None:
+            return self._refused(400, "no_body", "an exchange needs a body")
+        try:
+            reply = await self.face.serve_exchange(body, request.remote or "")
+        except FrameRefused as exc:
+            self.metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
+            return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)
+        except WorkerBusy as exc:
+            return self._refused(503, "worker_busy", str(exc))
+        except ValueError as exc:  # our own state cannot be encoded (e.g. non-finite parameters)
+            return web.json_response({"error": str(exc)[:200]}, status=500)
+        return web.Response(body=reply, content_type="application/octet-stream")
+
+    async def state(self, request: web.Request) -> web.StreamResponse:
+        try:
+            data = await self.face.serve_state()
+        except WorkerBusy as exc:
+            return self._refused(503, "worker_busy", str(exc))
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+        await response.prepare(request)
+        view = memoryview(data)
+        try:  # a reader that stops reading holds its connection only until the asker's own deadline
+            await asyncio.wait_for(_write_all(response, view), self.request_timeout_s)
+        except asyncio.TimeoutError:
+            self.metrics.inc("http_refused_total", reason="slow_reader")
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+
+    def _refused(self, status: int, reason: str, text: str) -> web.Response:
+        self.metrics.inc("http_refused_total", reason=reason)
+        return web.json_response({"refused": reason, "detail": text[:200]}, status=status)
+
+    async def hello(self, request: web.Request) -> web.Response:
+        nonce = request.query.get("nonce", "")[:64]
+        return web.Response(body=self.face.serve_hello(nonce), content_type="application/octet-stream")
+
+    async def render_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def _write_all(response: web.StreamResponse, view: memoryview) -> None:
+    for i in range(0, len(view), STATE_CHUNK):
+        await response.write(view[i : i + STATE_CHUNK])
+
+
+def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metrics: "Metrics",
+              request_timeout_s: float, shards: "ShardServer | None" = None) -> web.Application:
+    """Every route of a peer; `shards` serves /v1/shards (None: those answer 404)."""
+    max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
+    app = web.Application(client_max_size=max_body,
+                          middlewares=[RequestGuard(net_cfg, metrics, max_body).middleware()])
+    routes = PeerRoutes(face, metrics, request_timeout_s)
+    app.router.add_post("/v1/exchange", routes.exchange)
+    app.router.add_get("/v1/state", routes.state)
+    app.router.add_get("/v1/hello", routes.hello)
+    app.router.add_get("/metrics", routes.render_metrics)
+    add_shard_routes(app, shards)
+    status = StatusService(face, worker, metrics)
+    app.router.add_get("/v1/status", status.serve_status)
+    app.router.add_get("/", status.serve_page)
+    app.cleanup_ctx.append(status.background)
+    return app

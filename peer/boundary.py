@@ -104,7 +104,7 @@ class BoundaryHook:
             self._scale_set = scale
             self.metrics.set("step_scale", scale, help="step-size multiplier for the swarm this peer mixes with")
         if self.mixer.has_news(view):
-            add = getattr(trainer, "add_to_flat_params", None)  # in place: no parameter copy
+            add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
             mixed, report = self.mixer.mix(None if add else trainer.get_flat_params(), view, k, now)
             if report.mixed:
                 self.last_mixed = report.mixed

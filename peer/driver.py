@@ -22,14 +22,10 @@ import aiohttp
 import torch
 from aiohttp import web
 
-from peer.core.actions import (
-    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+from peer.core import (
+    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, JoinDone, Log, PeerInfo, Publish, SendHello,
+    Session, SessionConfig, format_address, make_hello, parse_address, read_hello,
 )
-from peer.core.addresses import PeerInfo, format_address, parse_address
-from peer.core.config import SessionConfig
-from peer.core.fetched import FetchedStates
-from peer.core.hello import make_hello, read_hello
-from peer.core.session import Session
 from peer.net_errors import describe_failure, listen_failure
 from peer.http_app import build_app
 from peer.http_guard import CappedSite, QuietBadRequests, response_counter

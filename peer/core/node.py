@@ -35,6 +35,7 @@ from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.ingest import MAX_GAP_UPDATES, open_frame, screen
+from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
@@ -54,7 +55,6 @@ from protocol import (
     decode_frame,
     epoch_from,
     flat_model_spec,
-    make_snapshot_frame,
     make_update_frame,
     model_fingerprint,
     next_epoch,
@@ -252,10 +252,8 @@ class GossipNode:
         """
         if self._state_cache is None:
             self._control_seq += 1
-            self._state_cache = make_snapshot_frame(
-                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=self._control_seq,
-                step=self.step, timestamp=now, vector=self.last_x, extra={"kind": "state"},
-            )
+            self._state_cache = sign_state(self.identity, self.cfg.swarm, self.fingerprint, self._control_seq,
+                                           self.step, now, self.last_x)
         return self._state_cache
 
     @property
@@ -266,10 +264,7 @@ class GossipNode:
     def read_state(self, data: bytes, now: float) -> tuple[torch.Tensor, int]:
         """Verify a /v1/state snapshot; returns (parameters, the sender's step). Only a snapshot
         signed as a state (`state_frame`) is one: an update or an exchange snapshot is refused."""
-        frame = decode_frame(data, self.policy, now=now)
-        if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != "state":
-            raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
-        return read_vector(frame), frame.header.step
+        return read_state(data, self.policy, now)
 
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:

@@ -22,12 +22,6 @@ from protocol import (
     FrameKind, FrameRefused, Identity, RefusalReason, VerifyPolicy, decode_frame, make_snapshot_frame, read_vector,
 )
 
-JOIN_MAX_ASKED = 8
-"""Known peers asked for their step when joining (each costs one small hello)."""
-
-JOIN_RETRY_S = 1.0
-"""While joining and nobody answered yet, known peers are asked again after this long."""
-
 STATE_KIND = "state"
 """The header mark of a snapshot served as a peer's state (GET /v1/state)."""
 
@@ -43,6 +37,7 @@ class Join:
     """Where joining stands: whom it asked, who answered with which step, what it fetches."""
 
     def __init__(self, cfg: SessionConfig, now: float) -> None:
+        self.cfg = cfg
         self.phase = JoinPhase.WAITING
         self.wait_until = now + cfg.join_wait_s  # give up when no peer is known by then
         self.give_up_at = now + cfg.join_timeout_s  # give up when no known peer has answered by then
@@ -102,7 +97,7 @@ class Join:
                 return []
             self.phase = JoinPhase.ASKING
             out: list[Action] = []
-            for address in known[:JOIN_MAX_ASKED]:
+            for address in known[:self.cfg.join_max_asked]:
                 if address in pending:  # already dialled to verify it: its answer will do
                     self.asked[pending[address]] = address
                     continue
@@ -113,7 +108,7 @@ class Join:
         if self.phase is JoinPhase.ASKING and self.asked:
             return []
         if self.phase is JoinPhase.ASKING and not self.answers:  # nobody answered: ask again shortly
-            self.phase, self.ask_at = JoinPhase.WAITING, now + JOIN_RETRY_S
+            self.phase, self.ask_at = JoinPhase.WAITING, now + self.cfg.join_retry_s
             return self.progress(now, step=step, known=known, pending=pending, unreachable=unreachable,
                                  hello=hello, fetch=fetch)
         if self.phase in (JoinPhase.ASKING, JoinPhase.FETCHING) and self.fetching == 0:

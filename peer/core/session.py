@@ -45,10 +45,7 @@ class Session:
         self.cfg = cfg
         self.peer_id = peer_id
         self.rng = rng
-        self.table = NeighbourTable(NeighbourConfig(
-            max_peers=cfg.max_peers, max_failures=cfg.max_failures, timeout_s=cfg.silence_timeout_s,
-            self_peer_id=peer_id,
-        ))
+        self.table = NeighbourTable(NeighbourConfig.of(cfg, self_peer_id=peer_id))
         self.listen = ""
         self.step = 0
         self.exchanges = Exchanges(cfg, self.table.cfg.rtt_smoothing)
@@ -106,10 +103,7 @@ class Session:
         """Our server is up at `listen`; `bootstrap` are the `--peer` addresses."""
         self.listen, self.step = listen, step
         self._hello_seq = hello_seq_base
-        self.table = NeighbourTable(NeighbourConfig(
-            max_peers=self.cfg.max_peers, max_failures=self.cfg.max_failures, timeout_s=self.cfg.silence_timeout_s,
-            self_peer_id=self.peer_id, self_addresses=(listen,) if listen else (),
-        ))
+        self.table = NeighbourTable(NeighbourConfig.of(self.cfg, self.peer_id, (listen,) if listen else ()))
         self._next_hello = now + self._hello_wait()
         self._next_evict = now + self.cfg.evict_every_s
         out: list[Action] = []

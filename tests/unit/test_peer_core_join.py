@@ -8,7 +8,7 @@ import torch
 
 from peer.core.actions import Count, FetchState, JoinDone, Log, SendHello
 from peer.core.config import SessionConfig
-from peer.core.join import JOIN_MAX_ASKED, JOIN_RETRY_S, Join, JoinPhase, read_state, sign_state
+from peer.core.join import Join, JoinPhase, read_state, sign_state
 from protocol import FrameRefused, Identity, VerifyPolicy, flat_model_spec, make_snapshot_frame
 
 
@@ -88,7 +88,7 @@ def test_while_nobody_answers_it_asks_again_after_the_retry_until_its_timeout_na
     assert progress(join, req, 0.0, ["a"]) == [SendHello(1, "a")]
     assert join.hello_ended(1, "a", None)
     assert progress(join, req, 0.5, ["a"]) == []  # nobody answered: waiting again
-    assert (join.phase, join.ask_at) == (JoinPhase.WAITING, 0.5 + JOIN_RETRY_S)
+    assert (join.phase, join.ask_at) == (JoinPhase.WAITING, 0.5 + 1.0)  # join_retry_s
     assert progress(join, req, 1.4, ["a"]) == []
     assert progress(join, req, 1.5, ["a"]) == [SendHello(2, "a")]
     join.hello_ended(2, "a", None)
@@ -98,10 +98,10 @@ def test_while_nobody_answers_it_asks_again_after_the_retry_until_its_timeout_na
 
 
 def test_it_asks_at_most_join_max_asked_peers() -> None:
-    join, req = Join(SessionConfig(), now=0.0), Requests()
-    known = [f"p{i:02d}" for i in range(JOIN_MAX_ASKED + 3)]
-    assert progress(join, req, 0.0, known) == [SendHello(i + 1, known[i]) for i in range(JOIN_MAX_ASKED)]
-    assert JOIN_MAX_ASKED == 8
+    for cfg, asked in ((SessionConfig(), 8), (SessionConfig(join_max_asked=2), 2)):
+        join, req = Join(cfg, now=0.0), Requests()
+        known = [f"p{i:02d}" for i in range(11)]
+        assert progress(join, req, 0.0, known) == [SendHello(i + 1, known[i]) for i in range(asked)]
 
 
 def test_only_a_snapshot_signed_as_a_state_is_read_as_one() -> None:

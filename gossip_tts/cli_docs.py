@@ -73,7 +73,7 @@ def settings_section() -> list[str]:
              "`GOSSIP_TTS_<SECTION>_<FIELD>` (lists comma-separated; `none` or empty unsets an optional value),",
              "or by its flag where it has one. A flag beats an env var, which beats the file.",
              "`gossip-tts peer --print-config` prints the resolved values as a file `--config` reads back.", ""]
-    for section, _ in settings.SECTIONS:
+    for section, _ in settings.sections():
         lines += [f"### [{section}]", "", "| field | default | env var |", "|---|---|---|"]
         for field, tp in settings.section_fields(section).items():
             shown = default_text((section, field), ["on"])

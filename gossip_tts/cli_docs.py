@@ -13,7 +13,7 @@ import inspect
 import click
 
 from gossip_tts import settings
-from gossip_tts.cli_options import SettingOption, default_text
+from gossip_tts.cli_options import FieldOption, SettingOption, default_text
 from gossip_tts.config_values import settable
 
 
@@ -22,8 +22,8 @@ def _cell(text: str) -> str:
 
 
 def _option_default(param: click.Parameter) -> str:
-    if isinstance(param, SettingOption):
-        return default_text(param.key, param.secondary_opts)
+    if isinstance(param, (SettingOption, FieldOption)):
+        return param.default_shown()
     if param.required:
         return "required"
     if isinstance(param, click.Option) and (param.is_flag and not param.secondary_opts):

@@ -73,7 +73,12 @@ def section_fields(name: str) -> dict[str, Any]:
 
 def default_of(key: Key) -> Any:
     """The dataclass default of one field (what `--help` shows)."""
-    field = {f.name: f for f in dataclasses.fields(section_class(key[0]))}[key[1]]
+    return field_default(section_class(key[0]), key[1])
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field `name` of dataclass `cls` (None where it has none)."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:

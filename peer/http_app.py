@@ -37,7 +37,7 @@ async def _exchange(request: web.Request) -> web.Response:
     try:
         reply = await driver.serve_exchange(body, request.remote or "")
     except FrameRefused as exc:
-        driver.metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
+        driver.metrics.inc("frames_refused_total", reason=exc.reason.value)
         return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)
     except WorkerBusy as exc:
         return _refused(driver, 503, "worker_busy", str(exc))

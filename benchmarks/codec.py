@@ -57,9 +57,7 @@ def tts_delta(steps: int) -> tuple[torch.Tensor, str]:
             trainer.step()
         delta = (trainer.get_flat_params() - before).float().contiguous()
     finally:
-        close = getattr(trainer, "close", None)
-        if close:
-            close()
+        trainer.close()
     return delta, f"tts: small preset, {steps} AdamW steps on the built-in corpus"
 
 

@@ -41,6 +41,7 @@ from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.local.loop import LoopConfig  # noqa: E402
 from peer.net.config import NetConfig  # noqa: E402
 from peer.runtime import GossipPeer  # noqa: E402
+from peer.trainer import WrappedTrainer  # noqa: E402
 from protocol import Identity  # noqa: E402
 
 
@@ -56,18 +57,12 @@ class ReplayTrainer(TTSTrainer):
         return next(self._turn)
 
 
-class IdleTrainer:
+class IdleTrainer(WrappedTrainer):
     """A neighbour that holds the model and gossips, but barely trains (one step per `period` s)."""
 
     def __init__(self, inner: TTSTrainer, period: float) -> None:
-        self.inner, self.period = inner, period
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    @property
-    def step_count(self) -> int:
-        return self.inner.step_count
+        super().__init__(inner)
+        self.period = period
 
     def step(self):
         time.sleep(self.period)

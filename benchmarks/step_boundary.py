@@ -36,24 +36,43 @@ from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
-from peer.trainer import StepStats, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 
 
-class FlatTrainer:
+class FlatTrainer(Trainer):
     """Parameters in ~50 tensors like a real model; a step is a fixed amount of sleep."""
+
+    capabilities = Capabilities(add_in_place=True)
 
     def __init__(self, numel: int, step_s: float) -> None:
         sizes = [numel // 50] * 49 + [numel - 49 * (numel // 50)]
         self.params = [torch.randn(n) * 0.02 for n in sizes]
-        self.step_count, self.step_s = 0, step_s
+        self._steps, self.step_s = 0, step_s
+
+    @property
+    def step_count(self) -> int:
+        return self._steps
 
     def step(self) -> StepStats:
         time.sleep(self.step_s)  # the GPU (or other cores) doing the work; this thread idles
-        self.step_count += 1
+        self._steps += 1
         for p in self.params:
             p.add_(1e-4)
-        return StepStats(self.step_count, 1.0, 1)
+        return StepStats(self._steps, 1.0, 1)
+
+    def param_spec(self) -> ParamSpec:
+        return {f"p{i}": ((p.numel(),), "float32") for i, p in enumerate(self.params)}
+
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict]:
+        return {"flat": self.get_flat_params()}, {"step": self._steps}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+        self.set_flat_params(tensors["flat"])
+        self._steps = int(meta["step"])
+
+    def close(self) -> None:
+        pass
 
     def get_flat_params(self) -> torch.Tensor:
         return flatten(self.params)

@@ -30,6 +30,8 @@ import torch  # noqa: E402
 from vs_common import Clock, IterateAverage, ProcessGroup, Record, Workload, evaluate, train_step  # noqa: E402
 from vs_workloads import load_workload, workload_json  # noqa: E402
 
+from peer.trainer import Capabilities, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
+
 LISTEN_RE = re.compile(r"listening on http://(\S+) ")
 
 
@@ -73,12 +75,14 @@ class ThreadCPU:
         return kinds
 
 
-class WorkloadTrainer:
+class WorkloadTrainer(Trainer):
     """The workload behind the peer's Trainer seam; waits for the common start on its first step
     and sets `stop` once the budget is spent.
 
     Its averaged weights are the peer's own (`averaged_source`, the node's `average.current`) in
     the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
+
+    capabilities = Capabilities()
 
     def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
                  slow_factor: float = 1.0) -> None:
@@ -94,7 +98,6 @@ class WorkloadTrainer:
         self.average = IterateAverage(self.model)
         self.averaged_source: Callable[[], torch.Tensor | None] | None = None
         """Set in the gossip arm: the peer's averaged weights (None before its first publish)."""
-
     def _evaluate(self) -> None:
         if self.averaged_source is not None:
             averaged = self.averaged_source()
@@ -108,8 +111,6 @@ class WorkloadTrainer:
         return self.rec.steps
 
     def step(self) -> Any:
-        from peer.trainer import StepStats
-
         if not self._started:
             self._started = True
             self.clock.wait_for_go()
@@ -128,13 +129,9 @@ class WorkloadTrainer:
         return {name: (tuple(p.shape), "float32") for name, p in self.model.named_parameters()}
 
     def get_flat_params(self) -> torch.Tensor:
-        from peer.trainer import flatten
-
         return flatten(self.params)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        from peer.trainer import unflatten_into
-
         unflatten_into(flat, self.params)
 
     def set_step_scale(self, scale: float) -> None:

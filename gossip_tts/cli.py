@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import click
 
 from gossip_tts.cli_errors import SettingError, fail_cleanly as _fail_cleanly
+from gossip_tts.cli_options import field_option, given
 from gossip_tts.cli_peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
+
+PACK, SYNTH, EVAL = ("gossip_tts.pack_config:PackConfig", "gossip_tts.synth_config:SynthConfig",
+                     "gossip_tts.eval_config:EvalConfig")
+"""The configs of pack, synthesize and eval, whose defaults their flags show (modules without torch)."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,19 +41,19 @@ def peer(ctx: click.Context, config_file, print_config, quiet, log_json, **_sett
 @main.command()
 @click.argument("src_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--codec", type=click.Choice(["mel", "dac", "echo"]), default="mel", show_default=True)
-@click.option("--codec-weights", type=click.Path(exists=True), default=None, help="DAC weights file, or echo weights folder.")
-@click.option("--shard-size", type=int, default=256, show_default=True, help="Samples per tar.")
-@click.option("--speaker", default=None, help="Speaker name (default: the folder name).")
-@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
+@field_option("--codec", config=PACK, type=click.Choice(["mel", "dac", "echo"]))
+@field_option("--codec-weights", config=PACK, type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
+@field_option("--shard-size", config=PACK, type=int, help="Samples per tar.")
+@field_option("--speaker", config=PACK, help="Speaker name (default: the folder name).")
+@field_option("--device", config=PACK, type=click.Choice(DEVICE_CHOICES))
 @click.option("--overwrite", is_flag=True, help="Replace shards of the same name already in OUT_DIR.")
 def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, overwrite) -> None:
     """Turn an LJSpeech-style folder (wavs/ + metadata.csv) into latent tars."""
     from gossip_tts.audio.pack import PackConfig, run
 
     cfg = _fail_cleanly(
-        PackConfig, src_dir=src_dir, out_dir=out_dir, codec=codec, codec_weights=codec_weights,
-        shard_size=shard_size, speaker=speaker, device=device, overwrite=overwrite,
+        PackConfig, src_dir=src_dir, out_dir=out_dir, overwrite=overwrite,
+        **given(codec=codec, codec_weights=codec_weights, shard_size=shard_size, speaker=speaker, device=device),
     )
     _fail_cleanly(run, cfg)
 
@@ -84,9 +90,10 @@ def manifest(directory, key_file, version) -> None:
         click.echo(written.swarm_id)
 
 
-WEIGHTS_OPTION = click.option("--weights", type=click.Choice(["average", "live"]), default="average", show_default=True,
-                              help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
-"""synthesize's and eval's choice (gossip_tts.train.load.WEIGHTS; not imported here: it pulls in torch)."""
+def weights_option(config: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """synthesize's and eval's choice (gossip_tts.train.load.WEIGHTS; not imported here: it pulls in torch)."""
+    return field_option("--weights", config=config, type=click.Choice(["average", "live"]),
+                        help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
 
 
 @main.command()
@@ -94,24 +101,24 @@ WEIGHTS_OPTION = click.option("--weights", type=click.Choice(["average", "live"]
 @click.option("--text", required=True)
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Voice to imitate (wav).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--seconds", type=float, default=None, help="Output length (default: estimated from the text).")
-@click.option("--steps", type=int, default=32, show_default=True)
-@click.option("--cfg-text", type=float, default=3.0, show_default=True, help="Text guidance scale.")
-@click.option("--cfg-speaker", type=float, default=3.0, show_default=True, help="Speaker guidance scale.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
-@click.option("--codec-weights", type=click.Path(exists=True), default=None)
-@click.option("--guidance", type=click.Choice(["independent", "nested"]), default="independent", show_default=True)
-@WEIGHTS_OPTION
+@field_option("--seconds", config=SYNTH, type=float, help="Output length (default: estimated from the text).")
+@field_option("--steps", config=SYNTH, type=int)
+@field_option("--cfg-text", config=SYNTH, type=float, help="Text guidance scale.")
+@field_option("--cfg-speaker", config=SYNTH, type=float, help="Speaker guidance scale.")
+@field_option("--seed", config=SYNTH, type=int)
+@field_option("--device", config=SYNTH, type=click.Choice(DEVICE_CHOICES))
+@field_option("--codec-weights", config=SYNTH, type=click.Path(exists=True))
+@field_option("--guidance", config=SYNTH, type=click.Choice(["independent", "nested"]))
+@weights_option(SYNTH)
 def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance,
                weights) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
     from gossip_tts.synth_app import SynthConfig, run
 
     cfg = _fail_cleanly(
-        SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference, seconds=seconds, steps=steps,
-        cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device, codec_weights=codec_weights,
-        guidance=guidance, weights=weights,
+        SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference,
+        **given(seconds=seconds, steps=steps, cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device,
+                codec_weights=codec_weights, guidance=guidance, weights=weights),
     )
     _fail_cleanly(run, cfg)
 
@@ -129,15 +136,15 @@ def import_echo(src, out) -> None:
 @main.command("eval")
 @click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--data", "data", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
-@click.option("--device", type=click.Choice(DEVICE_CHOICES), default="cpu", show_default=True)
-@click.option("--max-samples", type=int, default=256, show_default=True)
-@WEIGHTS_OPTION
+@field_option("--device", config=EVAL, type=click.Choice(DEVICE_CHOICES))
+@field_option("--max-samples", config=EVAL, type=int)
+@weights_option(EVAL)
 def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
     """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
     from gossip_tts.eval_app import EvalConfig, run
 
-    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data), device=device, max_samples=max_samples,
-                        weights=weights)
+    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data),
+                        **given(device=device, max_samples=max_samples, weights=weights))
     _fail_cleanly(run, cfg)
 
 

@@ -13,7 +13,7 @@ import inspect
 import click
 
 from gossip_tts import settings
-from gossip_tts.cli_options import SettingOption, default_text
+from gossip_tts.cli_options import FieldOption, SettingOption, default_text
 from gossip_tts.config_values import settable
 
 
@@ -22,8 +22,8 @@ def _cell(text: str) -> str:
 
 
 def _option_default(param: click.Parameter) -> str:
-    if isinstance(param, SettingOption):
-        return default_text(param.key, param.secondary_opts)
+    if isinstance(param, (SettingOption, FieldOption)):
+        return param.default_shown()
     if param.required:
         return "required"
     if isinstance(param, click.Option) and (param.is_flag and not param.secondary_opts):
@@ -73,7 +73,7 @@ def settings_section() -> list[str]:
              "`GOSSIP_TTS_<SECTION>_<FIELD>` (lists comma-separated; `none` or empty unsets an optional value),",
              "or by its flag where it has one. A flag beats an env var, which beats the file.",
              "`gossip-tts peer --print-config` prints the resolved values as a file `--config` reads back.", ""]
-    for section, _ in settings.SECTIONS:
+    for section, _ in settings.sections():
         lines += [f"### [{section}]", "", "| field | default | env var |", "|---|---|---|"]
         for field, tp in settings.section_fields(section).items():
             shown = default_text((section, field), ["on"])

@@ -1,12 +1,15 @@
-"""Click options bound to a config dataclass field (`section.field`), with default=None.
+"""Click options bound to a config dataclass field, with default=None.
 
 The default shown by `--help` is read from the dataclass when help is rendered, so it is
-never restated here, and a flag the user did not give reaches `settings.resolve` as None
-and leaves the env var, the config file or the dataclass default in charge.
+never restated here, and a flag the user did not give reaches the config as None and
+leaves its default in charge: `peer`'s (`SettingOption`, a `section.field` of the settings)
+through `settings.resolve`, then the env var, the config file or the dataclass default;
+the other commands' (`FieldOption`, a field of the command's one config) through `given`.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,24 +18,60 @@ import click
 from gossip_tts.settings import Key
 
 
-class SettingOption(click.Option):
-    """An option whose value is the config field `setting` ("train.batch_size")."""
+class _ShowsDefault(click.Option):
+    """Appends `[default: ...]` to its help as `default_shown` says, read when help is rendered."""
 
-    def __init__(self, *args: Any, setting: str, **kwargs: Any) -> None:
-        section, _, field = setting.partition(".")
-        self.key: Key = (section, field)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("default", None)
         super().__init__(*args, **kwargs)
+
+    def default_shown(self) -> str:
+        raise NotImplementedError
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         record = super().get_help_record(ctx)
         if record is None:
             return None
         try:
-            shown = default_text(self.key, self.secondary_opts)
-        except ImportError:  # a broken install must not break --help; `peer` itself will say what is missing
+            shown = self.default_shown()
+        except ImportError:  # a broken install must not break --help; the command itself will say what is missing
             shown = ""
         return (record[0], f"{record[1]}  [default: {shown}]".lstrip()) if shown else record
+
+
+class SettingOption(_ShowsDefault):
+    """An option whose value is the config field `setting` ("train.batch_size")."""
+
+    def __init__(self, *args: Any, setting: str, **kwargs: Any) -> None:
+        section, _, field = setting.partition(".")
+        self.key: Key = (section, field)
+        super().__init__(*args, **kwargs)
+
+    def default_shown(self) -> str:
+        return default_text(self.key, self.secondary_opts)
+
+
+class FieldOption(_ShowsDefault):
+    """An option whose value is the field of its name in `config` ("module:Class"), the one
+    config of a command other than `peer`; that module must import no torch (`--help` reads it)."""
+
+    def __init__(self, *args: Any, config: str, **kwargs: Any) -> None:
+        self.config = config
+        super().__init__(*args, **kwargs)
+
+    def default_shown(self) -> str:
+        """As click shows a default (`str`), so these commands' help reads as before."""
+        from gossip_tts.settings import field_default
+
+        module, _, attr = self.config.partition(":")
+        value = field_default(getattr(importlib.import_module(module), attr), str(self.name))
+        return "" if value is None or isinstance(value, bool) else str(value)
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """The values of the flags the user gave: a FieldOption not given is None and leaves its
+    field's default in charge."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def default_text(key: Key, secondary_opts: list[str] | None = None) -> str:
@@ -47,6 +86,11 @@ def default_text(key: Key, secondary_opts: list[str] | None = None) -> str:
     if isinstance(value, Path):
         return str(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def field_option(*decls: str, config: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@field_option("--shard-size", config=PACK, type=int)`: a flag for one field of a command's config."""
+    return click.option(*decls, cls=FieldOption, config=config, **kwargs)
 
 
 def setting(*decls: str, setting: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

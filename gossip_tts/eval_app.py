@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -12,28 +9,9 @@ from gossip_tts.data import CollateConfig, LatentStream, StreamConfig, collate
 from gossip_tts.data.collate import skip_reason
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
+from gossip_tts.eval_config import EvalConfig
 from gossip_tts.model import eval_loss
-from gossip_tts.train.load import check_weights, load_model
-
-
-@dataclass
-class EvalConfig:
-    checkpoint: Path
-    sources: list[str] = field(default_factory=list)
-    device: str = "cpu"
-    batch_size: int = 16
-    max_samples: int = 256
-    """Evaluate on at most this many clips (the first ones, in file order)."""
-    weights: str = "average"
-    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.load)."""
-
-    def __post_init__(self) -> None:
-        self.checkpoint = Path(self.checkpoint)
-        if not self.sources:
-            raise ValueError("eval needs at least one --data source")
-        if self.batch_size <= 0 or self.max_samples <= 0:
-            raise ValueError("batch_size and max_samples must be > 0")
-        check_weights(self.weights)
+from gossip_tts.train.load import load_model
 
 
 def evaluate(cfg: EvalConfig, emit=print) -> float:

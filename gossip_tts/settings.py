@@ -3,12 +3,14 @@
 A value comes from, in order of precedence: a flag, an env var `GOSSIP_TTS_<SECTION>_<FIELD>`,
 the `--config` TOML file (`[section]` tables, `field = value`), or the dataclass default.
 Flags are declared with default=None, so a flag the user did not give neither restates nor
-overrides a default. Adding a component is one line in `SECTIONS`.
+overrides a default. The sections are the app config's dataclass fields (`sections`): adding
+a component is one field of `PeerAppConfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -25,20 +27,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 APP_SECTION = "peer"
-SECTIONS: tuple[tuple[str, str], ...] = (
-    # (section name, "module:Class"). A section other than APP_SECTION must also be the name
-    # of a field of the app config, which receives the built instance. Imported lazily: the
-    # classes may move, and importing some of them costs seconds.
-    (APP_SECTION, "gossip_tts.peer_config:PeerAppConfig"),
-    ("train", "gossip_tts.train.config:TrainConfig"),
-    ("loop", "peer.local.config:LoopConfig"),
-    ("gossip", "peer.core.gossip_config:GossipConfig"),
-    ("net", "peer.net.config:NetConfig"),
-    ("session", "peer.core.config:SessionConfig"),
-    ("parallel", "gossip_tts.train.parallel:ParallelConfig"),
-    ("data", "gossip_tts.data.limits:DataLimits"),
-    ("swarm_data", "peer.shards.config:SwarmDataConfig"),
-)
+APP_CONFIG = "gossip_tts.peer_config:PeerAppConfig"
+"""The app config ("module:Class"), imported when first needed: its own fields are the
+[peer] section, and each field that is a dataclass is a section of that name."""
 ENV_PREFIX = "GOSSIP_TTS_"
 Key = tuple[str, str]
 
@@ -54,22 +45,40 @@ class Setting:
     """Where the value came from: "--batch-size", "GOSSIP_TTS_TRAIN_BATCH_SIZE", "run.toml"."""
 
 
+def sections() -> tuple[tuple[str, type], ...]:
+    """(name, config class) of every section, the app's first, then its fields' in their order."""
+    return _sections_of(APP_CONFIG)
+
+
+@functools.cache
+def _sections_of(app_config: str) -> tuple[tuple[str, type], ...]:
+    module, _, attr = app_config.partition(":")
+    app = getattr(importlib.import_module(module), attr)
+    hints = typing.get_type_hints(app)
+    return ((APP_SECTION, app),) + tuple((f.name, hints[f.name]) for f in dataclasses.fields(app)
+                                         if f.init and dataclasses.is_dataclass(hints[f.name]))
+
+
 def section_class(name: str) -> type:
-    module, _, attr = dict(SECTIONS)[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return dict(sections())[name]
 
 
 def section_fields(name: str) -> dict[str, Any]:
     """{field: type} of a section: init fields, less the app config's sub-sections."""
     cls = section_class(name)
     hints = typing.get_type_hints(cls)
-    subsections = {n for n, _ in SECTIONS} if name == APP_SECTION else set()
+    subsections = {n for n, _ in sections()} if name == APP_SECTION else set()
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init and f.name not in subsections}
 
 
 def default_of(key: Key) -> Any:
     """The dataclass default of one field (what `--help` shows)."""
-    field = {f.name: f for f in dataclasses.fields(section_class(key[0]))}[key[1]]
+    return field_default(section_class(key[0]), key[1])
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field `name` of dataclass `cls` (None where it has none)."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
@@ -97,7 +106,7 @@ def from_file(path: Path) -> dict[Key, Setting]:
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"--config {path}: not valid TOML: {exc}") from None
     out: dict[Key, Setting] = {}
-    names = [n for n, _ in SECTIONS]
+    names = [n for n, _ in sections()]
     for section, table in data.items():
         if section not in names or not isinstance(table, dict):
             raise SettingsError(f"--config {path}: unknown section [{section}]; known: {', '.join(names)}")
@@ -110,7 +119,7 @@ def from_env(environ: Mapping[str, str]) -> dict[Key, Setting]:
     """`GOSSIP_TTS_<SECTION>_<FIELD>` variables. Names of other sections (GOSSIP_TTS_CACHE) are not ours."""
     out: dict[Key, Setting] = {}
     for var, raw in sorted(environ.items()):
-        for section, _ in SECTIONS:
+        for section, _ in sections():
             prefix = f"{ENV_PREFIX}{section.upper()}_"
             if var.startswith(prefix):
                 out[(section, var[len(prefix):].lower())] = _typed((section, var[len(prefix):].lower()), raw, var)
@@ -135,7 +144,7 @@ def resolve(flags: Mapping[Key, tuple[Any, str]], config: Path | None = None,
 def build(settings: Mapping[Key, Setting], flag_names: Mapping[Key, str]) -> Any:
     """The app config; a dataclass's complaint is reworded to name the flag, variable or file."""
     built: dict[str, Any] = {}
-    order = [n for n, _ in SECTIONS if n != APP_SECTION] + [APP_SECTION]  # the app receives the others
+    order = [n for n, _ in sections() if n != APP_SECTION] + [APP_SECTION]  # the app receives the others
     for section in order:
         values = {f: s for (sec, f), s in settings.items() if sec == section}
         kwargs = {f: s.value for f, s in values.items()}
@@ -182,13 +191,13 @@ def effective(settings: Mapping[Key, Setting], key: Key) -> Any:
 
 def to_toml(app: Any, settings: Mapping[Key, Setting]) -> str:
     """The resolved configuration as a TOML file that `--config` reads back unchanged."""
-    sections: dict[str, dict[str, tuple[Any, str]]] = {}
-    for section, _ in SECTIONS:
+    tables: dict[str, dict[str, tuple[Any, str]]] = {}
+    for section, _ in sections():
         obj = app if section == APP_SECTION else getattr(app, section)
-        sections[section] = {
+        tables[section] = {
             field: (getattr(obj, field), settings[(section, field)].source if (section, field) in settings else "")
             for field in section_fields(section)
         }
     header = "gossip-tts peer: resolved configuration (flag > GOSSIP_TTS_<SECTION>_<FIELD> > --config file > default).\n" \
              "A comment after a value names where it came from; values without one are defaults."
-    return render_toml(sections, header)
+    return render_toml(tables, header)

@@ -21,14 +21,9 @@ from peer.metrics import Metrics
 from peer.trainer import StepStats, Trainer
 
 
-TRAINER_GAUGES = {
-    "tflops": "model TFLOP/s of the last step (the model's own FLOP count / wall time)",
-    "mfu": "model FLOPs utilisation of the last step (TFLOP/s / the device's dense bf16 peak)",
-    "peak_mem_gib": "most device memory allocated since start, GiB",
-    "skipped_samples": "training samples skipped since start (corrupt, over a size limit, ...)",
-    "shard_errors": "data shards that failed or were abandoned since start (unreadable, stalled, past a deadline)",
-}
-"""Figures a trainer may report in StepStats.extra that /metrics shows as gauges."""
+TRAINER_GAUGES = ("tflops", "mfu", "peak_mem_gib", "skipped_samples", "shard_errors")
+"""Figures a trainer may report in StepStats.extra that /metrics shows as gauges (their help:
+`peer.metric_help.CATALOGUE`)."""
 
 
 class PendingPublish:
@@ -85,12 +80,12 @@ class BoundaryHook:
         """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
 
     def __call__(self, trainer: Trainer, stats: StepStats) -> None:
-        self.metrics.set("steps", stats.step, help="local training steps")
-        self.metrics.set("loss", stats.loss, help="training loss of the last step")
-        self.metrics.inc("samples_total", stats.samples, help="training examples consumed")
-        for name, text in TRAINER_GAUGES.items():
+        self.metrics.set("steps", stats.step)
+        self.metrics.set("loss", stats.loss)
+        self.metrics.inc("samples_total", stats.samples)
+        for name in TRAINER_GAUGES:
             if name in stats.extra:
-                self.metrics.set(name, stats.extra[name], help=text)
+                self.metrics.set(name, stats.extra[name])
         k = trainer.step_count
         now = self.clock()
         self.mixer.observe_boundary(now)
@@ -102,18 +97,18 @@ class BoundaryHook:
         if scale != self._scale_set:
             trainer.set_step_scale(scale)
             self._scale_set = scale
-            self.metrics.set("step_scale", scale, help="step-size multiplier for the swarm this peer mixes with")
+            self.metrics.set("step_scale", scale)
         if self.mixer.has_news(view):
-            add = getattr(trainer, "add_to_flat_params", None)  # in place: no parameter copy
+            add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
             mixed, report = self.mixer.mix(None if add else trainer.get_flat_params(), view, k, now)
             if report.mixed:
                 self.last_mixed = report.mixed
                 (add or trainer.set_flat_params)(mixed)
-                self.metrics.inc("mixes_total", report.mixed, help="neighbour copies mixed into the parameters")
+                self.metrics.inc("mixes_total", report.mixed)
                 if report.clipped:
-                    self.metrics.inc("mix_clipped_total", report.clipped, help="mixed copies whose pull was clipped")
+                    self.metrics.inc("mix_clipped_total", report.clipped)
                 if report.radius is not None:
-                    self.metrics.set("clip_radius", report.radius, help="self-centred clipping radius of the last mix")
+                    self.metrics.set("clip_radius", report.radius)
                 for tau in report.staleness_steps:
                     self.metrics.observe("mixed_staleness_steps", tau)
                 for key, distance in report.distances.items():

@@ -1,7 +1,7 @@
-"""What each of a peer's metrics means, and which exist at 0 from the start.
+"""The catalogue of a peer's metrics (name, kind, help), and which exist at 0 from the start.
 
 `Metrics` creates a metric on first use; a write that passes no help text takes it from
-`HELP` here (promtool refuses a family without help, and Grafana shows it as the tooltip).
+`CATALOGUE` here (promtool refuses a family without help, and Grafana shows it as the tooltip).
 `expose_from_start` creates the counters a user is likely to query at 0, with their known
 label values: a lone peer's `rate(gossip_tts_exchanges_total[5m])` or a refusals panel
 should read 0, not "no data", before the first exchange.
@@ -13,47 +13,97 @@ from typing import Protocol
 
 from protocol.errors import RefusalReason
 
-HELP: dict[str, str] = {
-    "steps": "local training steps",
-    "loss": "training loss of the last local step",
-    "samples_total": "training samples consumed",
-    "audio_seconds_total": "seconds of audio trained on",
-    "tflops": "achieved TFLOP/s of the training step",
-    "shard_errors": "data shards that could not be read",
-    "skipped_samples": "training samples skipped as unreadable or unusable",
-    "skipped_clips": "clips skipped for being longer than --max-frames",
-    "neighbours": "neighbours we hold a copy of",
-    "peers_live": "peers in the neighbour table not judged dead",
-    "consensus_distance": "RMS distance of our parameters and the neighbour copies to their mean",
-    "exchanges_total": "completed push-pull exchanges (either side)",
-    "exchanges_ok_total": "exchanges we started that ended in a verified reply",
-    "exchange_failures_total": "exchanges we started that failed (refused, timed out, unreachable)",
-    "bytes_received_total": "bytes of exchange bodies received",
-    "bytes_sent_total": "bytes of exchange bodies sent",
-    "frames_refused_total": "update frames refused, by the first check they failed",
-    "hello_failures_total": "hellos we sent that got no verified answer",
-    "hello_listen_mismatch_total": "hellos answered by a peer signed for another address",
-    "hello_bad_listen_total": "hellos naming a listen address that does not parse",
-    "inbound_bad_listen_total": "inbound exchanges naming a listen address that does not parse",
-    "bootstrap_retries_total": "hellos sent again to a --peer address that had not answered",
-    "candidates_refused_total": "discovered addresses dropped: too many unverified candidates",
-    "evictions_total": "neighbours evicted as unreachable",
-    "joins_total": "joins that adopted a neighbour's state",
-    "joins_alone_total": "joins that ended training from our own weights",
-    "joins_refused_total": "neighbour states refused on joining: they scored worse on our probe batch",
-    "publish_failures_total": "updates that could not be published (e.g. non-finite parameters)",
-    "published_total": "compressed updates published",
-    "mixes_total": "neighbour copies mixed into the parameters",
-    "updates_applied_total": "neighbour updates applied to their public copies",
-    "snapshots_sent_total": "exact public-copy snapshots sent to fill a gap",
-    "snapshots_received_total": "exact public-copy snapshots received",
-    "http_refused_total": "requests refused before reaching a handler, by reason",
-    "http_responses_total": "HTTP answers, by status",
-    "connections_refused_total": "connections closed at once: max_connections were open",
-    "worker_cpu_seconds_total": "CPU seconds of the gossip worker thread, by task",
-    "rollbacks_total": "rollbacks to the last good state after a non-finite step",
+COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+
+CATALOGUE: dict[str, tuple[str, str]] = {
+    "admitted_unverified_total": (
+        COUNTER, "simnet sybil control: inbound exchanges admitted without verifying their address"),
+    "adopted_from_attacker_total": (
+        COUNTER, "simnet: joins that adopted an attacker's state (joining must never do this)"),
+    "audio_seconds_total": (COUNTER, "seconds of audio trained on"),
+    "bootstrap_retries_total": (COUNTER, "hellos sent again to a --peer address that had not answered"),
+    "boundary_seconds": (HISTOGRAM, "seconds of the step-boundary hooks (mixing, publish hand-over)"),
+    "bytes_received_total": (COUNTER, "bytes of exchange bodies received"),
+    "bytes_sent_total": (COUNTER, "bytes of exchange bodies sent"),
+    "candidates_refused_total": (COUNTER, "discovered addresses dropped: too many unverified candidates"),
+    "clip_radius": (GAUGE, "self-centred clipping radius of the last mix"),
+    "connections_refused_total": (COUNTER, "connections closed at once: max_connections were open"),
+    "consensus_distance": (
+        GAUGE, "RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean"),
+    "copies_reset_total": (COUNTER, "neighbour copies dropped because they became non-finite"),
+    "data_bytes_received_total": (COUNTER, "corpus bytes downloaded from other peers"),
+    "data_bytes_sent_total": (COUNTER, "corpus bytes uploaded to other peers (shards, manifests)"),
+    "data_manifest_newest_version": (GAUGE, "the newest version of the signed manifest this peer has verified"),
+    "data_shards_held": (GAUGE, "corpus shards this peer holds (own and cached)"),
+    "data_shards_in_manifest": (GAUGE, "corpus shards in the manifest"),
+    "diverged_total": (COUNTER, "simnet: honest peers stopped because their loss was not finite"),
+    "evictions_total": (COUNTER, "neighbours evicted as unreachable"),
+    "exchange_failures_total": (COUNTER, "exchanges we started that failed (refused, timed out, unreachable)"),
+    "exchange_seconds": (HISTOGRAM, "an exchange we started: request to verified reply"),
+    "exchanges_ok_total": (COUNTER, "exchanges we started that ended in a verified reply"),
+    "exchanges_refused_joining_total": (COUNTER, "simnet: inbound exchanges refused while joining"),
+    "exchanges_to_made_up_total": (COUNTER, "simnet: exchanges sent to an address no peer listens at"),
+    "exchanges_total": (COUNTER, "completed push-pull exchanges (either side)"),
+    "exchanges_unticketed_total": (
+        COUNTER, "exchanges that held no ticket of ours and pushed nothing (a first contact): answered with a ticket"),
+    "forged_frames_total": (COUNTER, "simnet attackers: forged frames sent"),
+    "frames_refused_total": (COUNTER, "update frames refused, by the first check they failed"),
+    "hello_bad_listen_total": (COUNTER, "hellos naming a listen address that does not parse"),
+    "hello_failures_total": (COUNTER, "hellos we sent that got no verified answer"),
+    "hello_listen_mismatch_total": (COUNTER, "hellos answered by a peer signed for another address"),
+    "http_refused_total": (COUNTER, "requests refused before reaching a handler"),
+    "http_responses_total": (COUNTER, "HTTP answers sent, by status code"),
+    "inbound_bad_listen_total": (COUNTER, "inbound exchanges naming a listen address that does not parse"),
+    "joins_alone_total": (COUNTER, "joins that ended training from our own weights"),
+    "joins_refused_total": (COUNTER, "neighbour states refused on joining: they scored worse on our probe batch"),
+    "joins_total": (COUNTER, "joins that adopted a neighbour's state"),
+    "loss": (GAUGE, "training loss of the last step"),
+    "manifests_refused_total": (
+        COUNTER, "signed manifests refused (untrusted signer, bad signature, a replayed version, bytes not matching "
+                 "the offer)"),
+    "mfu": (GAUGE, "model FLOPs utilisation of the last step (TFLOP/s / the device's dense bf16 peak)"),
+    "mix_clipped_total": (COUNTER, "mixed copies whose pull was clipped"),
+    "mixed_staleness_steps": (
+        HISTOGRAM, "staleness of each mixed copy: our local steps from its publication to the mixing reference"),
+    "mixes_total": (COUNTER, "neighbour copies mixed into the parameters"),
+    "neighbour_age_seconds": (
+        GAUGE, "age by our clock of the newest copy held of a neighbour: now - min(its timestamp, when it arrived)"),
+    "neighbour_distance": (GAUGE, "distance of a neighbour's copy to our public copy at its last mix, by peer"),
+    "neighbours": (GAUGE, "neighbour copies held"),
+    "peak_mem_gib": (GAUGE, "most device memory allocated since start, GiB"),
+    "peers_live": (GAUGE, "peers in the neighbour table not judged dead"),
+    "publish_failures_total": (COUNTER, "updates that could not be published (e.g. non-finite parameters)"),
+    "published_total": (COUNTER, "compressed updates published"),
+    "rollbacks_total": (COUNTER, "rollbacks to the last good state after a non-finite step"),
+    "samples_total": (COUNTER, "training examples consumed"),
+    "shard_errors": (
+        GAUGE, "data shards that failed or were abandoned since start (unreadable, stalled, past a deadline)"),
+    "shard_source_failures_total": (COUNTER, "shard downloads a source left unfinished (the next source resumes them)"),
+    "shards_fetched_total": (COUNTER, "shards downloaded, verified against the manifest and cached"),
+    "shards_refused_total": (COUNTER, "shard downloads refused: bytes not matching the manifest"),
+    "shards_served_total": (COUNTER, "shard uploads that reached the shard's last byte"),
+    "skipped_samples": (GAUGE, "training samples skipped since start (corrupt, over a size limit, ...)"),
+    "snapshots_received_total": (COUNTER, "exact public-copy snapshots received"),
+    "snapshots_sent_total": (COUNTER, "exact public-copy snapshots sent to fill a gap"),
+    "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at"),
+    "snapshots_withheld_total": (COUNTER, "answers that carried no snapshot where the asker lacks our copy, by reason"),
+    "step_scale": (GAUGE, "step-size multiplier for the swarm this peer mixes with"),
+    "step_seconds": (HISTOGRAM, "seconds of one local training step (forward, backward, optimiser)"),
+    "steps": (GAUGE, "local training steps"),
+    "sybil_requests_total": (COUNTER, "simnet sybil attackers: requests sent from made-up addresses"),
+    "tflops": (GAUGE, "model TFLOP/s of the last step (the model's own FLOP count / wall time)"),
+    "update_gaps_total": (COUNTER, "updates that could not be applied in order"),
+    "updates_applied_total": (COUNTER, "neighbour updates applied to their public copies"),
+    "updates_duplicate_total": (COUNTER, "updates already held (resent or replayed)"),
+    "worker_cpu_seconds_total": (
+        COUNTER, "CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by task"),
 }
-"""Help text by metric name (without the `gossip_tts_` prefix)."""
+"""Every metric a peer (or simnet's) writes: name (without the `gossip_tts_` prefix) -> (kind,
+help). `tests/unit/test_metric_catalogue.py` finds every name the code writes and fails on one
+missing here, so a typo cannot make a new metric silently."""
+
+HELP: dict[str, str] = {name: text for name, (_, text) in CATALOGUE.items()}
+"""Help text by metric name."""
 
 FROM_START: tuple[str, ...] = (
     "exchanges_total", "exchanges_ok_total", "exchange_failures_total", "bytes_received_total", "bytes_sent_total",

@@ -1,14 +1,16 @@
 """The Trainer seam: what a peer needs from any model to train it and gossip about it.
 
-The peer never imports the TTS code; it drives whatever object satisfies this protocol
-(the TTS trainer in `gossip_tts`, a quadratic in tests, a small MLP in simnet).
+The peer never imports the TTS code; it drives whatever subclass of `Trainer` it is given
+(the TTS trainer in `gossip_tts`, a quadratic in tests, a small MLP in simnet), and asks
+its `Capabilities` before calling any optional method.
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
@@ -26,47 +28,133 @@ class StepStats:
     extra: dict[str, float] = field(default_factory=dict)  # lr, grad_norm, ...
 
 
-@runtime_checkable
-class Trainer(Protocol):
-    """One local model replica with its optimiser and data stream."""
+@dataclass(frozen=True)
+class Capabilities:
+    """What a trainer offers beyond the required methods. The peer asks here, never by looking
+    for attributes, so a trainer's author sees in this file all a peer may call."""
+
+    probe: bool = False
+    """`probe_better`: scores an offered state against ours, so a joiner adopts only a better one
+    (without it a joiner adopts the state furthest along)."""
+    add_in_place: bool = False
+    """`add_to_flat_params`: a mix adds its delta in one pass instead of a copy out and back."""
+    scale_lr: bool = False
+    """`scale_lr`: a rollback to a good state lowers every later learning rate."""
+    collective_reads: bool = True
+    """Reading the parameters or the state needs every rank of a torchrun group (FSDP2 shards);
+    True is always safe, False saves the group a broadcast per read."""
+
+
+class Trainer(abc.ABC):
+    """One local model replica with its optimiser and data stream.
+
+    Every trainer subclasses this and states its `capabilities`; the optional methods below
+    are called only when declared there (their defaults refuse)."""
 
     @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """Which optional methods this trainer implements."""
+
+    @property
+    @abc.abstractmethod
     def step_count(self) -> int: ...
 
+    @abc.abstractmethod
     def step(self) -> StepStats:
         """Run one local optimisation step."""
-        ...
 
+    @abc.abstractmethod
     def param_spec(self) -> ParamSpec:
         """Names, shapes and dtypes of the gossiped parameters, in flat-vector order."""
-        ...
 
+    @abc.abstractmethod
     def get_flat_params(self) -> torch.Tensor:
         """A float32 CPU copy of all gossiped parameters as one 1-D vector."""
-        ...
 
+    @abc.abstractmethod
     def set_flat_params(self, flat: torch.Tensor) -> None:
-        """Overwrite the parameters from a 1-D vector laid out as `get_flat_params`.
+        """Overwrite the parameters from a 1-D vector laid out as `get_flat_params`."""
 
-        A trainer may also offer `add_to_flat_params(delta)` (add in place); the step-boundary
-        hook then mixes with one pass over the parameters instead of a copy out and back."""
-        ...
-
+    @abc.abstractmethod
     def set_step_scale(self, scale: float) -> None:
         """Multiply the configured step size (learning rate) by `scale` (> 0) from the next step
         on, replacing any earlier multiplier: the swarm's step-size rule sets it
         (`async_opt.step_scale`); 1 is the trainer's own rate."""
-        ...
 
+    @abc.abstractmethod
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to resume (weights, optimiser, RNG) as tensors + JSON-able meta."""
-        ...
 
+    @abc.abstractmethod
     def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         """Restore what `state_tensors` returned."""
-        ...
 
+    @abc.abstractmethod
     def close(self) -> None: ...
+
+    # --- optional: called only when `capabilities` says so ------------------------------
+    def probe_better(self, flat: torch.Tensor) -> bool | None:
+        """Whether parameters `flat` score strictly better than ours (a non-finite score never
+        does); None when this trainer cannot judge. `Capabilities.probe`."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(probe=True)")
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        """Add a vector laid out as `get_flat_params` to the parameters in place.
+        `Capabilities.add_in_place`."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(add_in_place=True)")
+
+    def scale_lr(self, factor: float) -> None:
+        """Multiply every later learning rate by `factor` (a rollback lowers it). `Capabilities.scale_lr`."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(scale_lr=True)")
+
+
+class WrappedTrainer(Trainer):
+    """A trainer that forwards every call to `inner`: a wrapper overrides only what it changes."""
+
+    def __init__(self, inner: Trainer) -> None:
+        self.inner = inner
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    @property
+    def step_count(self) -> int:
+        return self.inner.step_count
+
+    def step(self) -> StepStats:
+        return self.inner.step()
+
+    def param_spec(self) -> ParamSpec:
+        return self.inner.param_spec()
+
+    def get_flat_params(self) -> torch.Tensor:
+        return self.inner.get_flat_params()
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        self.inner.set_flat_params(flat)
+
+    def set_step_scale(self, scale: float) -> None:
+        self.inner.set_step_scale(scale)
+
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return self.inner.state_tensors()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self.inner.load_state_tensors(tensors, meta)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def probe_better(self, flat: torch.Tensor) -> bool | None:
+        return self.inner.probe_better(flat)
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        self.inner.add_to_flat_params(delta)
+
+    def scale_lr(self, factor: float) -> None:
+        self.inner.scale_lr(factor)
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:

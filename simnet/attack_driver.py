@@ -31,6 +31,7 @@ from peer.core.control import make_control, read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.session import Session
+from peer.trainer import Trainer
 from protocol import (
     Frame, FrameHeader, FrameKind, Identity, IdentityCodec, TensorSpec, bundle_digest, decode_frame, encode_frame,
     make_control_frame, pack_bundle, unpack_bundle,
@@ -165,11 +166,11 @@ class PeerAttack:
         """The step our hellos claim (a join liar claims to be far ahead)."""
         return self.cfg.claim_step if self.kind == "join_liar" else step
 
-    def probe(self, trainer: Any) -> Callable[[torch.Tensor], bool] | None:
+    def probe(self, trainer: Trainer) -> Callable[[torch.Tensor], bool | None] | None:
         """How a joiner judges an offered state (as the real driver: the trainer's `probe_better`)."""
         if self.control and self.cfg.kind == "join_liar":
             return None
-        return getattr(trainer, "probe_better", None)
+        return trainer.probe_better if trainer.capabilities.probe else None
 
     def inbound(self, session: Session, listen: str, peer_id: str, now: float) -> list[Action]:
         """The session's answer to an inbound exchange naming `listen`; the sybil control admits it unverified."""

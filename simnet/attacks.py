@@ -47,13 +47,14 @@ experiments; no peer setting turns these defences off.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from peer.trainer import ParamSpec, StepStats, Trainer
+from peer.trainer import Capabilities, Trainer, WrappedTrainer
 
 KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil")
 CONTROLLED = ("future", "join_liar", "sybil")
@@ -125,11 +126,13 @@ class AttackConfig:
         return set(random.Random(f"simnet-attackers:{seed}").sample(range(n), k))
 
 
-class AttackTrainer:
-    """Wraps an honest Trainer; `get_flat_params` returns the attack vector."""
+class AttackTrainer(WrappedTrainer):
+    """Wraps an honest Trainer; `get_flat_params` returns the attack vector, and every other call
+    goes to the honest trainer."""
 
     def __init__(self, inner: Trainer, cfg: AttackConfig, seed: int) -> None:
-        self.inner, self.cfg = inner, cfg
+        super().__init__(inner)
+        self.cfg = cfg
         self.x0 = inner.get_flat_params()
         self.gen = torch.Generator().manual_seed(seed)
         self.peek: Callable[[], list[torch.Tensor]] = lambda: []
@@ -138,6 +141,13 @@ class AttackTrainer:
         self._shown: torch.Tensor | None = None
         self._steer: float | None = None
         self._direction: torch.Tensor | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The honest trainer's, but a mix goes through `set_flat_params` (it undoes the attack)."""
+        return dataclasses.replace(self.inner.capabilities, add_in_place=False)
+
+    add_to_flat_params = Trainer.add_to_flat_params
 
     # --- what gossip sees ------------------------------------------------------------
     def get_flat_params(self) -> torch.Tensor:
@@ -192,29 +202,3 @@ class AttackTrainer:
             self._steer *= self.cfg.growth
             return x + min(self._steer, 1e30) * self._direction
         return x
-
-    # --- honest delegation ------------------------------------------------------------
-    @property
-    def step_count(self) -> int:
-        return self.inner.step_count
-
-    def step(self) -> StepStats:
-        return self.inner.step()
-
-    def param_spec(self) -> ParamSpec:
-        return self.inner.param_spec()
-
-    def set_step_scale(self, scale: float) -> None:
-        self.inner.set_step_scale(scale)
-
-    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        return self.inner.state_tensors()
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        self.inner.load_state_tensors(tensors, meta)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:  # evaluation hooks of the wrapped trainer
-        return getattr(self.inner, name)

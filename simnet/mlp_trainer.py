@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from peer.trainer import ParamSpec, StepStats
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
 
 TASKS = ("classify", "regress")
 
@@ -150,8 +150,10 @@ def initial_params(cfg: MLPConfig) -> torch.Tensor:
     return torch.cat(parts)
 
 
-class MLPTrainer:
+class MLPTrainer(Trainer):
     """Minibatch SGD on a two-layer tanh MLP over one shard."""
+
+    capabilities = Capabilities(probe=True)
 
     def __init__(self, cfg: MLPConfig) -> None:
         self.cfg = cfg

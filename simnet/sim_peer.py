@@ -20,15 +20,10 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
-from peer.core.actions import (
-    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+from peer.core import (
+    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipNode, JoinDone, Log, Mixer, PeerInfo,
+    Publish, SendHello, Session, read_hello,
 )
-from peer.core.addresses import PeerInfo
-from peer.core.fetched import FetchedStates
-from peer.core.hello import read_hello
-from peer.core.mixer import Mixer
-from peer.core.node import GossipNode
-from peer.core.session import Session
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.attack_driver import PeerAttack

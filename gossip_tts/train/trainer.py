@@ -1,6 +1,6 @@
 """The TTS replica a peer trains: Echo-style DiT + AdamW + a latent-tar stream.
 
-It satisfies `peer.trainer.Trainer`, so the peer (and gossip) can drive it without knowing
+It is a `peer.trainer.Trainer`, so the peer (and gossip) can drive it without knowing
 it is a TTS model.
 """
 
@@ -27,7 +27,7 @@ from gossip_tts.train.parallel import Group, add_full_into, compile_problem, cop
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.local.checkpoint import load_checkpoint
-from peer.trainer import ParamSpec, StepStats, flatten
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten
 
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim."
@@ -65,7 +65,7 @@ def _shape_of(model_cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in model_cfg.items() if k not in _LIMITS}
 
 
-class TTSTrainer:
+class TTSTrainer(Trainer):
     """One local replica. Parameters live on `device`; gossip sees float32 CPU copies.
 
     In a torchrun group (`group`) every rank builds one of these: same initial weights, its
@@ -181,9 +181,11 @@ class TTSTrainer:
         return self._step
 
     @property
-    def collective_reads(self) -> bool:
-        """Whether reading the parameters needs every rank of the group (FSDP2 gathers shards)."""
-        return self.group is not None and self.group.strategy == "fsdp2"
+    def capabilities(self) -> Capabilities:
+        """Probes, mixes in place, scales its rate on rollbacks; its reads need every rank
+        only when FSDP2 shards the parameters (a read gathers them)."""
+        return Capabilities(probe=True, add_in_place=True, scale_lr=True,
+                            collective_reads=self.group is not None and self.group.strategy == "fsdp2")
 
     def step(self) -> StepStats:
         batch = self.next_batch().to(self.device)

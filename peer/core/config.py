@@ -66,19 +66,23 @@ class SessionConfig:
     """How long joining waits for a first known peer (mDNS, `--peer`) before training alone."""
     join_timeout_s: float = 20.0
     """How long joining keeps asking known peers when none has answered yet."""
+    join_max_asked: int = 8
+    """Known peers asked for their step when joining (each costs one small hello)."""
+    join_retry_s: float = 1.0
+    """While joining and nobody answered yet, known peers are asked again after this long."""
 
     def __post_init__(self) -> None:
         positive = {
             "request_timeout_s": self.request_timeout_s, "connect_timeout_s": self.connect_timeout_s,
             "hello_every_s": self.hello_every_s, "evict_every_s": self.evict_every_s,
             "silence_timeout_s": self.silence_timeout_s, "bootstrap_retry_min_s": self.bootstrap_retry_min_s,
-            "stall_min_s": self.stall_min_s,
+            "stall_min_s": self.stall_min_s, "join_retry_s": self.join_retry_s,
         }
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         for name in ("pulls_per_publish", "max_in_flight", "max_partners", "max_failures", "max_peers",
-                     "max_candidates"):
+                     "max_candidates", "join_max_asked"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if not (self.stall_rtt_factor >= 1 and math.isfinite(self.stall_rtt_factor)):

@@ -35,6 +35,7 @@ from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
 from peer.core.ingest import MAX_GAP_UPDATES, open_frame, screen
+from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
@@ -54,7 +55,6 @@ from protocol import (
     decode_frame,
     epoch_from,
     flat_model_spec,
-    make_snapshot_frame,
     make_update_frame,
     model_fingerprint,
     next_epoch,
@@ -167,7 +167,7 @@ class GossipNode:
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
-        self.metrics.inc("published_total", help="compressed updates published")
+        self.metrics.inc("published_total")
         self._publish_view()
         self.average.update(x, self.view_slot.current, self.step)
         return seq
@@ -203,7 +203,7 @@ class GossipNode:
                                       reply=self.tickets.issue(peer_key),
                                       offer=self.tickets.issue(peer_key), frames=frames)
         body = pack_bundle([control] + frames)
-        self.metrics.inc("bytes_sent_total", len(body), help="bytes of exchange bodies sent")
+        self.metrics.inc("bytes_sent_total", len(body))
         return body
 
     def handle_request(self, body: bytes, now: float, *, address: str = "",
@@ -222,8 +222,7 @@ class GossipNode:
         if refusal is None:
             self.tickets.spend(header)
         elif refusal is RefusalReason.NO_TICKET and not raw_frames:
-            self.metrics.inc("exchanges_unticketed_total", help="exchanges that held no ticket of ours and pushed "
-                                                               "nothing (a first contact): answered with a ticket")
+            self.metrics.inc("exchanges_unticketed_total")
         else:
             self.metrics.inc("frames_refused_total", reason=refusal.value)
         if refusal is not None:  # its offer may serve our next request (a stale one costs a push, no more)
@@ -252,10 +251,8 @@ class GossipNode:
         """
         if self._state_cache is None:
             self._control_seq += 1
-            self._state_cache = make_snapshot_frame(
-                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=self._control_seq,
-                step=self.step, timestamp=now, vector=self.last_x, extra={"kind": "state"},
-            )
+            self._state_cache = sign_state(self.identity, self.cfg.swarm, self.fingerprint, self._control_seq,
+                                           self.step, now, self.last_x)
         return self._state_cache
 
     @property
@@ -266,10 +263,7 @@ class GossipNode:
     def read_state(self, data: bytes, now: float) -> tuple[torch.Tensor, int]:
         """Verify a /v1/state snapshot; returns (parameters, the sender's step). Only a snapshot
         signed as a state (`state_frame`) is one: an update or an exchange snapshot is refused."""
-        frame = decode_frame(data, self.policy, now=now)
-        if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != "state":
-            raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
-        return read_vector(frame), frame.header.step
+        return read_state(data, self.policy, now)
 
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
@@ -310,17 +304,16 @@ class GossipNode:
                 return frames
             gap_fill = frames is not None  # a snapshot in place of updates we hold: no budget
         if withheld is not None and (reason := withheld(gap_fill)) is not None:
-            self.metrics.inc("snapshots_withheld_total", reason=reason,
-                             help="answers that carried no snapshot where the asker lacks our copy, by reason")
+            self.metrics.inc("snapshots_withheld_total", reason=reason)
             return []
-        self.metrics.inc("snapshots_sent_total", help="exact public-copy snapshots sent to fill a gap")
+        self.metrics.inc("snapshots_sent_total")
         return [self._snapshots.frame(self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
                                       epoch=self.epoch, seq=self.public.seq, step=self.step,
                                       x_hat=self.public.x_hat, now=now)]
 
     def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
         """Unpack a bundle and verify its control frame: (its header, its fields, the other frames)."""
-        self.metrics.inc("bytes_received_total", len(body), help="bytes of exchange bodies received")
+        self.metrics.inc("bytes_received_total", len(body))
         raw_frames = unpack_bundle(body, self.limits)  # raises FrameRefused on a malformed body
         if not raw_frames:
             raise FrameRefused(RefusalReason.TRUNCATED, "empty bundle")
@@ -359,7 +352,7 @@ class GossipNode:
             n.version = self._versions
         n.pulled = n.version if pulled and n.copy.x_hat is not None else n.pulled
         self._publish_view()
-        self.metrics.inc("exchanges_total", help="completed push-pull exchanges (either side)")
+        self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted)
 
     def _apply(self, n: Neighbour, frame: Frame, now: float) -> bool:
@@ -375,18 +368,18 @@ class GossipNode:
             n.published_at = published_at
             self.metrics.inc("snapshots_received_total")
         elif h.seq <= n.copy.seq and n.copy.x_hat is not None:
-            self.metrics.inc("updates_duplicate_total", help="updates already held (resent or replayed)")
+            self.metrics.inc("updates_duplicate_total")
             return False
         elif n.copy.apply_update(h.seq, vector, h.step):
             n.published_at = max(n.published_at, published_at)
             self.metrics.inc("updates_applied_total")
         else:
-            self.metrics.inc("update_gaps_total", help="updates that could not be applied in order")
+            self.metrics.inc("update_gaps_total")
             return False
         if not math.isfinite(safe_norm(n.copy.x_hat)):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
             n.copy = NeighbourCopy()
-            self.metrics.inc("copies_reset_total", help="neighbour copies dropped because they became non-finite")
+            self.metrics.inc("copies_reset_total")
         return True
 
     def _neighbour(self, key: bytes) -> Neighbour:
@@ -396,5 +389,5 @@ class GossipNode:
                 del self.neighbours[min(self.neighbours, key=lambda k: (self.neighbours[k].pulled > 0,
                                                                         self.neighbours[k].last_heard))]
             n = self.neighbours[key] = Neighbour()
-        self.metrics.set("neighbours", len(self.neighbours), help="neighbour copies held")
+        self.metrics.set("neighbours", len(self.neighbours))
         return n

@@ -11,16 +11,16 @@ Decisions made here: when to publish and with whom to exchange (a sticky set of 
 partners, slots and stalls: `peer.core.exchanges`); when to say hello (a jittered cadence;
 each hello is also peer exchange) and which heard-of addresses
 to verify by dialling them; when a peer is dead and evicted; when a dead `--peer` address
-is dialled again (exponential backoff); how to join a running swarm (ask every known
-peer for its step, fetch the state of the furthest along, fall back to the next one,
-adopt only a state further along than ours); what a failed publish means (logged,
-counted, survived). See docs/architecture.md.
+is dialled again (exponential backoff); how to join a running swarm (`peer.core.join`:
+ask every known peer for its step, fetch the state of the furthest along, fall back to the
+next one; adopted here only when further along than ours and not scored worse); what a
+failed publish means (logged, counted, survived). See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
@@ -29,26 +29,8 @@ from peer.core.addresses import PeerInfo
 from peer.core.config import SessionConfig
 from peer.core.exchanges import Exchanges
 from peer.core.hello import Hello
+from peer.core.join import Join
 from peer.core.table import NeighbourConfig, NeighbourTable
-
-JOIN_MAX_ASKED = 8
-"""Known peers asked for their step when joining (each costs one small hello)."""
-
-
-JOIN_RETRY_S = 1.0
-"""While joining and nobody answered yet, known peers are asked again after this long."""
-
-
-@dataclass
-class _Join:
-    phase: str  # "waiting" (for a peer to ask) | "asking" | "fetching" | "done"
-    wait_until: float  # give up when no peer is known by then
-    give_up_at: float  # give up when no known peer has answered by then
-    ask_at: float = 0.0  # when to ask the known peers (again)
-    asked: dict[int, str] = field(default_factory=dict)  # hello token -> address
-    answers: list[tuple[int, str]] = field(default_factory=list)  # (step, address)
-    fetching: int = 0  # token of the state request in flight
-
 
 @dataclass
 class _Retry:
@@ -63,10 +45,7 @@ class Session:
         self.cfg = cfg
         self.peer_id = peer_id
         self.rng = rng
-        self.table = NeighbourTable(NeighbourConfig(
-            max_peers=cfg.max_peers, max_failures=cfg.max_failures, timeout_s=cfg.silence_timeout_s,
-            self_peer_id=peer_id,
-        ))
+        self.table = NeighbourTable(NeighbourConfig.of(cfg, self_peer_id=peer_id))
         self.listen = ""
         self.step = 0
         self.exchanges = Exchanges(cfg, self.table.cfg.rtt_smoothing)
@@ -78,7 +57,7 @@ class Session:
         self._hello_seq = 0
         self._next_hello = 0.0
         self._next_evict = 0.0
-        self._join: _Join | None = None
+        self._join: Join | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -96,7 +75,7 @@ class Session:
     @property
     def accepting(self) -> bool:
         """Whether inbound exchanges are served (not while joining: our state is about to change)."""
-        return self._join is None or self._join.phase == "done"
+        return self._join is None or self._join.done
 
     def verified_keys(self) -> frozenset[bytes]:
         """Keys whose listen address answered us signed by that key (a hello over our nonce, or an
@@ -115,8 +94,8 @@ class Session:
     def next_deadline(self) -> float:
         """When `tick` next has something to do."""
         times = [self._next_hello, self._next_evict] + [r.next_at for r in self._retry.values()]
-        if self._join is not None and self._join.phase == "waiting":
-            times.append(max(self._join.ask_at, min(self._join.wait_until, self._join.give_up_at)))
+        if self._join is not None and self._join.waiting:
+            times.append(self._join.deadline())
         return min(times)
 
     # ------------------------------------------------------------------ events
@@ -124,17 +103,14 @@ class Session:
         """Our server is up at `listen`; `bootstrap` are the `--peer` addresses."""
         self.listen, self.step = listen, step
         self._hello_seq = hello_seq_base
-        self.table = NeighbourTable(NeighbourConfig(
-            max_peers=self.cfg.max_peers, max_failures=self.cfg.max_failures, timeout_s=self.cfg.silence_timeout_s,
-            self_peer_id=self.peer_id, self_addresses=(listen,) if listen else (),
-        ))
+        self.table = NeighbourTable(NeighbourConfig.of(self.cfg, self.peer_id, (listen,) if listen else ()))
         self._next_hello = now + self._hello_wait()
         self._next_evict = now + self.cfg.evict_every_s
         out: list[Action] = []
         for address in dict.fromkeys(bootstrap):
             out += self.found(PeerInfo(peer_id="", address=address, source="static"), now)
         if self.cfg.join:  # after every bootstrap address is known, so that all of them are asked
-            self._join = _Join("waiting", now + self.cfg.join_wait_s, now + self.cfg.join_timeout_s, now)
+            self._join = Join(self.cfg, now)
             out += self._join_progress(now)
         return out
 
@@ -149,7 +125,7 @@ class Session:
             via = "--peer (not yet contacted)" if info.source == "static" else info.source
             out.append(Log(f"found peer {info.address} via {via}"))
         out += self._verify(now)
-        if self._join is not None and self._join.phase == "waiting":
+        if self._join is not None and self._join.waiting:
             out += self._join_progress(now)
         return out
 
@@ -232,10 +208,7 @@ class Session:
             self._unreachable.pop(address, None)
             for info in hello.peers:
                 out += self.found(info, now)
-        if self._join is not None and token in self._join.asked:
-            del self._join.asked[token]
-            if hello is not None:
-                self._join.answers.append((hello.step, address))
+        if self._join is not None and self._join.hello_ended(token, address, hello.step if hello else None):
             out += self._join_progress(now)
         return out
 
@@ -247,15 +220,14 @@ class Session:
         step buys nothing: a state that scores worse than ours is refused whatever it claims.
         """
         kind, address = self._requests.pop(token, ("", ""))
-        if kind != "state" or self._join is None or self._join.fetching != token:
+        if kind != "state" or self._join is None or not self._join.fetch_ended(token):
             return []
-        self._join.fetching = 0
         if better is False:
             return [Count("joins_refused_total"), Log(f"not joining from {address}: its state scores worse than ours "
                                                       f"on our probe batch (it claims step {step})", "warning")
                     ] + self._join_progress(now)
         if error is None and step is not None and step > self.step:
-            self._join.phase = "done"
+            self._join.adopted()
             self.step = step
             return [Adopt(token, address, step), JoinDone(address), Count("joins_total"),
                     Log(f"joined: adopted the state of {address} (its step {step})")]
@@ -282,7 +254,7 @@ class Session:
                 retry.next_at = now + retry.wait
                 out += [Count("bootstrap_retries_total"), self._hello(address, now)]
         out += self._verify(now)
-        if self._join is not None and self._join.phase == "waiting":
+        if self._join is not None and self._join.waiting:
             out += self._join_progress(now)
         return out
 
@@ -352,46 +324,14 @@ class Session:
                 self._retry.pop(info.address, None)
 
     def _join_progress(self, now: float) -> list[Action]:
-        join = self._join
-        assert join is not None
-        if join.phase == "waiting":
-            # Bootstrap peers count even when dead: they are who the user told us to join.
-            live = list({p.address: p for p in self.table.live() + self.table.static_peers()}.values())
-            if not live and now >= join.wait_until or live and now >= join.give_up_at:
-                join.phase = "done"
-                why = "no peer answered" if live else "no peer found"
-                if self._unreachable:
-                    why += " (" + "; ".join(f"{a}: {e}" for a, e in sorted(self._unreachable.items())) + ")"
-                return [JoinDone(None), Count("joins_alone_total"),
-                        Log(f"joining: {why}; training from our own weights")]
-            if not live or now < join.ask_at:
-                return []
-            join.phase = "asking"
-            out: list[Action] = []
-            pending = {address: token for token, (kind, address) in self._requests.items() if kind == "hello"}
-            for info in live[:JOIN_MAX_ASKED]:
-                if info.address in pending:  # already dialled to verify it: its answer will do
-                    join.asked[pending[info.address]] = info.address
-                    continue
-                hello = self._hello(info.address, now)
-                join.asked[hello.token] = info.address
-                out.append(hello)
-            return out
-        if join.phase == "asking" and join.asked:
-            return []
-        if join.phase == "asking" and not join.answers:  # nobody answered: ask again shortly
-            join.phase, join.ask_at = "waiting", now + JOIN_RETRY_S
-            return self._join_progress(now)
-        if join.phase in ("asking", "fetching") and join.fetching == 0:
-            ahead = sorted((a for a in join.answers if a[0] > self.step), key=lambda a: (-a[0], a[1]))
-            join.answers = ahead[1:]
-            if not ahead:
-                join.phase = "done"
-                return [JoinDone(None), Count("joins_alone_total"),
-                        Log("joining: no peer is further along; training from our own weights")]
-            join.phase = "fetching"
-            token = self._new_token()
-            self._requests[token] = ("state", ahead[0][1])
-            join.fetching = token
-            return [FetchState(token, ahead[0][1])]
-        return []
+        assert self._join is not None
+        # Bootstrap peers count even when dead: they are who the user told us to join.
+        known = list({p.address: p for p in self.table.live() + self.table.static_peers()})
+        pending = {address: token for token, (kind, address) in self._requests.items() if kind == "hello"}
+        return self._join.progress(now, step=self.step, known=known, pending=pending, unreachable=self._unreachable,
+                                   hello=lambda address: self._hello(address, now), fetch=self._fetch_state)
+
+    def _fetch_state(self, address: str) -> FetchState:
+        token = self._new_token()
+        self._requests[token] = ("state", address)
+        return FetchState(token, address)

@@ -25,15 +25,18 @@ from dataclasses import dataclass, replace
 from typing import Collection, Iterable
 
 from peer.core.addresses import PeerInfo, is_peer_id, parse_address
+from peer.core.config import SessionConfig
 
 
 @dataclass
 class NeighbourConfig:
-    max_peers: int = 64
+    """The table's bounds; a session's come from its `SessionConfig` (`of`), and so do these defaults."""
+
+    max_peers: int = SessionConfig.max_peers
     """Bound on entries; when full, the least recently successful non-static one goes."""
-    max_failures: int = 3
+    max_failures: int = SessionConfig.max_failures
     """Consecutive failures after which a peer is dead."""
-    timeout_s: float = 120.0
+    timeout_s: float = SessionConfig.silence_timeout_s
     """Seconds without a success after which a peer is dead."""
     self_peer_id: str = ""
     """Our own public key hex: never added, and an entry that turns out to be us is dropped."""
@@ -58,6 +61,12 @@ class NeighbourConfig:
             parse_address(address)
         if self.self_peer_id and not is_peer_id(self.self_peer_id):
             raise ValueError(f"self_peer_id must be 64 lowercase hex characters or empty, got {self.self_peer_id!r}")
+
+    @classmethod
+    def of(cls, cfg: SessionConfig, self_peer_id: str = "", self_addresses: tuple[str, ...] = ()) -> "NeighbourConfig":
+        """The table of a session with `cfg`."""
+        return cls(max_peers=cfg.max_peers, max_failures=cfg.max_failures, timeout_s=cfg.silence_timeout_s,
+                   self_peer_id=self_peer_id, self_addresses=self_addresses)
 
 
 @dataclass(frozen=True)

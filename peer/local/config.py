@@ -26,7 +26,7 @@ class LoopConfig:
     """Steps between in-memory copies of the last good training state; a non-finite loss or
     state rolls back to it (0: never, and a poisoned run goes on poisoned)."""
     rollback_lr_factor: float = 0.5
-    """Learning-rate multiplier applied at each rollback (trainers that support `scale_lr`)."""
+    """Learning-rate multiplier applied at each rollback (trainers that declare `Capabilities.scale_lr`)."""
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 0:

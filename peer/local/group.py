@@ -7,7 +7,7 @@ probe batch) is first announced with a command broadcast from rank 0, then run o
 same order. The other ranks run `follow()`, which waits for the next command and mirrors
 it, so they reach every step boundary with rank 0 and are handed the mixed parameters
 there. Nothing here knows the model: the inner trainer does the DDP/FSDP2 work, and says
-with `collective_reads` whether reading its parameters needs every rank (FSDP2 shards).
+with `Capabilities.collective_reads` whether reading its parameters needs every rank (FSDP2 shards).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from peer.trainer import ParamSpec, StepStats, Trainer
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _fingerprint(x: torch.Tensor) -> tuple[float, float]:
     return float(x.sum()), float((x * w).sum())
 
 
-class GroupTrainer:
+class GroupTrainer(Trainer):
     """Rank 0's Trainer for the whole group: each call runs on every rank, in lockstep.
 
     Calls come from the training thread and, while joining, the network thread
@@ -97,12 +97,18 @@ class GroupTrainer:
 
     def __init__(self, inner: Trainer, comm: GroupComm, *, verify: bool = False) -> None:
         self.inner, self.comm, self.verify = inner, comm, verify
-        self.collective_reads = bool(getattr(inner, "collective_reads", True))
+        self.collective_reads = inner.capabilities.collective_reads
         self._numel = sum(int(torch.Size(shape).numel()) for shape, _ in inner.param_spec().values())
         self._lock = threading.RLock()
         self._closed = False
         self.mixes_verified = 0
         """Mixes after which every rank was checked to hold rank 0's parameters (`verify`)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The group probes when its inner trainer does; it neither mixes in place nor scales
+        its rate on rollbacks (no command carries those to the other ranks)."""
+        return Capabilities(probe=self.inner.capabilities.probe, collective_reads=self.collective_reads)
 
     @property
     def step_count(self) -> int:
@@ -145,12 +151,11 @@ class GroupTrainer:
 
         Every rank scores it (a sharded or DDP forward needs them all); only rank 0's verdict,
         on its own probe batch, counts. None when the inner trainer cannot judge."""
-        probe = getattr(self.inner, "probe_better", None)
-        if probe is None:
+        if not self.inner.capabilities.probe:
             return None
         with self._lock:
             self.comm.command(PROBE)
-            return bool(probe(self.comm.flat(flat, self._numel)))
+            return bool(self.inner.probe_better(self.comm.flat(flat, self._numel)))
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         with self._lock:

@@ -6,7 +6,7 @@ into NaN. Training on NaN is worse than useless (every later publish fails and, 
 this guard, the next checkpoint would overwrite the last good one). `PoisonGuard` keeps an
 in-memory copy of the trainer's whole state (weights, optimiser moments, RNG) every few
 steps, checked finite when taken; a non-finite loss restores it and lowers the learning
-rate (for trainers with `scale_lr`). Memory: one copy of `state_tensors()`.
+rate (for trainers that declare `Capabilities.scale_lr`). Memory: one copy of `state_tensors()`.
 """
 
 from __future__ import annotations
@@ -59,9 +59,8 @@ class PoisonGuard:
             return False
         tensors, meta = self._good
         self.trainer.load_state_tensors({k: v.clone() for k, v in tensors.items()}, dict(meta))
-        scale = getattr(self.trainer, "scale_lr", None)
-        if callable(scale):
-            scale(self.lr_factor)
+        if self.trainer.capabilities.scale_lr:
+            self.trainer.scale_lr(self.lr_factor)
         self.rollbacks += 1
         self.count("rollbacks_total")
         self.emit(f"rolled back to step {self._good_at} ({why}); learning rate x{self.lr_factor:g}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from peer.trainer import ParamSpec, StepStats
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
 
 
 @dataclass
@@ -55,8 +55,10 @@ def make_shard(cfg: LeastSquaresConfig, shard: int) -> tuple[torch.Tensor, torch
     return a, b
 
 
-class LeastSquaresTrainer:
+class LeastSquaresTrainer(Trainer):
     """Minibatch SGD on 0.5·||Aw − b||² / n over one shard."""
+
+    capabilities = Capabilities(probe=True)
 
     def __init__(self, cfg: LeastSquaresConfig) -> None:
         self.cfg = cfg

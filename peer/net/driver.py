@@ -23,15 +23,10 @@ from typing import Any, Callable, Coroutine
 import aiohttp
 import torch
 
-from peer.core.actions import (
-    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
+from peer.core import (
+    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, JoinDone, Log, PeerInfo, Publish, SendHello,
+    NeighbourHealth, Session, SessionConfig, format_address, make_hello, parse_address, read_hello,
 )
-from peer.core.addresses import PeerInfo, format_address, parse_address
-from peer.core.config import SessionConfig
-from peer.core.fetched import FetchedStates
-from peer.core.hello import make_hello, read_hello
-from peer.core.session import Session
-from peer.core.table import NeighbourHealth
 from peer.net.errors import describe_failure
 from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics

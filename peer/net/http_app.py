@@ -66,7 +66,7 @@ class PeerRoutes:
         try:
             reply = await self.face.serve_exchange(body, request.remote or "")
         except FrameRefused as exc:
-            self.metrics.inc("frames_refused_total", help="frames refused, by reason", reason=exc.reason.value)
+            self.metrics.inc("frames_refused_total", reason=exc.reason.value)
             return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)
         except WorkerBusy as exc:
             return self._refused(503, "worker_busy", str(exc))

@@ -30,7 +30,7 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 
 def test_every_section_and_flag_names_a_real_config_field():
     app_fields = {f.name for f in dataclasses.fields(settings.section_class(settings.APP_SECTION))}
-    for name, _ in settings.SECTIONS:
+    for name, _ in settings.sections():
         assert dataclasses.is_dataclass(settings.section_class(name)), name
         assert name == settings.APP_SECTION or name in app_fields, f"the app config has no field {name!r}"
     for param in peer.params:

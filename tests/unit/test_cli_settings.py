@@ -45,9 +45,7 @@ class ToyApp:
 
 @pytest.fixture(autouse=True)
 def toy_sections(monkeypatch):
-    here = __name__
-    monkeypatch.setattr(settings, "SECTIONS", (
-        ("peer", f"{here}:ToyApp"), ("train", f"{here}:ToyTrain"), ("net", f"{here}:ToyNet")))
+    monkeypatch.setattr(settings, "APP_CONFIG", f"{__name__}:ToyApp")
 
 
 FLAGS = {("train", "batch_size"): "--batch-size", ("net", "listen"): "--listen"}
@@ -129,3 +127,30 @@ def test_printed_config_reads_back_to_the_same_config(tmp_path):
     conf.write_text(text)
     again = settings.build(settings.resolve({}, conf, {}), FLAGS)
     assert again == app
+
+
+@dataclass
+class ToyLoop:
+    steps: int = 3
+
+
+@dataclass
+class ToyAppWithLoop(ToyApp):
+    loop: ToyLoop = field(default_factory=ToyLoop)
+
+
+def test_the_sections_are_the_app_configs_dataclass_fields_in_order(monkeypatch):
+    assert settings.sections() == (("peer", ToyApp), ("train", ToyTrain), ("net", ToyNet))  # solo, key_file: [peer]
+    monkeypatch.setattr(settings, "APP_CONFIG", f"{__name__}:ToyAppWithLoop")  # one field more, one section more
+    assert settings.sections()[-1] == ("loop", ToyLoop)
+    assert settings.build(settings.resolve({}, None, {"GOSSIP_TTS_LOOP_STEPS": "5"}), {}).loop.steps == 5
+
+
+def test_the_real_sections_follow_peer_app_config():
+    from gossip_tts.peer_config import PeerAppConfig
+
+    real = settings._sections_of("gossip_tts.peer_config:PeerAppConfig")
+    assert [name for name, _ in real] == ["peer", "train", "loop", "gossip", "net", "session", "parallel", "data",
+                                          "swarm_data"]  # the order of docs/cli.md and --print-config
+    app = PeerAppConfig()
+    assert all(type(getattr(app, name)) is cls for name, cls in real[1:])

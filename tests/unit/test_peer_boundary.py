@@ -11,10 +11,12 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.view import MixView, ViewSlot
 from peer.metrics import Metrics
-from peer.trainer import StepStats
+from peer.trainer import Capabilities, StepStats
 
 
 class Flat:
+    capabilities = Capabilities()
+
     def __init__(self) -> None:
         self.x, self.step_count = torch.zeros(4), 0
         self.scales: list[float] = []

@@ -248,3 +248,17 @@ def test_remove_and_update_all():
     assert t.remove(info(1).address) == info(1)
     assert t.remove(info(1).address) is None
     assert len(t) == 1
+
+
+def test_the_table_bounds_are_the_session_configs_held_once() -> None:
+    import dataclasses
+
+    from peer.core.config import SessionConfig
+
+    derived = NeighbourConfig.of(SessionConfig(max_peers=5, max_failures=2, silence_timeout_s=9.0), SELF_ID)
+    assert (derived.max_peers, derived.max_failures, derived.timeout_s, derived.self_peer_id) == (5, 2, 9.0, SELF_ID)
+    session, neighbours = SessionConfig(), NeighbourConfig()
+    assert (neighbours.max_peers, neighbours.max_failures, neighbours.timeout_s) == (
+        session.max_peers, session.max_failures, session.silence_timeout_s)
+    changed = dataclasses.replace(session, max_peers=session.max_peers + 1)
+    assert NeighbourConfig.of(changed).max_peers == neighbours.max_peers + 1  # control: the mapping is read, not fixed

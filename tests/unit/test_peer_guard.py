@@ -11,10 +11,13 @@ import torch
 from peer.local.checkpoint import CheckpointError, checkpoint_path, load_checkpoint, load_newest_good, save_checkpoint
 from peer.local.loop import LoopConfig, run_loop
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
+from peer.trainer import Capabilities
 
 
 class Poisonable(LeastSquaresTrainer):
     """A least-squares trainer whose parameters turn to NaN at chosen steps."""
+
+    capabilities = Capabilities(probe=True, scale_lr=True)
 
     def __init__(self, poison_at: set[int]) -> None:
         super().__init__(LeastSquaresConfig(dim=8, samples_per_shard=64, seed=0, lr=0.05))

@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from peer.local.group import GroupComm, GroupTrainer, follow
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
+from peer.trainer import Capabilities
 from simnet.mlp_trainer import MLPConfig, MLPTrainer
 from tests.unit.parallel_helpers import spawn
 
@@ -92,6 +93,8 @@ def test_rank_0_decides_for_the_group_and_every_rank_scores_the_same_state(tmp_p
 
 def test_a_group_whose_trainer_cannot_judge_says_so_without_a_command() -> None:
     class NoProbe:
+        capabilities = Capabilities(probe=False)
+
         def param_spec(self):
             return {"w": ((DIM,), "float32")}
 

@@ -23,7 +23,7 @@ from peer.trainer import ParamSpec, StepStats, Trainer
 
 log = logging.getLogger(__name__)
 
-STEP, GET, SET, STATE, LOAD, STOP, PROBE, SCALE = range(8)
+STEP, GET, SET, STATE, LOAD, STOP, PROBE, SCALE, ADOPT = range(9)
 
 
 class GroupComm:
@@ -134,6 +134,12 @@ class GroupTrainer:
                                        "hold other parameters than rank 0")
                 self.mixes_verified += 1
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """Every rank takes rank 0's adopted parameters and step (their schedules stay in lockstep)."""
+        with self._lock:
+            self.comm.command(ADOPT)
+            self.inner.adopt(self.comm.flat(flat, self._numel), int(self.comm.scalar(step)))
+
     def set_step_scale(self, scale: float) -> None:
         """Every rank steps at rank 0's multiplier (each rank runs its own optimiser)."""
         with self._lock:
@@ -198,6 +204,8 @@ def follow(inner: Trainer, comm: GroupComm, *, verify: bool = False) -> int:
             inner.load_state_tensors(tensors, meta)
         elif code == SCALE:
             inner.set_step_scale(comm.scalar(None))
+        elif code == ADOPT:
+            inner.adopt(comm.flat(None, numel), int(comm.scalar(None)))
         elif code == PROBE:
             inner.probe_better(comm.flat(None, numel))  # rank 0's verdict is the group's
         elif code == STOP:

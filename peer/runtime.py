@@ -105,7 +105,7 @@ class GossipPeer:
             averaged_weights.restore(self.node.average, self.trainer.param_spec(), *resumed)
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
-                                  on_adopt=self.trainer.set_flat_params, probe=getattr(self.trainer, "probe_better", None))
+                                  on_adopt=self.trainer.adopt, probe=getattr(self.trainer, "probe_better", None))
         hook = self.make_hook()
         self._thread.start()
         try:

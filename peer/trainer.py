@@ -52,6 +52,13 @@ class Trainer(Protocol):
         hook then mixes with one pass over the parameters instead of a copy out and back."""
         ...
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """Take a neighbour's state as ours when joining: its parameters (as `set_flat_params`)
+        and its step, which `step_count` then counts on from. A step counts the training the
+        parameters hold, so progress, the learning-rate schedule, `max_steps` and what we tell
+        other peers go on from where the swarm is; the optimiser's state stays our own."""
+        ...
+
     def set_step_scale(self, scale: float) -> None:
         """Multiply the configured step size (learning rate) by `scale` (> 0) from the next step
         on, replacing any earlier multiplier: the swarm's step-size rule sets it

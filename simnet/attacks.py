@@ -207,6 +207,10 @@ class AttackTrainer:
     def set_step_scale(self, scale: float) -> None:
         self.inner.set_step_scale(scale)
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        self._shown = None  # what we showed before is no longer what we hold
+        self.inner.adopt(flat, step)
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return self.inner.state_tensors()
 

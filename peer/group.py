@@ -2,8 +2,8 @@
 
 Only rank 0 runs the network, gossip and checkpoints. It sees the group through
 `GroupTrainer`, an ordinary `Trainer`: every call that the other ranks must take part in
-(a step, a mix, a checkpoint that gathers shards, a resume, scoring an offered state on a
-probe batch) is first announced with a command broadcast from rank 0, then run on every rank with the same collectives in the
+(a step, a mix, a checkpoint that gathers shards, a resume, an adoption, scoring an offered
+state on a probe batch) is first announced with a command broadcast from rank 0, then run on every rank with the same collectives in the
 same order. The other ranks run `follow()`, which waits for the next command and mirrors
 it, so they reach every step boundary with rank 0 and are handed the mixed parameters
 there. Nothing here knows the model: the inner trainer does the DDP/FSDP2 work, and says

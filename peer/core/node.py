@@ -173,8 +173,7 @@ class GossipNode:
         return seq
 
     def adopt(self, x: torch.Tensor, step: int) -> None:
-        """Start our public copy afresh from `x`, a neighbour's state at its `step`, which our
-        trainer counts on from (`Trainer.adopt`)."""
+        """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`)."""
         x, self.step = x.detach().to(torch.float32).clone(), int(step)
         self.public.reset(x, 0)
         self.last_x = x

@@ -1,12 +1,21 @@
 """Everything worth measuring once on a GPU, in one run of at most about 8 minutes (H200-class).
 
     python benchmarks/device_check.py [--presets 100m,800m] [--steps 10] [--peak-tflops T] [--budget-s 450]
+    python benchmarks/device_check.py --device cpu --presets tiny --steps 2 --judge-clips 2   # a CPU dry run
 
 1. samples/s, model TFLOP/s, MFU and peak memory per preset in bf16, eager and torch.compile;
 2. peak memory and samples/s with `--offload` (fp32 masters and AdamW state in pinned CPU memory);
-3. a 2-process torchrun peer (`gossip-tts peer --nproc 2`, DDP) on this one GPU (gloo: NCCL
+3. the judge (`gossip_tts.judge`, the [judge] extra): the first preset's eager model, as trained in
+   part 1, speaks `--judge-clips` held-out sentences of the built-in corpus it trained on in the
+   voice of one of its speakers; WER, CER, similarity and DNSMOS beside the controls (the
+   corpus's own recordings of them, their codec round trip, noise). A model trained for a few
+   steps does not say the words yet, and the ASR does not read the corpus's synthetic words
+   (its own recordings score WER 1.0): the part checks that synthesis and the judge run on the
+   device and times them, and similarity and DNSMOS are the figures that move. Without the
+   extra it says so in one line;
+4. a 2-process torchrun peer (`gossip-tts peer --nproc 2`, DDP) on this one GPU (gloo: NCCL
    refuses two ranks on one device), its progress line;
-4. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py).
+5. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py).
 The figures are the ones the peer itself reports (gossip_tts.train.mfu). The JSON report goes to
 `$OUT/device_check.json` when OUT is set (else `--json PATH`). Without a CUDA GPU it says so
 and exits 0. Parts that would overrun `--budget-s` are skipped and marked so in the report.
@@ -20,8 +29,10 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +44,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import describe  # noqa: E402
 
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
+from gossip_tts.data.builtin import write_voice_folder  # noqa: E402
+from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints  # noqa: E402
 from gossip_tts.model import count_parameters  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
+from peer.local.checkpoint import save_checkpoint  # noqa: E402
 
 FIGURE = re.compile(r"\b(step|samples/s|tflops|mfu|peak_mem_gib) (\S+)")
 
@@ -46,8 +60,10 @@ def sync(device: str) -> None:
 
 
 def train_run(preset: str, sources: list[str], steps: int, batch_size: int, max_frames: int, *, device: str = "cuda",
-              compile: bool = False, offload: bool = False, peak: float | None = None) -> dict[str, Any]:
-    """Warm up (3 steps: allocator, kernels, compiling), then time `steps` steps; peak memory over all."""
+              compile: bool = False, offload: bool = False, peak: float | None = None,
+              save_to: Path | None = None) -> dict[str, Any]:
+    """Warm up (3 steps: allocator, kernels, compiling), then time `steps` steps; peak memory over all.
+    With `save_to`, the trained model is checkpointed there (the judge part speaks with it)."""
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -70,6 +86,8 @@ def train_run(preset: str, sources: list[str], steps: int, batch_size: int, max_
             mfus.append(stats.extra.get("mfu", float("nan")))
         sync(device)
         dt = time.perf_counter() - t0
+        if save_to is not None:
+            save_checkpoint(save_to, *trainer.state_tensors())
         return {
             "preset": preset, "compile": compile and trainer._compiled, "compile_asked": compile, "offload": offload,
             "params_m": round(count_parameters(trainer.model) / 1e6, 1), "samples_per_s": round(samples / dt, 2),
@@ -119,6 +137,29 @@ def gossip_overhead(preset: str, timeout: float) -> dict[str, Any]:
     return {"ok": True, **json.loads(summary[-1][len("summary: "):])}
 
 
+def judge_part(checkpoint: Path, work: Path, clips: int, synth_steps: int, device: str) -> dict[str, Any]:
+    """The trained model speaks `clips` held-out sentences of the built-in corpus; the judge's figures."""
+    from gossip_tts.audio import load_codec
+
+    t0 = time.perf_counter()
+    voice = write_voice_folder(work / "voice", int(load_codec("mel").sample_rate), n_clips=clips)
+    sentences = [tuple(line.split("|", 1)) for line in (voice / "metadata.csv").read_text("utf-8").splitlines()]
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    rows = judge_checkpoints(HeldOutConfig(checkpoints={"trained": checkpoint}, sentences=sentences, voice=voice,
+                                           reference=voice / "reference.wav", out=work / "judged",
+                                           synth_steps=synth_steps, device=device), emit=emit)
+    seconds = round(time.perf_counter() - t0, 1)
+    if rows is None:
+        return {"ok": False, "skipped": lines[-1] if lines else "no judge table", "seconds": seconds}
+    doc = json.loads(next(line for line in reversed(lines) if line.startswith("judge: "))[len("judge: "):])
+    return {"ok": True, "clips": clips, "synth_steps": synth_steps, "seconds": seconds, **doc}
+
+
 class Budget:
     """Skips what would not fit in the time left (a part's cost is guessed before it starts)."""
 
@@ -139,6 +180,10 @@ def main() -> int:
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting new parts after this long")
     ap.add_argument("--json", type=Path, default=None, help="where the report goes (default: $OUT/device_check.json)")
+    ap.add_argument("--judge-clips", type=int, default=4, help="held-out sentences the judge part scores (0: no judge part)")
+    ap.add_argument("--synth-steps", type=int, default=32, help="sampler steps of each judged sentence")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="the judge part's clips (default: $OUT/device_check_judge, else a temporary folder)")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         why = "this torch is a CPU-only build" if torch.version.cuda is None else "torch finds no usable GPU"
@@ -154,18 +199,29 @@ def main() -> int:
     presets = args.presets.split(",")
     guesses = {"100m": 40.0, "800m": 90.0}
     plan = [(p, c, o) for p in presets for c, o in ((False, False), (True, False), (False, True))]
+    work = args.work or (Path(os.environ["OUT"]) / "device_check_judge" if os.environ.get("OUT")
+                         else Path(tempfile.mkdtemp(prefix="device-check-")))
+    # the model in a temporary folder: with its optimiser state a 100m checkpoint is over a GB
+    judged_model = Path(tempfile.mkdtemp(prefix="device-check-model-")) / "model" if args.judge_clips > 0 else None
     for preset, compile, offload in plan:
         label = f"{preset}{' compile' if compile else ''}{' offload' if offload else ''}"
         if not budget.allows(guesses.get(preset, 60.0) * (2.5 if compile else 1.0)):
             report["skipped"].append(label)
             continue
         try:
+            first = (preset, compile, offload) == plan[0]
             row = train_run(preset, sources, args.steps, args.batch_size, args.max_frames, device=args.device, compile=compile,
-                            offload=offload, peak=args.peak_tflops)
+                            offload=offload, peak=args.peak_tflops, save_to=judged_model if first else None)
         except torch.cuda.OutOfMemoryError as exc:
             row = {"preset": preset, "compile_asked": compile, "offload": offload, "error": f"out of memory: {exc}"[:300]}
         report["train"].append(row)
         print(f"{label:<22} " + json.dumps(row), flush=True)
+    if judged_model is not None and (judged_model / "checkpoint.safetensors").exists() and budget.allows(60):
+        report["judge"] = judge_part(judged_model, work, args.judge_clips, args.synth_steps, args.device)
+        print("judge part:", json.dumps(report["judge"]), flush=True)
+        shutil.rmtree(judged_model.parent, ignore_errors=True)
+    elif judged_model is not None:
+        report["skipped"].append("judge")
     if budget.allows(90):
         report["torchrun_peer"] = group_peer(sources, presets[0], 30, min(240, budget.end - time.monotonic()), args.device)
         print("torchrun peer:", json.dumps(report["torchrun_peer"]), flush=True)

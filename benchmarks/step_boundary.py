@@ -83,6 +83,10 @@ class FlatTrainer(Trainer):
     def set_step_scale(self, scale: float) -> None:
         """The swarm's step-size multiplier: its fixed steps ignore it (only the boundary's cost is timed)."""
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        self.set_flat_params(flat)
+        self.step_count = int(step)
+
     def add_to_flat_params(self, delta: torch.Tensor) -> None:  # as TTSTrainer: in place, tensor by tensor
         offset = 0
         for p in self.params:

@@ -134,6 +134,9 @@ class WorkloadTrainer(Trainer):
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        raise NotImplementedError("the head-to-head's peers start together and never join (SessionConfig(join=False))")
+
     def set_step_scale(self, scale: float) -> None:
         """The swarm's step-size multiplier (the Trainer seam): on the workload's own learning rate."""
         for group, base in zip(self.opt.param_groups, self._base_lr):

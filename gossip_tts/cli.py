@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from gossip_tts.cli_errors import SettingError, fail_cleanly as _fail_cleanly
+from gossip_tts.cli_errors import OneLineGroup, SettingError, fail_cleanly as _fail_cleanly
 from gossip_tts.cli_options import field_option, given
 from gossip_tts.cli_peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
@@ -18,7 +18,7 @@ PACK, SYNTH, EVAL = ("gossip_tts.pack_config:PackConfig", "gossip_tts.synth_conf
 """The configs of pack, synthesize and eval, whose defaults their flags show (modules without torch)."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gossip-tts")
 def main() -> None:
     """Peer-to-peer text-to-speech training."""

@@ -1,17 +1,20 @@
 """The CLI's one boundary for errors a user can cause: each ends as one line, never a traceback.
 
-A bad value (a ValueError from a config or a flag check) is a usage error and exits 2; a
+A bad value (a ValueError from a config or a flag check, or one click refuses while parsing:
+a mistyped option or command, a value that is not a number) is a usage error and exits 2; a
 problem met while running (a damaged checkpoint, a taken port, tars that hold no latents,
-a missing extra) exits 1. Neither prints click's usage banner: the line itself names the
+a missing extra) exits 1. None prints click's usage banner: the line itself names the
 problem and the flag or command that fixes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 T = TypeVar("T")
 MAX_CHARS = 600
@@ -45,3 +48,51 @@ def fail_cleanly(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise SettingError(one_line(str(exc) or type(exc).__name__)) from exc
     except (CheckpointError, EmptyStreamError, OSError, ImportError) as exc:
         raise click.ClickException(one_line(str(exc) or type(exc).__name__)) from exc
+
+
+class OneLineCommand(click.Command):
+    """A command whose parsing errors (a mistyped option, a value that is not a number) are one
+    line naming the help that lists what it takes, instead of click's usage banner."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with _usage_in_one_line(f"{_command_path(parent)} {info_name or self.name}".strip()):
+            return super().make_context(info_name, args, parent, **extra)
+
+
+class OneLineGroup(click.Group):
+    """The CLI's group: its own parsing errors (a command that does not exist) are one line
+    too, and its commands are `OneLineCommand`s."""
+
+    command_class = OneLineCommand
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        with _usage_in_one_line("gossip-tts"):
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _usage_in_one_line("gossip-tts"):  # resolving the command name happens in here
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _usage_in_one_line(command: str) -> Iterator[None]:
+    """Turn click's UsageError into one line ending with the help of `command` (or of the
+    command click names, when it names one)."""
+    try:
+        yield
+    except NoArgsIsHelpError:  # a bare `gossip-tts`: the help is the answer
+        raise
+    except click.UsageError as exc:
+        command = _command_path(exc.ctx) if exc.ctx is not None and exc.ctx.parent is not None else command
+        raise SettingError(one_line(f"{exc.format_message().rstrip('.')}; see '{command} --help'")) from exc
+
+
+def _command_path(ctx: click.Context | None) -> str:
+    """`gossip-tts` and the subcommands the user typed (however the CLI was started)."""
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["gossip-tts", *names])

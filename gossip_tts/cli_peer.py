@@ -32,7 +32,7 @@ _OPTIONS = [
             "shards kept; the least recently used go first."),
     setting("--preset", setting="train.preset", type=click.Choice(PRESET_CHOICES), help="Model size."),
     setting("--device", setting="train.device", type=click.Choice(DEVICE_CHOICES), help="auto: CUDA, then Apple MPS, then CPU."),
-    setting("--max-steps", setting="loop.max_steps", type=int, help="Stop after this many steps (default: run until Ctrl+C)."),
+    setting("--max-steps", setting="loop.max_steps", type=int, help="Stop at this step, counting the steps of a resumed or adopted state (default: run until Ctrl+C)."),
     setting("--checkpoint-dir", setting="loop.checkpoint_dir", help="Where checkpoints and peer.key go (default: runs/<swarm>; 'none': save nothing)."),
     setting("--checkpoint-every", setting="loop.checkpoint_every_s", type=float, help="Seconds between checkpoints."),
     setting("--resume", setting="loop.resume", is_flag=True, help="Continue from the checkpoint in the checkpoint dir."),

@@ -124,7 +124,7 @@ class GossipPeer:
             averaged_weights.restore(self.node.average, self.trainer.param_spec(), *resumed)
         self.worker = NodeWorker(self.node, time.time)
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
-                                  on_adopt=self.trainer.set_flat_params,
+                                  on_adopt=self.trainer.adopt,
                                   probe=self.trainer.probe_better if self.trainer.capabilities.probe else None)
         self.http = HttpServer(self.driver, self.worker, self.net_cfg, self.metrics, self.session_cfg.request_timeout_s,
                                self.shards)

@@ -77,6 +77,13 @@ class Trainer(abc.ABC):
         """Overwrite the parameters from a 1-D vector laid out as `get_flat_params`."""
 
     @abc.abstractmethod
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """Take a neighbour's state as ours when joining: its parameters (as `set_flat_params`)
+        and its step, which `step_count` then counts on from. A step counts the training the
+        parameters hold, so progress, the learning-rate schedule, `max_steps` and what we tell
+        other peers go on from where the swarm is; the optimiser's state stays our own."""
+
+    @abc.abstractmethod
     def set_step_scale(self, scale: float) -> None:
         """Multiply the configured step size (learning rate) by `scale` (> 0) from the next step
         on, replacing any earlier multiplier: the swarm's step-size rule sets it
@@ -134,6 +141,9 @@ class WrappedTrainer(Trainer):
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.inner.set_flat_params(flat)
+
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        self.inner.adopt(flat, step)
 
     def set_step_scale(self, scale: float) -> None:
         self.inner.set_step_scale(scale)

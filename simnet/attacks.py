@@ -170,6 +170,10 @@ class AttackTrainer(WrappedTrainer):
         self.inner.set_flat_params(self.inner.get_flat_params() + delta)
         self._shown = None
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        self._shown = None  # what we showed before is no longer what we hold
+        self.inner.adopt(flat, step)
+
     def _attack(self, x: torch.Tensor) -> torch.Tensor:
         kind, s = self.cfg.kind, self.cfg.scale
         if kind == "future":

@@ -215,6 +215,11 @@ class MLPTrainer(Trainer):
             raise ValueError(f"flat vector has shape {tuple(flat.shape)}, expected {tuple(self.flat.shape)}")
         self.flat.copy_(flat.to(torch.float32))
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """A neighbour's state at its `step` (the Trainer seam); the velocity stays ours."""
+        self.set_flat_params(flat)
+        self._step = int(step)
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {"flat": self.get_flat_params(), "velocity": self.velocity.clone(), "rng": self.generator.get_state()}, {
             "step": self._step

@@ -254,7 +254,7 @@ class SimPeer(SimServer):
     def _adopt_job(self, a: Adopt) -> tuple[float, Callable[[], None] | None]:
         x = self._fetched.take(a.token)
         assert self.trainer is not None
-        self.trainer.set_flat_params(x)
+        self.trainer.adopt(x, a.step)
         self._node().adopt(x, a.step)
         if self.sim.peers[self.sim.index_of[a.address]].attacker:  # what joining must never do
             self.metrics.inc("adopted_from_attacker_total")

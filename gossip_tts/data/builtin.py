@@ -235,6 +235,26 @@ def _write_splits(out: Path, codec: Codec, n_speakers: int, clips_per_speaker: i
     return counts
 
 
+def write_voice_folder(dest: Path, sr: int, n_clips: int = 4, speaker: int = 0, n_speakers: int = 4) -> Path:
+    """One speaker's held-out clips of the default corpus as an LJSpeech-style folder (`wavs/<id>.wav`,
+    `metadata.csv` of `id|text`), the very sentences and waveforms its val split encodes, plus
+    `reference.wav`, a train clip of that speaker: what `gossip_tts.judge` needs to score a model
+    trained on the corpus, with nothing downloaded."""
+    from gossip_tts.audio.io import write_wav
+
+    voice = make_voices(n_speakers)[speaker]
+    (dest / "wavs").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for split, i in [(0, 0)] + [(1, i) for i in range(n_clips)]:
+        rng = np.random.default_rng([_SEED, split, speaker, i])  # as `_write_splits` draws each clip
+        text = make_sentence(rng)
+        key = f"{('train', 'val')[split]}-s{speaker:02d}-c{i:04d}"
+        write_wav(dest / ("reference.wav" if split == 0 else f"wavs/{key}.wav"), synthesize(text, voice, sr, rng), sr)
+        rows += [f"{key}|{text}\n"] if split == 1 else []
+    (dest / "metadata.csv").write_text("".join(rows), encoding="utf-8")
+    return dest
+
+
 def _marker(root: Path) -> dict | None:
     try:
         m = json.loads((root / MARKER).read_text("utf-8"))

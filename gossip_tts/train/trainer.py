@@ -276,6 +276,11 @@ class TTSTrainer(Trainer):
         if self._offload:
             self._offload.push_to_device()
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """A neighbour's state at its `step` (the Trainer seam): the schedule goes on from there."""
+        self.set_flat_params(flat)
+        self._step = int(step)
+
     def add_to_flat_params(self, delta: torch.Tensor) -> None:
         """Add a flat vector to the parameters in place (a mix: one pass, no full copy)."""
         total = sum(p.numel() for p in self._master)

@@ -5,9 +5,6 @@ says why and how). Updated by the node's owner at every publish, from the parame
 published and the neighbour copies held then; read by the training thread (checkpoints)
 through `current`, one attribute holding an immutable (tensor, step) pair: an update builds a
 new tensor and replaces the pair, so a reader never sees half an update and never waits.
-Checkpoints also read `step_offset`, an int the owner replaces at an adoption; one taken while
-a join is adopting may pair the old offset with the new average (or the reverse), which only
-shifts how far behind the restored peer first counts itself.
 """
 
 from __future__ import annotations
@@ -31,10 +28,6 @@ class SwarmAverage:
         self.radius = cfg.clip_radius()
         self.current: tuple[torch.Tensor, int] | None = None
         """(averaged weights, the step of the newest sample), or None before the first publish."""
-        self.step_offset = 0
-        """How far our step count trails the training our parameters hold: after adopting a
-        neighbour's state at its step s when ours was t, s − t (a joiner's steps start again at
-        0; without it a joiner would count itself behind the swarm for good)."""
         self.weigh_progress = True
         """False counts every model alike however far ahead its owner is (the control arm of
         `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
@@ -49,16 +42,13 @@ class SwarmAverage:
             self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
-        progress = (progress_ratio(step + self.step_offset, [c.step for c in view.copies])
-                    if self.weigh_progress else 1.0)
+        progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0
         estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
         self.current = (self.ema.update(estimate, step), self.ema.step)
 
-    def reset(self, x: torch.Tensor, step: int, adopted_step: int | None = None) -> None:
-        """Start again from `x` (we adopted a neighbour's state: what we averaged is not ours);
-        `adopted_step`, the step that state was at, sets `step_offset` (never below 0)."""
-        if adopted_step is not None:
-            self.step_offset = max(int(adopted_step) - int(step), 0)
+    def reset(self, x: torch.Tensor, step: int) -> None:
+        """Start again from `x` at `step` (we adopted a neighbour's state, at its step: what we
+        averaged is not ours; or we resumed a saved average)."""
         if self.ema is not None:
             self.ema.reset(x, step)
             self.current = (self.ema.value, self.ema.step)  # type: ignore[assignment]

@@ -172,9 +172,9 @@ class GossipNode:
         self.average.update(x, self.view_slot.current, self.step)
         return seq
 
-    def adopt(self, x: torch.Tensor, step: int | None = None) -> None:
-        """Start our public copy afresh from `x`, a neighbour's state (at its `step`, when known)."""
-        x = x.detach().to(torch.float32).clone()
+    def adopt(self, x: torch.Tensor, step: int) -> None:
+        """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`)."""
+        x, self.step = x.detach().to(torch.float32).clone(), int(step)
         self.public.reset(x, 0)
         self.last_x = x
         self._published_at = None
@@ -184,7 +184,7 @@ class GossipNode:
         for n in self.neighbours.values():
             n.acked_seq = -1
         self._publish_view()
-        self.average.reset(x, self.step, step)
+        self.average.reset(x, self.step)
 
     def forget(self, key: bytes) -> None:
         """Drop a neighbour's copy (it was evicted)."""

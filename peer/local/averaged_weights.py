@@ -29,8 +29,7 @@ def checkpoint_tensors(average: SwarmAverage, spec: ParamSpec) -> tuple[dict[str
     if current is None:
         return {}, {}
     flat, step = current
-    return split_flat(flat, spec, AVERAGE_PREFIX), {META_KEY: {"step": step, "sigma_rel": average.cfg.average_sigma_rel,
-                                                            "step_offset": average.step_offset}}
+    return split_flat(flat, spec, AVERAGE_PREFIX), {META_KEY: {"step": step, "sigma_rel": average.cfg.average_sigma_rel}}
 
 
 def restore(average: SwarmAverage, spec: ParamSpec, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> bool:
@@ -42,9 +41,7 @@ def restore(average: SwarmAverage, spec: ParamSpec, tensors: dict[str, torch.Ten
         return False
     if any(tuple(tensors[AVERAGE_PREFIX + name].shape) != tuple(shape) for name, (shape, _) in spec.items()):
         return False
-    offset = info.get("step_offset", 0)
     average.reset(flatten([tensors[n] for n in names]), info["step"])
-    average.step_offset = offset if isinstance(offset, int) and offset >= 0 else 0
     return True
 
 

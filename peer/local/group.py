@@ -2,8 +2,8 @@
 
 Only rank 0 runs the network, gossip and checkpoints. It sees the group through
 `GroupTrainer`, an ordinary `Trainer`: every call that the other ranks must take part in
-(a step, a mix, a checkpoint that gathers shards, a resume, scoring an offered state on a
-probe batch) is first announced with a command broadcast from rank 0, then run on every rank with the same collectives in the
+(a step, a mix, a checkpoint that gathers shards, a resume, an adoption, scoring an offered
+state on a probe batch) is first announced with a command broadcast from rank 0, then run on every rank with the same collectives in the
 same order. The other ranks run `follow()`, which waits for the next command and mirrors
 it, so they reach every step boundary with rank 0 and are handed the mixed parameters
 there. Nothing here knows the model: the inner trainer does the DDP/FSDP2 work, and says
@@ -23,7 +23,7 @@ from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
 
 log = logging.getLogger(__name__)
 
-STEP, GET, SET, STATE, LOAD, STOP, PROBE, SCALE = range(8)
+STEP, GET, SET, STATE, LOAD, STOP, PROBE, SCALE, ADOPT = range(9)
 
 
 class GroupComm:
@@ -140,6 +140,12 @@ class GroupTrainer(Trainer):
                                        "hold other parameters than rank 0")
                 self.mixes_verified += 1
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """Every rank takes rank 0's adopted parameters and step (their schedules stay in lockstep)."""
+        with self._lock:
+            self.comm.command(ADOPT)
+            self.inner.adopt(self.comm.flat(flat, self._numel), int(self.comm.scalar(step)))
+
     def set_step_scale(self, scale: float) -> None:
         """Every rank steps at rank 0's multiplier (each rank runs its own optimiser)."""
         with self._lock:
@@ -203,6 +209,8 @@ def follow(inner: Trainer, comm: GroupComm, *, verify: bool = False) -> int:
             inner.load_state_tensors(tensors, meta)
         elif code == SCALE:
             inner.set_step_scale(comm.scalar(None))
+        elif code == ADOPT:
+            inner.adopt(comm.flat(None, numel), int(comm.scalar(None)))
         elif code == PROBE:
             inner.probe_better(comm.flat(None, numel))  # rank 0's verdict is the group's
         elif code == STOP:

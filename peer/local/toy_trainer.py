@@ -110,6 +110,11 @@ class LeastSquaresTrainer(Trainer):
             raise ValueError(f"flat vector has shape {tuple(flat.shape)}, expected {tuple(self.w.shape)}")
         self.w = flat.to(torch.float32).clone()
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        """A neighbour's state at its `step` (the Trainer seam)."""
+        self.set_flat_params(flat)
+        self._step = int(step)
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {"w": self.w.clone(), "rng": self.generator.get_state()}, {"step": self._step}
 

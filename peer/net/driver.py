@@ -63,7 +63,7 @@ class AsyncDriver:
     """Owns the session, the HTTP client, discovery and the timer."""
 
     def __init__(self, worker: NodeWorker, session_cfg: SessionConfig, net_cfg: NetConfig, metrics: Metrics,
-                 emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor], None],
+                 emit: Callable[[str], None], on_adopt: Callable[[torch.Tensor, int], None],
                  probe: Callable[[torch.Tensor], bool] | None = None) -> None:
         self.worker, self.node = worker, worker.node
         self.net_cfg, self.metrics, self.emit, self.on_adopt = net_cfg, metrics, emit, on_adopt
@@ -281,7 +281,7 @@ class AsyncDriver:
         # Off the loop, which goes on answering hellos, /v1/status and mDNS: loading a state can be
         # a copy to the device or a broadcast to every rank (peer/local/group.py). The training thread
         # waits on `joined`: it is not stepping.
-        await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x)
+        await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x, a.step)
         await self.worker.call(self.node.adopt, x, a.step)
 
     async def _join_done(self) -> None:

@@ -8,8 +8,10 @@ control > 1.3 × survivors.
 
 import re
 import signal
+import time
 
 from tests.integration.conftest import tiny_args
+from tests.integration.peers import last_step
 from tests.integration.swarm_checks import eval_loss
 
 SURVIVOR_STEPS = 600
@@ -31,12 +33,18 @@ def test_kill_one_peer_and_a_new_one_joins_from_state(corpus, spawn, tmp_path, s
         p.wait_for(re.escape(f"evicted peer {victim.address}"), timeout=120)
         assert p.proc.poll() is None, "a survivor stopped when its neighbour died"
 
+    # --max-steps counts the adopted state's steps too: the joiner is stopped after 60 of its own
     joiner = spawn("joiner", *tiny_args(corpus["shard3"], tmp_path / "joiner", *common, "--peer", survivors[0].address,
-                                        steps=JOINER_STEPS))
+                                        steps=10 * SURVIVOR_STEPS))
     joiner.wait_listening()
     joined = joiner.wait_for(r"joined: adopted the state of \S+ \(its step (\d+)\)", timeout=120)
     assert int(joined.group(1)) > 0
-    assert joiner.wait_exit(300) == 0, joiner.text()[-2000:]
+    joiner.wait_for(rf"^step {int(joined.group(1)) + 1} ", timeout=120)  # it counts on from the adopted step
+    deadline = time.monotonic() + 300
+    while last_step(joiner.text()) < int(joined.group(1)) + JOINER_STEPS and time.monotonic() < deadline:
+        time.sleep(0.2)
+    joiner.kill(signal.SIGTERM)  # a final checkpoint, then exit
+    assert joiner.proc.returncode == 0, joiner.text()[-2000:]
     for p in survivors:
         assert p.wait_exit(600) == 0, p.text()[-2000:]
 

@@ -137,6 +137,24 @@ CASES: dict[str, tuple[Case, list[str], list[str]]] = {
         ["not a safetensors file"], ["model.safetensors"]),
     "simnet of an unknown scenario": (
         lambda t, c: ["simnet", "--scenario", "nosuch", "--no-plots"], ["unknown scenario 'nosuch'"], ["built-in name"]),
+    # what click refuses while parsing: no usage banner either, and the help that lists the options
+    "a flag's value that is not a number": (
+        lambda t, c: ["peer", "--gossip-every", "x"], ["'--gossip-every'", "'x' is not a valid integer"],
+        ["gossip-tts peer --help"]),
+    "an option that does not exist": (
+        lambda t, c: ["peer", "--bogus"], ["No such option '--bogus'"], ["gossip-tts peer --help"]),
+    "a mistyped option": (
+        lambda t, c: ["peer", "--max-step", "5"], ["No such option '--max-step'"], ["'--max-steps'"]),
+    "a value that is not one of the choices": (
+        lambda t, c: ["peer", "--device", "quantum"], ["'quantum' is not one of"], ["'cpu'", "gossip-tts peer --help"]),
+    "a command that does not exist": (
+        lambda t, c: ["peek"], ["No such command 'peek'"], ["gossip-tts --help"]),
+    "an option of the command given to the group": (
+        lambda t, c: ["--max-steps", "5", "peer"], ["No such option '--max-steps'"], ["gossip-tts --help"]),
+    "a command without its arguments": (
+        lambda t, c: ["pack"], ["Missing argument 'SRC_DIR'"], ["gossip-tts pack --help"]),
+    "a flag without its value": (
+        lambda t, c: ["eval", "--checkpoint"], ["'--checkpoint' requires an argument"], ["gossip-tts eval --help"]),
 }
 
 
@@ -203,3 +221,12 @@ def test_a_peer_flag_at_a_closed_port_names_the_address_and_the_reason(in_tmp, c
     assert f"WARNING cannot reach --peer 127.0.0.1:{port}: connection refused" in result.output, result.output
     assert f"joining: no peer answered (127.0.0.1:{port}: connection refused" in result.output, result.output
     assert f"found peer 127.0.0.1:{port} via static" not in result.output  # it was never found
+
+
+def test_every_command_answers_a_mistyped_option_in_one_line():
+    """Not only the commands of the table: each one, with an option it does not have."""
+    for name in main.commands:
+        result = CliRunner().invoke(main, [name, "--no-such-option"])
+        errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+        assert result.exit_code == 2 and "Usage:" not in result.output, (name, result.output)
+        assert errors == [f"Error: No such option '--no-such-option'; see 'gossip-tts {name} --help'"], result.output

@@ -4,6 +4,7 @@ for driver tests."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -59,7 +60,7 @@ class RunningDriver:
 
 
 @contextmanager
-def running_driver(seed: int, on_adopt: Callable[[torch.Tensor], None] = lambda x: None, *,
+def running_driver(seed: int, on_adopt: Callable[[torch.Tensor, int], None] = lambda x, step: None, *,
                    stop: bool = True) -> Iterator[RunningDriver]:
     """A started driver of a DIM-parameter node (key from `seed`), not joining; stopped after
     (unless the test stops it itself: `stop=False`), its loop and node worker closed."""
@@ -84,3 +85,14 @@ def running_driver(seed: int, on_adopt: Callable[[torch.Tensor], None] = lambda 
             thread.join(10)
             loop.close()
             worker.close()
+
+
+def wait_for_line(lines: list[str], pattern: str, timeout: float = 60) -> re.Match:
+    """The first of `lines` (a peer's emitted lines, still growing) matching `pattern`."""
+    waiter = threading.Event()
+    for _ in range(int(timeout / 0.05)):
+        for line in list(lines):
+            if m := re.search(pattern, line):
+                return m
+        waiter.wait(0.05)
+    raise AssertionError(f"no {pattern!r} in {lines[-5:]}")

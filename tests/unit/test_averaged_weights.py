@@ -228,23 +228,24 @@ def test_adopting_a_state_restarts_the_average_from_it() -> None:
     node.publish(torch.ones(6), 4, 101.0)
     node.adopt(torch.full((6,), 7.0), 500)
     assert torch.equal(node.average.current[0], torch.full((6,), 7.0))
-    assert node.average.step_offset == 496  # the adopted state was trained 496 steps past ours
+    assert node.step == node.average.current[1] == 500  # counts on from the adopted state's step
 
 
 def test_a_joiner_counts_the_steps_of_the_state_it_adopted() -> None:
-    """Steps start again at 0 after a join while the adopted state was at the swarm's step: with
-    the offset, neighbours at that step are not 'far ahead' (every model counts alike); without
-    it (the control) the joiner would weigh itself as a straggler 250× behind."""
+    """A joiner counts on from the adopted state's step (the swarm's): neighbours at that step are
+    not 'far ahead' (every model counts alike); a joiner counting from 0 again (the control)
+    would weigh itself as a straggler 250× behind."""
     cfg = GossipConfig(compression="identity", clip=False)
     x = torch.zeros(8)
     copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 5010) for k in (1, 2, 3))
     joined, control = SwarmAverage(cfg), SwarmAverage(cfg)
-    joined.reset(x, 10, adopted_step=5000)
+    joined.reset(x, 5000)
     control.reset(x, 10)
-    for avg in (joined, control):
-        avg.update(x, MixView(x, copies, 0.0), 20)
-    kept = (10 / 20) ** (power_ema_exponent(0.1) + 1)  # the reset sample's weight at step 20
+    joined.update(x, MixView(x, copies, 0.0), 5010)
+    control.update(x, MixView(x, copies, 0.0), 20)
+    kept = (5000 / 5010) ** (power_ema_exponent(0.1) + 1)  # the reset sample's weight ten steps on
     assert torch.allclose(joined.current[0], torch.full((8,), (1 - kept) * 3 / 4))
+    kept = (10 / 20) ** (power_ema_exponent(0.1) + 1)
     r = 5010 / 20
     assert torch.allclose(control.current[0], torch.full((8,), (1 - kept) * 3 * r / (1 + 3 * r)))
 
@@ -288,17 +289,6 @@ def test_checkpoint_tensors_round_trip_through_restore() -> None:
     other = SwarmAverage(GossipConfig())
     assert restore(other, SPEC, tensors, meta)
     assert torch.equal(other.current[0], torch.arange(10.0)) and other.current[1] == 12
-
-
-@pytest.mark.parametrize("saved, restored", [(4990, 4990), (-3, 0), ("4990", 0), (None, 0)])
-def test_a_resumed_joiner_keeps_how_far_its_step_count_trails(saved: object, restored: int) -> None:
-    avg = SwarmAverage(GossipConfig())
-    avg.reset(torch.arange(10.0), 10, adopted_step=5000)
-    tensors, meta = checkpoint_tensors(avg, SPEC)
-    assert meta["average"]["step_offset"] == 4990
-    meta["average"]["step_offset"] = saved
-    other = SwarmAverage(GossipConfig())
-    assert restore(other, SPEC, tensors, meta) and other.step_offset == restored
 
 
 def test_restore_refuses_what_does_not_fit_and_changes_nothing() -> None:

@@ -23,11 +23,13 @@ from tests.unit.driver_helpers import DIM, running_driver
 def test_the_loop_answers_while_the_trainer_adopts() -> None:
     entered, release = threading.Event(), threading.Event()
     loaded: list[torch.Tensor] = []
+    steps: list[int] = []
 
-    def slow_adopt(x: torch.Tensor) -> None:
+    def slow_adopt(x: torch.Tensor, step: int) -> None:
         entered.set()
         release.wait(5.0)  # bounded: a loop that never answers fails the test below, it does not hang it
         loaded.append(x.clone())
+        steps.append(step)
 
     x = torch.full((DIM,), 2.5)
     with running_driver(0x41, slow_adopt) as rig:
@@ -51,8 +53,8 @@ def test_the_loop_answers_while_the_trainer_adopts() -> None:
         finally:
             release.set()
         adoption.result(5.0)
-        assert len(loaded) == 1 and torch.equal(loaded[0], x)
-        assert torch.equal(rig.node.last_x, x) and rig.node.average.step_offset == 40  # the node adopted after the trainer
+        assert len(loaded) == 1 and torch.equal(loaded[0], x) and steps == [40]
+        assert torch.equal(rig.node.last_x, x) and rig.node.step == 40  # the node adopted after the trainer
         assert len(driver._fetched) == 0
 
 
@@ -60,7 +62,7 @@ def test_a_failed_adoption_ends_the_join_with_its_error_instead_of_hanging() -> 
     """A trainer that fails while loading a state (a group whose ranks disagree) may hold part of
     it: joining still ends, with the error, so the runtime can stop instead of waiting forever."""
 
-    def failing_adopt(x: torch.Tensor) -> None:
+    def failing_adopt(x: torch.Tensor, step: int) -> None:
         raise RuntimeError("after a mix, ranks [1] hold other parameters than rank 0")
 
     with running_driver(0x42, failing_adopt) as rig:

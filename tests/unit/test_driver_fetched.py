@@ -30,7 +30,7 @@ def _driver(seed: bytes, session: SessionConfig, peers: list[str], probe) -> Asy
     node = GossipNode(GOSSIP, Identity.generate(seed * 32), {"w": ((DIM,), "float32")}, torch.zeros(DIM),
                       now=time.time())
     return AsyncDriver(NodeWorker(node, time.time), session, NetConfig(listen="127.0.0.1:0", mdns=False, peers=peers),
-                       Metrics(), emit=lambda line: None, on_adopt=lambda x: None, probe=probe)
+                       Metrics(), emit=lambda line: None, on_adopt=lambda x, step: None, probe=probe)
 
 
 @pytest.mark.parametrize("verdict", ["scores_worse", "not_ahead"])

@@ -131,7 +131,7 @@ def victim():
     node = GossipNode(GossipConfig(swarm=SWARM), Identity.generate(b"\x07" * 32), SPEC, torch.zeros(16), now=time.time())
     driver = AsyncDriver(NodeWorker(node, time.time), SessionConfig(join=False, hello_every_s=0.2),
                          NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(), emit=logging.getLogger("peer").info,
-                         on_adopt=lambda x: None)
+                         on_adopt=lambda x, step: None)
     network = Network.of(driver)
     asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
     yield driver, loop

@@ -1,5 +1,5 @@
-"""GroupTrainer and follow() on 2 gloo ranks, without a network: a mix, a checkpoint and a resume
-driven from rank 0 reach every rank (DDP: whole copies; FSDP2: shards)."""
+"""GroupTrainer and follow() on 2 gloo ranks, without a network: a mix, a checkpoint, a resume and
+an adoption driven from rank 0 reach every rank (DDP: whole copies; FSDP2: shards)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def group_worker(rank: int, strategy: str, corpus: str, out: str) -> None:
     g.load_state_tensors(*saved)  # back to step 2 on every rank
     assert g.step_count == 2
     resumed = g.get_flat_params()
+    g.adopt(resumed, 500)  # a joined state's step reaches every rank (their schedules stay in lockstep)
+    assert g.step_count == 500 and torch.equal(g.get_flat_params(), resumed)
     g.close()
     torch.save({"samples": stats.samples, "verified": g.mixes_verified, "saved": saved[0], "resumed": resumed,
                 "steps": g.step_count}, f"{out}/rank0.pt")
@@ -45,7 +47,7 @@ def test_rank_0_drives_mixes_checkpoints_and_resumes_on_every_rank(corpus, tmp_p
     spawn(group_worker, 2, strategy, corpus, str(tmp_path))
     r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
     assert r0["samples"] == 2 * config(corpus).batch_size  # the group's step counts both ranks' batches
-    assert r0["verified"] == 1 and r0["steps"] == 2 and r1["steps"] == 2
+    assert r0["verified"] == 1 and r0["steps"] == 500 and r1["steps"] == 500
     names = [k for k in r0["saved"] if k.startswith("model.")]
     saved = torch.cat([r0["saved"][k].reshape(-1) for k in names])
     assert torch.equal(r0["resumed"], saved)

@@ -31,11 +31,11 @@ class Clock:
     t = 0.0
 
 
-def real_driver(clock: Clock) -> tuple[AsyncDriver, list]:
+def real_driver(clock: Clock, on_adopt=lambda x, step: None) -> tuple[AsyncDriver, list]:
     identity = Identity.generate(b"\x07" * 32)
     node = GossipNode(GossipConfig(swarm="t"), identity, {"w": ((4,), "float32")}, torch.zeros(4), now=1e9)
     driver = AsyncDriver(NodeWorker(node, lambda: 1e9), CFG, NetConfig(listen="127.0.0.1:0", mdns=False),
-                         Metrics(), emit=lambda line: None, on_adopt=lambda x: None)
+                         Metrics(), emit=lambda line: None, on_adopt=on_adopt)
     driver.address = "peer0.sim:7000"
     return driver, _wire(driver, clock, identity)
 
@@ -104,20 +104,21 @@ def test_both_drivers_turn_one_trace_into_the_same_actions():
 
 
 def test_both_drivers_adopt_a_state_at_the_step_it_was_at() -> None:
-    """A joiner's steps start again at 0 while the state it adopted was trained for many: both
-    drivers hand the node that step, so its averaged weights do not count it behind for good."""
+    """Both drivers hand the trainer and the node the adopted state's step, which the joiner then
+    counts on from (it had counted from 0 again, behind the swarm for good)."""
     import asyncio
 
     from peer.core.actions import Adopt
 
-    driver, _ = real_driver(Clock())
+    handed: list[int] = []
+    driver, _ = real_driver(Clock(), on_adopt=lambda x, step: handed.append(step))
     adopt = Adopt(token=9, address=PEERS[0], step=123)
     driver._fetched.judged(9, torch.full((4,), 3.0), [adopt])
     asyncio.run(driver._adopt(adopt))
-    assert driver.node.average.step_offset == 123 - driver.node.step == 123
+    assert handed == [123] and driver.node.step == 123
     sim, _ = sim_driver(Clock())
     node = sim._node()
     adopt = Adopt(token=9, address=sim.sim.peers[1].address, step=123)
     sim._fetched.judged(9, node.public.x_hat.clone(), [adopt])
     sim._adopt_job(adopt)
-    assert node.average.step_offset == 123 - node.step == 123
+    assert sim.trainer.step_count == node.step == 123

@@ -4,7 +4,6 @@ forced: the adoption stops half way until a checkpoint reads the trainer (or 2 s
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 
@@ -19,6 +18,7 @@ from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
+from tests.unit.driver_helpers import wait_for_line
 
 DIM = 64
 GOSSIP = GossipConfig(swarm="stop-test", gossip_every=2, compression="identity")
@@ -77,28 +77,19 @@ def _serving_peer(stop: threading.Event) -> tuple[threading.Thread, list[str]]:
     return thread, lines
 
 
-def _wait_for(lines: list[str], pattern: str, timeout: float = 60) -> re.Match:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.05)):
-        for line in list(lines):
-            if m := re.search(pattern, line):
-                return m
-        done.wait(0.05)
-    raise AssertionError(f"no {pattern!r} in {lines[-5:]}")
-
-
 @pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
 def test_a_stop_during_adoption_checkpoints_the_whole_adopted_state(tmp_path, how: str) -> None:
     server_stop = threading.Event()
     server, server_lines = _serving_peer(server_stop)
     try:
-        address = _wait_for(server_lines, r"listening on http://(\S+) ").group(1)
-        _wait_for(server_lines, r"^step (?:[2-9]\d|\d{3,}) ")  # well past step 0: worth joining
+        address = wait_for_line(server_lines, r"listening on http://(\S+) ").group(1)
+        wait_for_line(server_lines, r"^step (?:[2-9]\d|\d{3,}) ")  # well past step 0: worth joining
         trainer = HalfwayAdoption()
         own = trainer.get_flat_params()
+        lines: list[str] = []
         joiner = GossipPeer(trainer, LoopConfig(checkpoint_dir=tmp_path), GOSSIP,
                             NetConfig(listen="127.0.0.1:0", mdns=False, peers=[address]),
-                            Identity.generate(b"\x32" * 32), emit=lambda line: None,
+                            Identity.generate(b"\x32" * 32), emit=lines.append,
                             session_cfg=SessionConfig(join=True, join_timeout_s=30))
         try:
             result = joiner.run(StopWhileAdopting(trainer, how))
@@ -108,7 +99,8 @@ def test_a_stop_during_adoption_checkpoints_the_whole_adopted_state(tmp_path, ho
         server_stop.set()
         server.join(30)
     assert trainer.offered is not None and not torch.equal(trainer.offered, own)
-    assert (result.interrupted, result.steps, result.checkpoints_written) == (how == "ctrl_c", 0, 1)
-    saved = load_checkpoint(tmp_path)[0]["w"]
-    assert torch.equal(saved, trainer.offered)  # the whole adopted state, not half of it
+    adopted = int(wait_for_line(lines, r"its step (\d+)\)", timeout=1).group(1))
+    assert (result.interrupted, result.steps, result.checkpoints_written) == (how == "ctrl_c", adopted, 1)
+    saved, meta = load_checkpoint(tmp_path)
+    assert torch.equal(saved["w"], trainer.offered) and meta["step"] == adopted  # the whole adopted state
     assert torch.equal(trainer.get_flat_params(), trainer.offered)

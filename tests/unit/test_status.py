@@ -52,7 +52,7 @@ def lone_driver():
                       now=time.time())
     worker = NodeWorker(node, time.time)
     driver = AsyncDriver(worker, SessionConfig(join=False), NetConfig(listen="127.0.0.1:0", mdns=False), Metrics(),
-                         emit=lambda s: None, on_adopt=lambda x: None)
+                         emit=lambda s: None, on_adopt=lambda x, step: None)
     network = Network.of(driver)
     asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
     yield driver

@@ -97,6 +97,9 @@ class _Quadratic(Trainer):
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.x = flat.clone()
 
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        self.x, self._steps = flat.clone(), step
+
     def set_step_scale(self, scale: float) -> None:
         pass
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
@@ -36,10 +36,6 @@ from protocol import (
     make_control_frame, pack_bundle, unpack_bundle,
 )
 from simnet.attacks import AttackConfig
-from simnet.sim_server import HTTP_OVERHEAD
-
-if TYPE_CHECKING:
-    from simnet.sim_peer import SimPeer
 
 class FutureClockNode(GossipNode):
     """An attacker's node whose frames claim a time `lead_s` ahead; it reads what it receives on the true clock.
@@ -188,16 +184,11 @@ class PeerAttack:
     def floods(self) -> bool:
         return self.kind == "sybil"
 
-    def flood(self, peer: "SimPeer", life: int) -> None:
-        """Send `peer`'s next sybil request (a Poisson stream at `sybil_rate`); its answer is dropped."""
-        if life != peer.life or not peer.online or peer.node is None:
-            return
-        j = self._sybil_rng.choice([i for i in range(len(peer.sim.peers)) if i != self.index])
-        body = self.sybil_body(peer.node, peer.sim.clock())
-        peer.metrics.inc("sybil_requests_total")
-        peer.sim.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
-                            lambda: peer.sim.peers[j].serve_exchange(self.index, body, lambda data, why: None))
-        peer.sim.sched.after(self._sybil_rng.expovariate(self.cfg.sybil_rate), lambda: self.flood(peer, life))
+    def next_sybil(self, node: GossipNode, n_peers: int, now: float) -> tuple[int, bytes, float]:
+        """A sybil attacker's next request: (whom it goes to, its body, seconds until the one after)."""
+        j = self._sybil_rng.choice([i for i in range(n_peers) if i != self.index])
+        body = self.sybil_body(node, now)
+        return j, body, self._sybil_rng.expovariate(self.cfg.sybil_rate)
 
     def sybil_body(self, node: GossipNode, now: float) -> bytes:
         """A control-only exchange from a fresh key, naming a fresh made-up listen address."""

@@ -54,8 +54,8 @@ def _wire(driver, clock: Clock, identity: Identity) -> list:
     if isinstance(driver, AsyncDriver):
         driver.mono = lambda: clock.t
     else:
-        driver.sim.sched._now = 0.0
-        driver.sim.now = lambda: clock.t
+        driver.world.sched._now = 0.0
+        driver.world.now = lambda: clock.t
     return performed
 
 
@@ -117,7 +117,7 @@ def test_both_drivers_adopt_a_state_at_the_step_it_was_at() -> None:
     assert driver.node.average.step_offset == 123 - driver.node.step == 123
     sim, _ = sim_driver(Clock())
     node = sim._node()
-    adopt = Adopt(token=9, address=sim.sim.peers[1].address, step=123)
+    adopt = Adopt(token=9, address=sim.world.book.host(1).address, step=123)
     sim._fetched.judged(9, node.public.x_hat.clone(), [adopt])
     sim._adopt_job(adopt)
     assert node.average.step_offset == 123 - node.step == 123

@@ -25,7 +25,7 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
   every exchange body, which receivers' non-finite check must refuse (both are counted).
 
 Attacks on the protocol rather than the parameters (the driver side is in
-`simnet.attack_driver`; these attackers publish their honest parameters unless said):
+`simnet.attack_peers`; these attackers publish their honest parameters unless said):
 - future: the vector of attack `payload` (sign_flip by default) in frames that claim a time
   `ahead_s` ahead of the attacker's clock, so a receiver that took the sender's word would
   count them as never stale;
@@ -41,7 +41,7 @@ pulls, every honest peer mixes its lie every period; `pushy_undefended` is that 
 in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
 
 `undefended = true` is the control arm of those three: the honest peers of that run drop
-the one defence the attack targets (see `simnet.attack_driver`). It is a simnet switch for
+the one defence the attack targets (see `simnet.attack_peers`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
 """
 
@@ -53,7 +53,8 @@ from typing import Any, Callable
 
 import torch
 
-from peer.trainer import ParamSpec, StepStats, Trainer
+from peer.trainer import ParamSpec, StepStats
+from simnet.models import SimTrainer
 
 KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil")
 CONTROLLED = ("future", "join_liar", "sybil")
@@ -128,21 +129,24 @@ class AttackConfig:
 class AttackTrainer:
     """Wraps an honest Trainer; `get_flat_params` returns the attack vector."""
 
-    def __init__(self, inner: Trainer, cfg: AttackConfig, seed: int) -> None:
+    def __init__(self, inner: SimTrainer, cfg: AttackConfig, seed: int) -> None:
         self.inner, self.cfg = inner, cfg
         self.x0 = inner.get_flat_params()
         self.gen = torch.Generator().manual_seed(seed)
-        self.peek: Callable[[], list[torch.Tensor]] = lambda: []
-        self.armed = False
-        """Off until the node is built: its public copy starts from the shared x₀ like everyone's."""
+        self._peek: Callable[[], list[torch.Tensor]] = lambda: []
+        self._armed = False  # off until the node is built: its public copy starts from the shared x₀ like everyone's
         self._shown: torch.Tensor | None = None
         self._steer: float | None = None
         self._direction: torch.Tensor | None = None
 
+    def arm(self, peek: Callable[[], list[torch.Tensor]]) -> None:
+        """Start lying, reading the copies the node holds through `peek` (alie and edge use them)."""
+        self._peek, self._armed = peek, True
+
     # --- what gossip sees ------------------------------------------------------------
     def get_flat_params(self) -> torch.Tensor:
         x = self.inner.get_flat_params()
-        if not self.armed:
+        if not self._armed:
             return x
         self._shown = self._attack(x)
         return self._shown.clone()
@@ -172,12 +176,12 @@ class AttackTrainer:
             rms = float(x.pow(2).mean().sqrt()) or 1.0
             return x + s * rms * torch.randn(x.shape, generator=self.gen)
         if kind == "alie":
-            stack = torch.stack([x] + [c for c in self.peek() if c.shape == x.shape])
+            stack = torch.stack([x] + [c for c in self._peek() if c.shape == x.shape])
             if len(stack) < 2:
                 return x
             return stack.mean(0) - self.cfg.z * stack.std(0)
         if kind == "edge":
-            distances = sorted(float((c - x).norm()) for c in self.peek() if c.shape == x.shape)
+            distances = sorted(float((c - x).norm()) for c in self._peek() if c.shape == x.shape)
             u = x - self.x0
             if not distances or not float(u.norm()) > 0:
                 return x
@@ -216,5 +220,6 @@ class AttackTrainer:
     def close(self) -> None:
         self.inner.close()
 
-    def __getattr__(self, name: str) -> Any:  # evaluation hooks of the wrapped trainer
-        return getattr(self.inner, name)
+    def probe_better(self, flat: torch.Tensor) -> bool | None:
+        """Whether an offered state scores better: the honest trainer's verdict."""
+        return self.inner.probe_better(flat)

@@ -2,8 +2,8 @@
 
 simnet never imports the TTS application; the CLI layer registers its models here
 (`gossip_tts.simnet_models` adds "tts-tiny"). A factory builds peer i's Trainer as
-`factory(peer_index, n_peers, seed, **model_args)`; every peer must start from the same
-initial parameters. An optional evaluator, `evaluator(n_peers, seed, **model_args)`,
+`factory(peer_index, n_peers, seed, **model_args)` (a `SimTrainer`: a Trainer that also
+judges an offered state, `probe_better`); every peer must start from the same initial parameters. An optional evaluator, `evaluator(n_peers, seed, **model_args)`,
 returns a function scoring any flat parameter vector on data shared by the whole swarm;
 without one, simnet reports each peer's recent training loss.
 """
@@ -11,7 +11,7 @@ without one, simnet reports each peer's recent training loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -19,7 +19,17 @@ from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from peer.trainer import Trainer
 from simnet.mlp_trainer import MLPConfig, MLPEvaluator, MLPTrainer
 
-Factory = Callable[..., Trainer]
+
+
+class SimTrainer(Trainer, Protocol):
+    """A Trainer a simulated peer can run: it also judges a state offered at a join, as the real peer asks."""
+
+    def probe_better(self, flat: torch.Tensor) -> bool | None:
+        """Whether `flat` scores better than our parameters on a probe batch (None: cannot tell)."""
+        ...
+
+
+Factory = Callable[..., SimTrainer]
 Evaluator = Callable[[torch.Tensor], float]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -24,15 +24,15 @@ from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
 from peer.core.addresses import PeerInfo
+from peer.core.config import SessionConfig
 from peer.core.fetched import FetchedStates
+from peer.core.gossip_config import GossipConfig
 from peer.core.hello import read_hello
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.core.session import Session
-from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
-from simnet.attack_driver import PeerAttack
-from simnet.attacks import AttackTrainer
+from simnet.models import SimTrainer
 from simnet.sim_server import HTTP_OVERHEAD, SimServer
 from simnet.sim_worker import SimWorker
 from simnet.sim_world import SimWorld
@@ -42,9 +42,13 @@ from simnet.sim_world import SimWorld
 class SimPeer(SimServer):
     """One slot of the swarm: its key, its address and, while online, its trainer, node and session."""
 
-    def __init__(self, world: SimWorld, index: int, identity: Identity, attack: PeerAttack) -> None:
-        self.world, self.index, self.identity, self.attack = world, index, identity, attack
-        self.attacker = attack.attacker
+    attacker = False
+    """Attacking peers are subclasses (`simnet.attack_peers`); this one is honest."""
+
+    def __init__(self, world: SimWorld, index: int, identity: Identity, gossip_cfg: GossipConfig,
+                 session_cfg: SessionConfig) -> None:
+        self.world, self.index, self.identity = world, index, identity
+        self.gossip_cfg, self.session_cfg = gossip_cfg, session_cfg
         self.address = f"peer{index}.sim:7000"
         self.rng = random.Random(f"simnet-peer:{world.seed}:{index}")
         self.nonces = random.Random(f"simnet-nonce:{world.seed}:{index}")  # apart from the session's draws
@@ -55,7 +59,7 @@ class SimPeer(SimServer):
         self.diverged = False
         self.loss_ema: float | None = None  # recent training loss, for models without an evaluator
         self.first_trained_at: float | None = None  # virtual time this slot first began training
-        self.trainer: Trainer | None = None
+        self.trainer: SimTrainer | None = None
         self.node: GossipNode | None = None
         self.session: Session | None = None
         self.metrics = world.new_metrics()
@@ -69,31 +73,25 @@ class SimPeer(SimServer):
         return self.online and self.session is not None and not self.session.accepting
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, trainer: Trainer, join: bool) -> None:
+    def start(self, trainer: SimTrainer, join: bool) -> None:
         """Come online as a fresh process (same key); the session joins when `join`."""
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
         self.metrics = self.world.new_metrics()  # one per incarnation, summed by the sim
-        cfg = self.attack.gossip_config(self.world.gossip_cfg)
-        self.node = self.attack.make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
-                                          now=self.world.clock(), listen=self.address, metrics=self.metrics)
+        cfg = self.gossip_cfg
+        self.node = self._make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
+                                    now=self.world.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
         self.worker = SimWorker(self.world.sched, lambda: self.life)
-        session_cfg = self.attack.session_config(dataclasses.replace(self.world.session_cfg, join=join))
+        session_cfg = dataclasses.replace(self.session_cfg, join=join)
         self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
                                  self.metrics, cfg.publish_cadence(), self.world.clock)
-        if isinstance(trainer, AttackTrainer):
-            view_slot = self.node.view_slot
-            trainer.peek = lambda: [c.x_hat for c in view_slot.current.copies]
-            trainer.armed = True
         self.on_start(self.world.book.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()
-        if self.attack.floods:
-            self._flood(self.life)
 
     def stop(self, how: str) -> None:
         """Crash (silent) or leave (address refuses connections); pending events die with the process."""
@@ -215,7 +213,7 @@ class SimPeer(SimServer):
     def _exchange_job(self, a: Exchange) -> tuple[float, Callable[[], None] | None]:
         node = self._node()
         snapshots = self.metrics.total("snapshots_sent_total")
-        body = self._outgoing(node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.world.clock()))
+        body = node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.world.clock())
         t0, life = self.world.now(), self.life
         if self.world.book.index_of(a.address) is None:  # made up: no peer ever listened there
             self.metrics.inc("exchanges_to_made_up_total")
@@ -316,7 +314,7 @@ class SimPeer(SimServer):
             except FrameRefused as exc:
                 err = f"refused: {exc.reason.value}"
                 return cost, lambda: self.dispatch(self._sess().state_done(token, self.world.now(), error=err))
-            probe = self.attack.probe(self.trainer)  # as the real driver: the trainer's verdict on a probe batch
+            probe = self._judge()
             better = probe(x) if probe is not None else None
             return cost, lambda: self.dispatch(self._fetched.judged(
                 token, x, self._sess().state_done(token, self.world.now(), step=step, better=better)))
@@ -327,23 +325,6 @@ class SimPeer(SimServer):
         """`fire` after the request timeout (or `after_s`: the connect timeout where nothing listens)."""
         life, after_s = self.life, self._sess().cfg.request_timeout_s if after_s is None else after_s
         self.world.sched.after(after_s, lambda: fire() if life == self.life else None)
-
-    def _outgoing(self, body: bytes) -> bytes:
-        body, forged = self.attack.outgoing(body, self._node(), self.world.clock())
-        if forged:
-            self.metrics.inc("forged_frames_total")
-        return body
-
-    def _flood(self, life: int) -> None:
-        """Send this sybil attacker's next request (a Poisson stream at `sybil_rate`); its answer is dropped."""
-        if life != self.life or not self.online or self.node is None:
-            return
-        j, body, wait_s = self.attack.next_sybil(self.node, len(self.world.book), self.world.clock())
-        self.metrics.inc("sybil_requests_total")
-        server = self.world.book.host(j)
-        self.world.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
-                              lambda: server.serve_exchange(self.index, body, lambda data, why: None))
-        self.world.sched.after(wait_s, lambda: self._flood(life))
 
     # ------------------------------------------------------------------ observation
     def verified_addresses(self) -> list[str]:
@@ -359,5 +340,14 @@ class SimPeer(SimServer):
         """The parameters this peer trains with (an attacker's honest ones are not used)."""
         if not self.online or self.trainer is None:
             return None
-        inner = self.trainer.inner if isinstance(self.trainer, AttackTrainer) else self.trainer
-        return inner.get_flat_params()
+        return self.trainer.get_flat_params()
+
+    # ------------------------------------------------------------------ what attackers and control arms change
+    def _make_node(self, *args: Any, **kwargs: Any) -> GossipNode:
+        """The node this peer runs: the production one."""
+        return GossipNode(*args, **kwargs)
+
+    def _judge(self) -> Callable[[torch.Tensor], bool | None] | None:
+        """How a joiner judges an offered state: as the real driver, by the trainer's verdict on its probe batch."""
+        assert self.trainer is not None
+        return self.trainer.probe_better

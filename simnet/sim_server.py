@@ -16,7 +16,6 @@ from peer.core.node import GossipNode
 from peer.core.session import Session
 from peer.metrics import Metrics
 from protocol import FrameRefused, Identity
-from simnet.attack_driver import PeerAttack
 from simnet.sim_worker import SimWorker
 from simnet.sim_world import Reply, SimWorld
 
@@ -31,7 +30,6 @@ class SimServer:
     index: int
     address: str
     identity: Identity
-    attack: PeerAttack
     online: bool
     departure: str
     """"crash" | "leave" while offline."""
@@ -44,11 +42,16 @@ class SimServer:
     def _node(self) -> GossipNode:
         raise NotImplementedError
 
-    def _outgoing(self, body: bytes) -> bytes:
-        raise NotImplementedError
-
     def dispatch(self, actions: list[Action]) -> None:
         raise NotImplementedError
+
+    def _hello_step(self, step: int) -> int:
+        """The step our hellos claim: the session's (a join liar claims more)."""
+        return step
+
+    def _inbound(self, session: Session, listen: str, peer_id: str, now: float) -> list[Action]:
+        """The session's answer to an inbound exchange naming `listen` (a candidate to dial)."""
+        return session.inbound_exchange(listen, peer_id, now)
 
     def _refuse_offline(self, src: int, reply: Reply) -> bool:
         if self.online:
@@ -81,12 +84,11 @@ class SimServer:
                 return self.world.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
             except ValueError:  # our own state cannot be encoded: HTTP 500
                 return self.world.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
-            data = self._outgoing(data)
             cost = self.world.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
             cost += self.world.cost.build(len(data))
 
             def then() -> None:
-                self.dispatch(self.attack.inbound(self._sess(), result.listen, result.sender.hex(), self.world.now()))
+                self.dispatch(self._inbound(self._sess(), result.listen, result.sender.hex(), self.world.now()))
                 self._answer(src, data, "", reply)
 
             return cost, then
@@ -99,7 +101,7 @@ class SimServer:
             return
         s, node = self._sess(), self._node()
         data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
-                          step=self.attack.hello_step(s.step), now=self.world.clock(), listen=self.address,
+                          step=self._hello_step(s.step), now=self.world.clock(), listen=self.address,
                           peers=s.hello_sample(), limits=node.limits, nonce=nonce)
         self._answer(src, data, "", reply)
 

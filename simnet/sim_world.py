@@ -3,8 +3,7 @@
 A real peer sees a clock, a network and the addresses it was told; a simulated peer gets
 exactly that and no more: the scheduler and its virtual clock, the links, the cost model of
 protocol work, the speed model of its steps, the address book (who listens where, and the
-bootstrap addresses each slot is told), the settings every peer starts from and a factory
-of metrics. It never holds the swarm that built it, so what a driver reads is all listed here.
+bootstrap addresses each slot is told) and a factory of metrics. It never holds the swarm that built it, so what a driver reads is all listed here.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from peer.core.config import SessionConfig
-from peer.core.gossip_config import GossipConfig
 from peer.metrics import Metrics
 from simnet.cost import CostConfig
 from simnet.links import SimLinks
@@ -74,7 +71,7 @@ class AddressBook:
 
 @dataclass
 class SimWorld:
-    """The scheduler, clock, links, cost and speed models, address book and shared settings."""
+    """The scheduler, clock, links, cost and speed models and address book."""
 
     seed: int
     sched: Scheduler
@@ -84,8 +81,6 @@ class SimWorld:
     cost: CostConfig
     speed: SpeedModel
     book: AddressBook
-    gossip_cfg: GossipConfig
-    session_cfg: SessionConfig
     new_metrics: Callable[[], Metrics]
     """A fresh metrics registry for one peer incarnation, counted in the run's totals."""
     trace: dict[int, list] | None = None

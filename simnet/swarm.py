@@ -10,16 +10,14 @@ import torch
 
 from async_opt import consensus_distance
 from peer.metrics import Metrics
-from peer.trainer import Trainer
 from protocol import Identity, RefusalReason
-from simnet.attacks import AttackTrainer
+from simnet.attack_peers import build_peer
 from simnet.churn import ChurnEvent, churn_events
 from simnet.config import WorldConfig
 from simnet.data_plane import DataPlane
 from simnet.links import Partitions, SimLinks
-from simnet.models import get_model
+from simnet.models import SimTrainer, get_model
 from simnet.scheduler import Scheduler, VirtualClock
-from simnet.attack_driver import PeerAttack
 from simnet.sim_peer import SimPeer
 from simnet.sim_world import AddressBook, SimWorld
 from simnet.speed import SpeedModel
@@ -77,12 +75,12 @@ class GossipSim:
         self.book = AddressBook(bootstrap_lists(world.bootstrap, topo, n, seed))
         self.world = SimWorld(seed=seed, sched=self.sched, clock=VirtualClock(self.sched), links=self.links,
                               cost=world.cost, speed=SpeedModel(world.speed, n, seed), book=self.book,
-                              gossip_cfg=world.gossip_config(), session_cfg=world.session_config(),
                               new_metrics=self._new_metrics)
         """What every simulated peer is handed (it never sees this swarm)."""
         attackers = world.attack.attackers(n, seed)
-        self.peers = [SimPeer(self.world, i, identity_for(seed, i),
-                              PeerAttack(world.attack, attacker=i in attackers, seed=seed, index=i)) for i in range(n)]
+        gossip_cfg, session_cfg = world.gossip_config(), world.session_config()
+        self.peers = [build_peer(self.world, i, identity_for(seed, i), gossip_cfg, session_cfg, world.attack,
+                                 attacker=i in attackers) for i in range(n)]
         for p in self.peers:
             self.book.add(p)
         order = list(range(n))
@@ -111,11 +109,9 @@ class GossipSim:
         self.all_metrics.append(m)
         return m
 
-    def make_trainer(self, i: int) -> Trainer:
-        trainer = self._factory(i, self.world_cfg.n_peers, self.seed, **self.world_cfg.model_args)
-        if self.peers[i].attacker:
-            return AttackTrainer(trainer, self.attack, seed=self.seed * 1_000_003 + i)
-        return trainer
+    def make_trainer(self, i: int) -> SimTrainer:
+        """Slot i's honest trainer (an attacking peer wraps it in its lie when it starts)."""
+        return self._factory(i, self.world_cfg.n_peers, self.seed, **self.world_cfg.model_args)
 
     def data_arrived(self, i: int) -> None:
         """Peer i holds its first shard: its gossip peer starts, joining the swarm (fetching the

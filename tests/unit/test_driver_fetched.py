@@ -77,7 +77,7 @@ def test_simnet_keeps_no_refused_state_after_joining_alone() -> None:
     joiner = sim.peers[0]
     joiner.stop("leave")
     joiner.start(sim.make_trainer(0), join=True)
-    joiner.attack.probe = lambda trainer: (lambda x: False)  # every offered state scores worse
+    joiner._judge = lambda: (lambda x: False)  # every offered state scores worse
     sim.advance_to(10.0)
     assert joiner.session is not None and joiner.session.accepting  # the join is over
     assert joiner.metrics.total("joins_refused_total") == 1 and joiner.metrics.total("joins_alone_total") == 1

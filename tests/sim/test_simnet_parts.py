@@ -5,16 +5,16 @@ import pytest
 import torch
 
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
-from simnet.attacks import AttackConfig, AttackTrainer
-from simnet.baselines import SyncSim, ring_allreduce_s
-from simnet.churn import ChurnConfig, churn_events
-from simnet.config import world_from_dict
-from simnet.links import LinkConfig, PartitionConfig, Partitions, SimLinks
-from simnet.mlp_trainer import MLPConfig, MLPTrainer, forward, loss_and_grad, loss_fn
-from simnet.scenario import builtin_scenarios, load_scenario, scenario_from_dict
-from simnet.scheduler import Scheduler
-from simnet.speed import SpeedConfig, SpeedModel
-from simnet.topology import Topology, TopologyConfig
+from simnet.attacks.trainer import AttackConfig, AttackTrainer
+from simnet.runs.baselines import SyncSim, ring_allreduce_s
+from simnet.runs.config import world_from_dict
+from simnet.runs.scenario import builtin_scenarios, load_scenario, scenario_from_dict
+from simnet.world.churn import ChurnConfig, churn_events
+from simnet.world.links import LinkConfig, PartitionConfig, Partitions, SimLinks
+from simnet.world.mlp_trainer import MLPConfig, MLPTrainer, forward, loss_and_grad, loss_fn
+from simnet.world.scheduler import Scheduler
+from simnet.world.speed import SpeedConfig, SpeedModel
+from simnet.world.topology import Topology, TopologyConfig
 
 
 def test_scheduler_orders_by_time_then_insertion():

@@ -18,8 +18,8 @@ from peer.metrics import Metrics
 from peer.net_config import NetConfig
 from peer.node_worker import NodeWorker
 from protocol import Identity
-from simnet.config import world_from_dict
-from simnet.swarm import GossipSim
+from simnet.runs.config import world_from_dict
+from simnet.runs.swarm import GossipSim
 
 DIM = 16
 GOSSIP = GossipConfig(swarm="fetched-test")

@@ -19,8 +19,8 @@ from peer.metrics import Metrics
 from peer.net_config import NetConfig
 from peer.node_worker import NodeWorker
 from protocol import Identity
-from simnet.config import world_from_dict
-from simnet.swarm import GossipSim
+from simnet.runs.config import world_from_dict
+from simnet.runs.swarm import GossipSim
 
 CFG = SessionConfig(join=True, max_in_flight=2, hello_every_s=3.0)
 PEERS = [f"peer{i}.sim:7000" for i in range(1, 5)]

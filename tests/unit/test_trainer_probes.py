@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from peer.group import GroupComm, GroupTrainer, follow
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
-from simnet.mlp_trainer import MLPConfig, MLPTrainer
+from simnet.world.mlp_trainer import MLPConfig, MLPTrainer
 from tests.unit.parallel_helpers import spawn
 
 DIM = 16

@@ -11,17 +11,17 @@ import torch
 from async_opt import consensus_distance
 from peer.metrics import Metrics
 from protocol import Identity, RefusalReason
-from simnet.attack_peers import build_peer
-from simnet.churn import ChurnEvent, churn_events
-from simnet.config import WorldConfig
-from simnet.data_plane import DataPlane
-from simnet.links import Partitions, SimLinks
-from simnet.models import SimTrainer, get_model
-from simnet.scheduler import Scheduler, VirtualClock
-from simnet.sim_peer import SimPeer
-from simnet.sim_world import AddressBook, SimWorld
-from simnet.speed import SpeedModel
-from simnet.topology import Topology
+from simnet.attacks.peers import build_peer
+from simnet.driver.data_plane import DataPlane
+from simnet.driver.sim_peer import SimPeer
+from simnet.runs.config import WorldConfig
+from simnet.world.churn import ChurnEvent, churn_events
+from simnet.world.links import Partitions, SimLinks
+from simnet.world.models import SimTrainer, get_model
+from simnet.world.scheduler import Scheduler, VirtualClock
+from simnet.world.sim_world import AddressBook, SimWorld
+from simnet.world.speed import SpeedModel
+from simnet.world.topology import Topology
 
 COUNTERS = (
     "published_total", "publish_failures_total", "exchanges_ok_total", "exchange_failures_total",

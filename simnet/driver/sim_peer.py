@@ -4,10 +4,10 @@ It decides nothing. The session (`peer.core.session.Session`), the node
 (`peer.core.node.GossipNode`) and the step boundary (`peer.boundary.BoundaryHook`) are the
 very objects a real peer runs; this driver only performs their actions over simulated
 links, on a virtual clock. Node work runs through a FIFO `SimWorker` that charges each job
-the CPU time the cost model (`simnet.cost`) gives it, as the real node worker thread
+the CPU time the cost model (`simnet.world.cost`) gives it, as the real node worker thread
 takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
 time out), a peer that left refuses connections (requesters learn within one round trip);
-what it answers to others is `simnet.sim_server.SimServer`.
+what it answers to others is `simnet.driver.sim_server.SimServer`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.core.session import Session
 from protocol import FrameRefused, Identity
-from simnet.models import SimTrainer
-from simnet.sim_server import HTTP_OVERHEAD, SimServer
-from simnet.sim_worker import SimWorker
-from simnet.sim_world import SimWorld
+from simnet.driver.sim_server import HTTP_OVERHEAD, SimServer
+from simnet.driver.sim_worker import SimWorker
+from simnet.world.models import SimTrainer
+from simnet.world.sim_world import SimWorld
 
 
 
@@ -43,7 +43,7 @@ class SimPeer(SimServer):
     """One slot of the swarm: its key, its address and, while online, its trainer, node and session."""
 
     attacker = False
-    """Attacking peers are subclasses (`simnet.attack_peers`); this one is honest."""
+    """Attacking peers are subclasses (`simnet.attacks.peers`); this one is honest."""
 
     def __init__(self, world: SimWorld, index: int, identity: Identity, gossip_cfg: GossipConfig,
                  session_cfg: SessionConfig) -> None:

@@ -3,7 +3,8 @@
 A real peer sees a clock, a network and the addresses it was told; a simulated peer gets
 exactly that and no more: the scheduler and its virtual clock, the links, the cost model of
 protocol work, the speed model of its steps, the address book (who listens where, and the
-bootstrap addresses each slot is told) and a factory of metrics. It never holds the swarm that built it, so what a driver reads is all listed here.
+bootstrap addresses each slot is told) and a factory of metrics. It never holds the swarm
+that built it, so what a driver reads is all listed here.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from peer.metrics import Metrics
-from simnet.cost import CostConfig
-from simnet.links import SimLinks
-from simnet.scheduler import Scheduler, VirtualClock
-from simnet.speed import SpeedModel
+from simnet.world.cost import CostConfig
+from simnet.world.links import SimLinks
+from simnet.world.scheduler import Scheduler, VirtualClock
+from simnet.world.speed import SpeedModel
 
 Reply = Callable[[bytes | None, str], None]
 """How a simulated server answers: (body, "") on 200, (None, why) otherwise."""

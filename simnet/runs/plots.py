@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from simnet.runner import RunRecord
+from simnet.runs.runner import RunRecord
 
 FIGSIZE = (6.0, 3.6)
 DPI = 80

@@ -12,9 +12,9 @@ import hashlib
 import statistics
 from typing import Callable, Sequence
 
-from simnet.data_config import DataConfig
-from simnet.shard_peer import Corpus, GossipSide, ShardPeer
-from simnet.sim_world import SimWorld
+from simnet.driver.shard_peer import Corpus, GossipSide, ShardPeer
+from simnet.world.data_config import DataConfig
+from simnet.world.sim_world import SimWorld
 
 
 def shard_hashes(n: int, seed: int) -> list[str]:

@@ -1,6 +1,6 @@
 """The server half of a simulated peer: what it answers to /v1/exchange, /v1/hello and /v1/state.
 
-Kept apart from the client half (`simnet.sim_peer.SimPeer`, which inherits this) because it
+Kept apart from the client half (`simnet.driver.sim_peer.SimPeer`, which inherits this) because it
 is the one place that decides how a simulated peer looks to others: a crashed host is silent,
 one that left refuses connections, a joining one answers 503, and node work is charged to
 its `SimWorker` as the real server queues it on the node worker.
@@ -16,8 +16,8 @@ from peer.core.node import GossipNode
 from peer.core.session import Session
 from peer.metrics import Metrics
 from protocol import FrameRefused, Identity
-from simnet.sim_worker import SimWorker
-from simnet.sim_world import Reply, SimWorld
+from simnet.driver.sim_worker import SimWorker
+from simnet.world.sim_world import Reply, SimWorld
 
 HTTP_OVERHEAD = 300
 """Bytes of HTTP request/response headers around every body."""

@@ -22,10 +22,10 @@ from peer.shards.fetcher import ADVERT_STALL_S, TICK_S
 from peer.shards.plan import FetchJob, Penalties, adverts_due, fetch_order, needs_shards, plan_round, upload_refusal
 from peer.shards.config import SwarmDataConfig
 from protocol import Identity
-from simnet.data_config import DataConfig
-from simnet.shard_transfer import SegmentStream
-from simnet.sim_server import HTTP_OVERHEAD
-from simnet.sim_world import SimWorld
+from simnet.driver.shard_transfer import SegmentStream
+from simnet.driver.sim_server import HTTP_OVERHEAD
+from simnet.world.data_config import DataConfig
+from simnet.world.sim_world import SimWorld
 
 
 @dataclass(frozen=True)

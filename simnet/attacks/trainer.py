@@ -25,7 +25,7 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
   every exchange body, which receivers' non-finite check must refuse (both are counted).
 
 Attacks on the protocol rather than the parameters (the driver side is in
-`simnet.attack_peers`; these attackers publish their honest parameters unless said):
+`simnet.attacks.peers`; these attackers publish their honest parameters unless said):
 - future: the vector of attack `payload` (sign_flip by default) in frames that claim a time
   `ahead_s` ahead of the attacker's clock, so a receiver that took the sender's word would
   count them as never stale;
@@ -41,7 +41,7 @@ pulls, every honest peer mixes its lie every period; `pushy_undefended` is that 
 in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
 
 `undefended = true` is the control arm of those three: the honest peers of that run drop
-the one defence the attack targets (see `simnet.attack_peers`). It is a simnet switch for
+the one defence the attack targets (see `simnet.attacks.peers`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
 """
 
@@ -54,7 +54,7 @@ from typing import Any, Callable
 import torch
 
 from peer.trainer import ParamSpec, StepStats
-from simnet.models import SimTrainer
+from simnet.world.models import SimTrainer
 
 KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil")
 CONTROLLED = ("future", "join_liar", "sybil")

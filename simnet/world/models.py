@@ -17,7 +17,7 @@ import torch
 
 from peer.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from peer.trainer import Trainer
-from simnet.mlp_trainer import MLPConfig, MLPEvaluator, MLPTrainer
+from simnet.world.mlp_trainer import MLPConfig, MLPEvaluator, MLPTrainer
 
 
 

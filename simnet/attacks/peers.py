@@ -33,16 +33,16 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.session import Session
 from protocol import FrameKind, Identity, make_control_frame, pack_bundle
-from simnet.attack_nodes import FutureClockNode, JoinLiarNode, NanForgingNode, TimestampTrustingNode
-from simnet.attacks import AttackConfig, AttackTrainer
-from simnet.models import SimTrainer
-from simnet.sim_peer import SimPeer
-from simnet.sim_server import HTTP_OVERHEAD
-from simnet.sim_world import SimWorld
+from simnet.attacks.nodes import FutureClockNode, JoinLiarNode, NanForgingNode, TimestampTrustingNode
+from simnet.attacks.trainer import AttackConfig, AttackTrainer
+from simnet.driver.sim_peer import SimPeer
+from simnet.driver.sim_server import HTTP_OVERHEAD
+from simnet.world.models import SimTrainer
+from simnet.world.sim_world import SimWorld
 
 
 class AttackerPeer(SimPeer):
-    """A Byzantine peer whose trainer shows its node a lie (the parameter attacks of `simnet.attacks`)."""
+    """A Byzantine peer whose trainer shows its node a lie (the parameter attacks of `simnet.attacks.trainer`)."""
 
     attacker = True
 

@@ -137,7 +137,8 @@ class TTSTrainer:
         """Multiplies the scheduled learning rate; lowered by each rollback to a good state."""
         self.step_scale = 1.0
         """Multiplies it too: the swarm's step-size rule (`set_step_scale`)."""
-        self.probe_batch: Batch | None = None
+        self._probe_batch: Batch | None = None
+        """The first batch a probe drew, kept aside for every later probe (`probe_better`)."""
         self._autocast = self.device.type == "cuda" and cfg.bf16
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
 
@@ -345,7 +346,9 @@ class TTSTrainer:
 
     def probe_better(self, flat: torch.Tensor) -> bool:
         """Whether parameters `flat` score better than ours on a fixed probe batch (joining checks it)."""
-        return probe_better(self, flat)
+        if self._probe_batch is None:
+            self._probe_batch = self.next_batch()
+        return probe_better(self.model, self._probe_batch, self, flat)
 
     def next_batch(self) -> Batch:
         """The next training batch: what `step` trains on, and how the probe batch is drawn.

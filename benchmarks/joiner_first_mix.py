@@ -28,8 +28,8 @@ JOIN_AT_S = 20.0
 
 
 def simnet_first_mix(seed: int) -> float | None:
-    from simnet.config import world_from_dict
-    from simnet.swarm import GossipSim
+    from simnet.runs.config import world_from_dict
+    from simnet.runs.swarm import GossipSim
 
     world = world_from_dict({"n_peers": 5, "model": "lsq", "duration_s": 60.0, "churn": {
         "mode": "schedule", "events": [{"t": 0.0, "peer": 4, "action": "leave"},

@@ -1,4 +1,4 @@
-"""Calibrate simnet's protocol cost model (`simnet.cost.CostConfig`) on the real code.
+"""Calibrate simnet's protocol cost model (`simnet.world.cost.CostConfig`) on the real code.
 
     python benchmarks/protocol_cost.py [--sizes 100000,1000000,4000000] [--repeats 5]
 
@@ -7,7 +7,7 @@ training thread really do: publishing an update (compress, reconstruct, sign), b
 an exchange body around a snapshot (sign), ingesting an update and a snapshot (verify,
 decode, apply), and the mixing step. A least-squares fit over the sizes gives the fixed
 part and the part per byte or per parameter; the last line is a `[world.cost]` table to
-paste into a scenario (the defaults in simnet/cost.py came from this script).
+paste into a scenario (the defaults in simnet/world/cost.py came from this script).
 """
 
 from __future__ import annotations

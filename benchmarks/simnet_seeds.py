@@ -38,9 +38,9 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
 
-from simnet.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
-from simnet.runner import run_records  # noqa: E402
-from simnet.scenario import builtin_scenarios, read_scenario_text, scenario_from_dict  # noqa: E402
+from simnet.runs.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
+from simnet.runs.runner import run_records  # noqa: E402
+from simnet.runs.scenario import builtin_scenarios, read_scenario_text, scenario_from_dict  # noqa: E402
 
 TARGET_RULES: dict[str, tuple[str, float]] = {
     "stragglers": ("allreduce", 1.05),

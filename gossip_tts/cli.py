@@ -189,7 +189,7 @@ def _builtin_scenarios() -> str:
 def simnet(scenario, seed, out, no_plots, max_real_seconds) -> None:
     """Simulate a swarm of real peers over simulated links (deterministic from --seed)."""
     import gossip_tts.simnet_models  # noqa: F401  (registers the tts-tiny model)
-    from simnet.cli_app import SimnetAppConfig, run
+    from simnet.runs.cli_app import SimnetAppConfig, run
 
     cfg = _fail_cleanly(SimnetAppConfig, scenario=scenario, seed=seed, out=out, plots=not no_plots,
                         max_real_s=max_real_seconds)

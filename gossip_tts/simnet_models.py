@@ -18,7 +18,7 @@ from gossip_tts.data import ensure_builtin_corpus
 from gossip_tts.model.flow import eval_loss
 from gossip_tts.train.config import TrainConfig
 from gossip_tts.train.trainer import TTSTrainer
-from simnet.models import register_model
+from simnet.world.models import register_model
 
 
 def _config(split_dir: str, seed: int, batch_size: int, **kw: Any) -> TrainConfig:

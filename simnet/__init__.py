@@ -2,7 +2,7 @@
 
 Every peer runs the real peer core (`peer.core`: session, gossip node, neighbour table,
 mixer; real signed frames, real codecs) through simnet's virtual-clock driver
-(`simnet.sim_peer`); simnet only supplies what a process and a network would: a virtual
+(`simnet.driver.sim_peer`); simnet only supplies what a process and a network would: a virtual
 clock, links with latency, bandwidth, loss and partitions, a speed model for compute, a
 cost model for protocol work, churn, and Byzantine trainers. The synchronous
 baselines (all-reduce, DiLoCo) run over the same speed model and links.
@@ -11,9 +11,9 @@ baselines (all-reduce, DiLoCo) run over the same speed model and links.
     summary = run(load_scenario("stragglers", seed=0, out_dir="out/"))
 """
 
-from simnet.config import RunSpec, SimConfig, WorldConfig
-from simnet.models import register_model
-from simnet.scenario import builtin_scenarios, load_scenario
-from simnet.sim import run
+from simnet.runs.config import RunSpec, SimConfig, WorldConfig
+from simnet.runs.scenario import builtin_scenarios, load_scenario
+from simnet.runs.sim import run
+from simnet.world.models import register_model
 
 __all__ = ["RunSpec", "SimConfig", "WorldConfig", "builtin_scenarios", "load_scenario", "register_model", "run"]

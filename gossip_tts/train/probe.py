@@ -3,39 +3,44 @@
 A joining peer is offered states by strangers; a claimed step proves nothing (a liar can
 claim step 10^9 with weights of 1e30). Before adopting, the peer scores the offered
 parameters and its own on the same held-out batch with the deterministic flow-matching
-loss, and adopts only a state that scores better.
+loss, and adopts only a state that scores better. The trainer keeps its probe batch and
+hands these functions the model, the batch and its parameter access: nothing else of it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from gossip_tts.data.batch import Batch
 from gossip_tts.model import eval_loss
 
-if TYPE_CHECKING:
-    from gossip_tts.train.trainer import TTSTrainer
+
+class FlatParams(Protocol):
+    """Reading and writing a model's parameters as one flat vector (as the Trainer seam does)."""
+
+    def get_flat_params(self) -> torch.Tensor: ...
+
+    def set_flat_params(self, flat: torch.Tensor) -> None: ...
 
 
-def probe_loss(trainer: "TTSTrainer", flat: torch.Tensor | None = None) -> float:
-    """The trainer's loss on its probe batch, with `flat` as parameters when given (ours restored)."""
-    if trainer.probe_batch is None:
-        trainer.probe_batch = trainer.next_batch()  # the first batch drawn, kept aside
+def probe_loss(model: torch.nn.Module, batch: Batch, params: FlatParams, flat: torch.Tensor | None = None) -> float:
+    """The model's loss on `batch`, with `flat` as its parameters when given (ours restored)."""
     saved = None
     if flat is not None:
-        saved = trainer.get_flat_params()
-        trainer.set_flat_params(flat)
+        saved = params.get_flat_params()
+        params.set_flat_params(flat)
     try:
-        trainer.model.eval()
-        return eval_loss(trainer.model, [trainer.probe_batch], grid=(0.3, 0.7))
+        model.eval()
+        return eval_loss(model, [batch], grid=(0.3, 0.7))
     finally:
         if saved is not None:
-            trainer.set_flat_params(saved)
+            params.set_flat_params(saved)
 
 
-def probe_better(trainer: "TTSTrainer", flat: torch.Tensor) -> bool:
+def probe_better(model: torch.nn.Module, batch: Batch, params: FlatParams, flat: torch.Tensor) -> bool:
     """Whether `flat` scores strictly better than our own parameters (a non-finite score never does)."""
-    theirs = probe_loss(trainer, flat)
-    return math.isfinite(theirs) and theirs < probe_loss(trainer)
+    theirs = probe_loss(model, batch, params, flat)
+    return math.isfinite(theirs) and theirs < probe_loss(model, batch, params)

@@ -137,7 +137,7 @@ class TTSTrainer(Trainer):
         """Multiplies the scheduled learning rate; lowered by each rollback to a good state."""
         self.step_scale = 1.0
         """Also multiplies the scheduled learning rate: the swarm's step-size rule (`set_step_scale`)."""
-        self.probe_batch: Batch | None = None
+        self._probe_batch: Batch | None = None
         """The batch an offered state is scored on before it is adopted (`gossip_tts.train.probe`):
         drawn at the first probe and kept aside, so every offer meets the same test."""
         self._autocast = self.device.type == "cuda" and cfg.bf16
@@ -354,7 +354,9 @@ class TTSTrainer(Trainer):
 
     def probe_better(self, flat: torch.Tensor) -> bool:
         """Whether parameters `flat` score better than ours on a fixed probe batch (joining checks it)."""
-        return probe_better(self, flat)
+        if self._probe_batch is None:
+            self._probe_batch = self.next_batch()
+        return probe_better(self.model, self._probe_batch, self, flat)
 
     def next_batch(self) -> Batch:
         """The next training batch: what `step` trains on, and how the probe batch is drawn.

@@ -1,7 +1,7 @@
 """The sans-IO core of a peer: gossip node, neighbour table, mixer and session.
 
 Nothing here opens a socket, starts a thread or reads a clock; the drivers
-(`peer.net.driver` for a real peer, `simnet.sim_peer` in simulation) perform what it decides,
+(`peer.net.driver` for a real peer, `simnet.driver.sim_peer` in simulation) perform what it decides,
 and import it from here: `__all__` is what a driver needs. Each name is imported when first
 asked for, so importing one light module (`peer.core.config`, which `--help` reads) does
 not import torch with the node. See docs/architecture.md.
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     )
     from peer.core.addresses import PeerInfo, format_address, parse_address
     from peer.core.config import SessionConfig
+    from peer.core.gossip_config import GossipConfig
     from peer.core.fetched import FetchedStates
     from peer.core.hello import make_hello, read_hello
     from peer.core.mixer import Mixer
@@ -30,7 +31,7 @@ _HOME = {
     **dict.fromkeys(("Action", "Adopt", "Count", "Exchange", "FetchState", "Forget", "JoinDone", "Log", "Publish",
                      "SendHello"), "peer.core.actions"),
     # the session and what it is built from or told
-    "Session": "peer.core.session", "SessionConfig": "peer.core.config",
+    "Session": "peer.core.session", "SessionConfig": "peer.core.config", "GossipConfig": "peer.core.gossip_config",
     **dict.fromkeys(("PeerInfo", "format_address", "parse_address"), "peer.core.addresses"),
     **dict.fromkeys(("make_hello", "read_hello"), "peer.core.hello"),
     # what a driver holds beside it

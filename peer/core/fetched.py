@@ -1,6 +1,6 @@
 """States fetched while joining, held only as long as an adoption needs them.
 
-Both drivers (`peer/net/driver.py`, `simnet/sim_peer.py`) verify a fetched state and hand the
+Both drivers (`peer/net/driver.py`, `simnet/driver/sim_peer.py`) verify a fetched state and hand the
 session its step and probe verdict (`Session.state_done`). Each state is a full fp32 copy
 of the model, and a join may fetch several, so one outlives that verdict only if the
 verdict adopts it (an `Adopt` naming its token), and only until the adoption step takes

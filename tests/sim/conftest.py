@@ -7,7 +7,7 @@ from typing import Any, Callable
 import pytest
 
 from simnet import run
-from simnet.scenario import scenario_from_dict
+from simnet.runs.scenario import scenario_from_dict
 
 
 def simulate(world: dict[str, Any], runs: list[dict[str, Any]], compare: list[list[str]] = (), *,

@@ -192,7 +192,7 @@ def test_pushy_liars_that_exchange_with_everyone_every_period_buy_no_more_pulls(
 
 
 def test_pushy_is_refused_on_attacks_that_publish_no_parameters():
-    from simnet.attacks import AttackConfig
+    from simnet.attacks.trainer import AttackConfig
 
     with pytest.raises(ValueError, match="pushy"):
         AttackConfig(kind="sybil", pushy=True)

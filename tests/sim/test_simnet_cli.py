@@ -7,9 +7,9 @@ import json
 import pytest
 
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
-from simnet.cli_app import SimnetAppConfig, run
-from simnet.models import register_model
-from simnet.plots import write_plots
+from simnet.runs.cli_app import SimnetAppConfig, run
+from simnet.runs.plots import write_plots
+from simnet.world.models import register_model
 
 SCENARIO = """
 name = "tiny"

@@ -13,9 +13,9 @@ import pytest
 from conftest import simulate
 
 from simnet import load_scenario, run
-from simnet.config import world_from_dict
-from simnet.report import dumps
-from simnet.scenario import scenario_from_dict
+from simnet.runs.config import world_from_dict
+from simnet.runs.report import dumps
+from simnet.runs.scenario import scenario_from_dict
 
 WORLD = {
     "n_peers": 6, "model": "mlp", "duration_s": 3000.0, "eval_every_s": 5.0, "bootstrap": "first",

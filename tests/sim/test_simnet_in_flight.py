@@ -2,8 +2,8 @@
 the peer, and once its exchange stalls not even that."""
 
 from peer.core.session import Session
-from simnet.config import world_from_dict
-from simnet.swarm import GossipSim
+from simnet.runs.config import world_from_dict
+from simnet.runs.swarm import GossipSim
 
 
 def small_world(**extra):

@@ -5,16 +5,16 @@ import pytest
 import torch
 
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
-from simnet.attacks import AttackConfig, AttackTrainer
-from simnet.baselines import SyncSim, ring_allreduce_s
-from simnet.churn import ChurnConfig, churn_events
-from simnet.config import world_from_dict
-from simnet.links import LinkConfig, PartitionConfig, Partitions, SimLinks
-from simnet.mlp_trainer import MLPConfig, MLPTrainer, forward, loss_and_grad, loss_fn
-from simnet.scenario import builtin_scenarios, load_scenario, scenario_from_dict
-from simnet.scheduler import Scheduler
-from simnet.speed import SpeedConfig, SpeedModel
-from simnet.topology import Topology, TopologyConfig
+from simnet.attacks.trainer import AttackConfig, AttackTrainer
+from simnet.runs.baselines import SyncSim, ring_allreduce_s
+from simnet.runs.config import world_from_dict
+from simnet.runs.scenario import builtin_scenarios, load_scenario, scenario_from_dict
+from simnet.world.churn import ChurnConfig, churn_events
+from simnet.world.links import LinkConfig, PartitionConfig, Partitions, SimLinks
+from simnet.world.mlp_trainer import MLPConfig, MLPTrainer, forward, loss_and_grad, loss_fn
+from simnet.world.scheduler import Scheduler
+from simnet.world.speed import SpeedConfig, SpeedModel
+from simnet.world.topology import Topology, TopologyConfig
 
 
 def test_scheduler_orders_by_time_then_insertion():
@@ -155,14 +155,14 @@ def test_attack_wrapper_publishes_lies_and_mixes_honestly():
     att = AttackTrainer(inner, AttackConfig(kind="sign_flip", scale=2.0, peers=[0]), seed=0)
     x0 = att.get_flat_params()
     assert torch.equal(x0, inner.w)  # unarmed: honest (the node's public copy starts at x0)
-    att.armed = True
+    att.arm(lambda: [])
     inner.set_flat_params(x0 + 1.0)
     shown = att.get_flat_params()
     assert torch.allclose(shown, x0 - 2.0)  # x0 - s (x - x0)
     att.set_flat_params(shown + 0.5)  # a mixing step moved what it showed by +0.5
     assert torch.allclose(inner.w, x0 + 1.5)  # ...so its honest parameters move by +0.5
     nan = AttackTrainer(LeastSquaresTrainer(LeastSquaresConfig(dim=4)), AttackConfig(kind="nan", peers=[0]), 0)
-    nan.armed = True
+    nan.arm(lambda: [])
     assert torch.isnan(nan.get_flat_params()).all()
     chosen = AttackConfig(kind="scale", fraction=0.25).attackers(8, seed=1)
     assert len(chosen) == 2 and chosen == AttackConfig(kind="scale", fraction=0.25).attackers(8, seed=1)

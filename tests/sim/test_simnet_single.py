@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import simulate
 
-from simnet.models import mlp_evaluator, mlp_factory
+from simnet.world.models import mlp_evaluator, mlp_factory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import simnet_seeds  # noqa: E402

@@ -18,8 +18,8 @@ from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
 from protocol import Identity
-from simnet.config import world_from_dict
-from simnet.swarm import GossipSim
+from simnet.runs.config import world_from_dict
+from simnet.runs.swarm import GossipSim
 from tests.unit.driver_helpers import Network
 
 DIM = 16
@@ -79,7 +79,7 @@ def test_simnet_keeps_no_refused_state_after_joining_alone() -> None:
     joiner = sim.peers[0]
     joiner.stop("leave")
     joiner.start(sim.make_trainer(0), join=True)
-    joiner.attack.probe = lambda trainer: (lambda x: False)  # every offered state scores worse
+    joiner._judge = lambda: (lambda x: False)  # every offered state scores worse
     sim.advance_to(10.0)
     assert joiner.session is not None and joiner.session.accepting  # the join is over
     assert joiner.metrics.total("joins_refused_total") == 1 and joiner.metrics.total("joins_alone_total") == 1

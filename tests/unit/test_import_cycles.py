@@ -14,11 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gossip_tts", "peer", "protocol", "async_opt", "simnet")
-KNOWN: set[frozenset[str]] = {
-    frozenset({"simnet/attack_driver.py", "simnet/data_plane.py", "simnet/shard_peer.py", "simnet/sim_peer.py",
-               "simnet/swarm.py"}),
-    frozenset({"gossip_tts/train/probe.py", "gossip_tts/train/trainer.py"}),
-}
+KNOWN: set[frozenset[str]] = set()
 
 
 def module_files() -> dict[str, Path]:

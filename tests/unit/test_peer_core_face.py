@@ -12,7 +12,7 @@ from pathlib import Path
 import peer.core
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIVERS = ("peer/net/driver.py", "simnet/sim_peer.py")
+DRIVERS = ("peer/net/driver.py", "simnet/driver/sim_peer.py")
 
 
 def _core_imports(path: str) -> list[tuple[str, str]]:

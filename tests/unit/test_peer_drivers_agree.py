@@ -19,8 +19,8 @@ from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
 from protocol import Identity
-from simnet.config import world_from_dict
-from simnet.swarm import GossipSim
+from simnet.runs.config import world_from_dict
+from simnet.runs.swarm import GossipSim
 
 CFG = SessionConfig(join=True, max_in_flight=2, hello_every_s=3.0)
 PEERS = [f"peer{i}.sim:7000" for i in range(1, 5)]
@@ -54,8 +54,8 @@ def _wire(driver, clock: Clock, identity: Identity) -> list:
     if isinstance(driver, AsyncDriver):
         driver.mono = lambda: clock.t
     else:
-        driver.sim.sched._now = 0.0
-        driver.sim.now = lambda: clock.t
+        driver.world.sched._now = 0.0
+        driver.world.now = lambda: clock.t
     return performed
 
 
@@ -118,7 +118,7 @@ def test_both_drivers_adopt_a_state_at_the_step_it_was_at() -> None:
     assert handed == [123] and driver.node.step == 123
     sim, _ = sim_driver(Clock())
     node = sim._node()
-    adopt = Adopt(token=9, address=sim.sim.peers[1].address, step=123)
+    adopt = Adopt(token=9, address=sim.world.book.host(1).address, step=123)
     sim._fetched.judged(9, node.public.x_hat.clone(), [adopt])
     sim._adopt_job(adopt)
     assert sim.trainer.step_count == node.step == 123

@@ -9,7 +9,7 @@ import torch.distributed as dist
 from peer.local.group import GroupComm, GroupTrainer, follow
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer, make_shard
 from peer.trainer import Capabilities
-from simnet.mlp_trainer import MLPConfig, MLPTrainer
+from simnet.world.mlp_trainer import MLPConfig, MLPTrainer
 from tests.unit.parallel_helpers import spawn
 
 DIM = 16

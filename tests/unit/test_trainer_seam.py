@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = {"probe": "probe_better", "add_in_place": "add_to_flat_params", "scale_lr": "scale_lr"}
 """Each optional capability and the method it licenses."""
 SOURCES = ("peer", "gossip_tts", "simnet", "benchmarks")
-TRAINER_MODULES = ("peer.local.toy_trainer", "peer.local.group", "simnet.mlp_trainer", "simnet.attacks", "gossip_tts.train.trainer",
+TRAINER_MODULES = ("peer.local.toy_trainer", "peer.local.group", "simnet.world.mlp_trainer", "simnet.attacks.trainer", "gossip_tts.train.trainer",
                    "step_boundary", "vs_gossip_peer", "gossip_overhead")
 LOOKUP = re.compile(r"\b(getattr|hasattr)\(\s*(self\.)?(trainer|inner|tr)\b")
 
@@ -130,7 +130,7 @@ def test_an_undeclared_optional_method_refuses_naming_the_flag() -> None:
 
 
 def test_a_wrapper_offers_what_it_wraps_and_an_attacker_never_mixes_in_place() -> None:
-    from simnet.attacks import AttackConfig, AttackTrainer
+    from simnet.attacks.trainer import AttackConfig, AttackTrainer
 
     class InPlace(_Quadratic):
         capabilities = Capabilities(add_in_place=True, collective_reads=False)

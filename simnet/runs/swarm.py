@@ -10,19 +10,18 @@ import torch
 
 from async_opt import consensus_distance
 from peer.metrics import Metrics
-from peer.trainer import Trainer
 from protocol import Identity, RefusalReason
-from simnet.attacks import AttackTrainer
-from simnet.churn import ChurnEvent, churn_events
-from simnet.config import WorldConfig
-from simnet.cost import CostConfig
-from simnet.data_plane import DataPlane
-from simnet.links import Partitions, SimLinks
-from simnet.models import get_model
-from simnet.scheduler import Scheduler, VirtualClock
-from simnet.sim_peer import SimPeer
-from simnet.speed import SpeedModel
-from simnet.topology import Topology
+from simnet.attacks.peers import build_peer
+from simnet.driver.data_plane import DataPlane
+from simnet.driver.sim_peer import SimPeer
+from simnet.runs.config import WorldConfig
+from simnet.world.churn import ChurnEvent, churn_events
+from simnet.world.links import Partitions, SimLinks
+from simnet.world.models import SimTrainer, get_model
+from simnet.world.scheduler import Scheduler, VirtualClock
+from simnet.world.sim_world import AddressBook, SimWorld
+from simnet.world.speed import SpeedModel
+from simnet.world.topology import Topology
 
 COUNTERS = (
     "published_total", "publish_failures_total", "exchanges_ok_total", "exchange_failures_total",
@@ -39,6 +38,23 @@ def identity_for(seed: int, index: int) -> Identity:
     return Identity.generate(hashlib.blake2b(f"simnet-key:{seed}:{index}".encode(), digest_size=32).digest())
 
 
+def bootstrap_lists(mode: str, topo: Topology, n: int, seed: int) -> list[list[int]]:
+    """The slots whose addresses each slot starts with.
+
+    `topology`: a peer's topology neighbours, as mDNS on its LAN would report them;
+    `one`: one random address of a peer that was there before it (peer 0 gets one of
+    any other), as a user joining with a single `--peer` of someone already in the swarm;
+    `first`: peer 0's address (peer 0 gets none), as every user given the first peer's.
+    (Addresses drawn from all peers alike can split the swarm into parts that never hear
+    of each other.)"""
+    if mode == "topology":
+        return [list(topo.neighbours(i)) for i in range(n)]
+    if mode == "first":
+        return [[]] + [[0] for _ in range(1, n)]
+    rng = random.Random(f"simnet-bootstrap:{seed}")
+    return [[rng.randrange(1, n)]] + [[rng.randrange(i)] for i in range(1, n)]
+
+
 class GossipSim:
     """Builds the world from a WorldConfig and advances it event by event."""
 
@@ -46,32 +62,31 @@ class GossipSim:
 
     def __init__(self, world: WorldConfig, seed: int) -> None:
         n = world.n_peers
-        self.world, self.seed = world, seed
+        self.world_cfg, self.seed = world, seed
         self.sched = Scheduler()
-        self.clock = VirtualClock(self.sched)
-        self.speed = SpeedModel(world.speed, n, seed)
-        self.topo = Topology(world.topology, n, seed)
-        self.links = SimLinks(world.links, self.topo, Partitions(world.partitions, self.topo), self.sched, seed)
+        topo = Topology(world.topology, n, seed)
+        self.links = SimLinks(world.links, topo, Partitions(world.partitions, topo), self.sched, seed)
         self.attack = world.attack
         entry = get_model(world.model)
         self._factory = entry.factory
         self.evaluate = entry.evaluator(n, seed, **world.model_args) if entry.evaluator else None
-        self.gossip_cfg = world.gossip_config()
-        self.session_cfg = world.session_config()
-        self.cost: CostConfig = world.cost
-        self.trace: dict[int, list] | None = None
-        """When a dict, every action each peer's driver performs is appended under its index."""
         self.all_metrics: list[Metrics] = []
-        self.peer_steps = 0
         self.churn_counts = {"crash": 0, "leave": 0, "join": 0}
+        self.book = AddressBook(bootstrap_lists(world.bootstrap, topo, n, seed))
+        self.world = SimWorld(seed=seed, sched=self.sched, clock=VirtualClock(self.sched), links=self.links,
+                              cost=world.cost, speed=SpeedModel(world.speed, n, seed), book=self.book,
+                              new_metrics=self._new_metrics)
+        """What every simulated peer is handed (it never sees this swarm)."""
         attackers = world.attack.attackers(n, seed)
-        self.peers = [SimPeer(self, i, identity_for(seed, i), i in attackers) for i in range(n)]
-        self.index_of = {p.address: p.index for p in self.peers}
+        gossip_cfg, session_cfg = world.gossip_config(), world.session_config()
+        self.peers = [build_peer(self.world, i, identity_for(seed, i), gossip_cfg, session_cfg, world.attack,
+                                 attacker=i in attackers) for i in range(n)]
+        for p in self.peers:
+            self.book.add(p)
         order = list(range(n))
         random.Random(f"simnet-eval:{seed}").shuffle(order)
         self._eval_order = order
-        self._bootstrap = self._bootstrap_lists(world.bootstrap)
-        self.data = DataPlane(world.data, self, seed) if world.data.shards else None
+        self.data = DataPlane(world.data, self.world, seed, self.peers, self.data_arrived) if world.data.shards else None
         """With a corpus to fetch, a peer starts once it holds a shard (`data_arrived`)."""
         for p in self.peers:
             if self.data is None or self.data.holds_any(p.index):
@@ -81,57 +96,40 @@ class GossipSim:
         for ev in churn_events(world.churn, n, world.duration_s, seed):
             self.sched.at(ev.t, lambda ev=ev: self._churn(ev))
 
-    # ------------------------------------------------------------------ wiring for SimPeer
+    @property
+    def peer_steps(self) -> int:
+        """Training steps taken by every peer so far."""
+        return sum(p.steps for p in self.peers)
+
     def now(self) -> float:
         return self.sched.now()
 
-    def new_metrics(self) -> Metrics:
+    def _new_metrics(self) -> Metrics:
         m = Metrics()
         self.all_metrics.append(m)
         return m
 
-    def make_trainer(self, i: int) -> Trainer:
-        trainer = self._factory(i, self.world.n_peers, self.seed, **self.world.model_args)
-        if self.peers[i].attacker:
-            return AttackTrainer(trainer, self.attack, seed=self.seed * 1_000_003 + i)
-        return trainer
-
-    def bootstrap_for(self, i: int) -> list[str]:
-        """The `--peer` addresses peer i starts with (again after a restart)."""
-        return [self.peers[j].address for j in self._bootstrap[i]]
-
-    def _bootstrap_lists(self, mode: str) -> list[list[int]]:
-        """`topology`: a peer's topology neighbours, as mDNS on its LAN would report them;
-        `one`: one random address of a peer that was there before it (peer 0 gets one of
-        any other), as a user joining with a single `--peer` of someone already in the swarm;
-        `first`: peer 0's address (peer 0 gets none), as every user given the first peer's.
-        (Addresses drawn from all peers alike can split the swarm into parts that never hear
-        of each other: with 64 peers that happened on 3 seeds of 5.)"""
-        if mode == "topology":
-            return [list(self.topo.neighbours(i)) for i in range(self.world.n_peers)]
-        if mode == "first":
-            return [[]] + [[0] for _ in range(1, self.world.n_peers)]
-        rng = random.Random(f"simnet-bootstrap:{self.seed}")
-        n = self.world.n_peers
-        return [[rng.randrange(1, n)]] + [[rng.randrange(i)] for i in range(1, n)]
+    def make_trainer(self, i: int) -> SimTrainer:
+        """Slot i's honest trainer (an attacking peer wraps it in its lie when it starts)."""
+        return self._factory(i, self.world_cfg.n_peers, self.seed, **self.world_cfg.model_args)
 
     def data_arrived(self, i: int) -> None:
         """Peer i holds its first shard: its gossip peer starts, joining the swarm (fetching the
         state of the furthest-along peer) as a real peer that starts late does."""
         peer = self.peers[i]
         if not peer.online:
-            peer.start(self.make_trainer(i), join=self.world.churn.fetch_state)
+            peer.start(self.make_trainer(i), join=self.world_cfg.churn.fetch_state)
 
     def finished(self) -> bool:
         """Whether the run has shown what it is for: every peer holds every shard (`data.stop_when_held`)."""
-        return self.data is not None and self.world.data.stop_when_held and self.data.replicated()
+        return self.data is not None and self.world_cfg.data.stop_when_held and self.data.replicated()
 
     def _churn(self, ev: ChurnEvent) -> None:
         peer = self.peers[ev.peer]
         if ev.action == "join":
             if not peer.online:
                 self.churn_counts["join"] += 1
-                peer.start(self.make_trainer(ev.peer), join=self.world.churn.fetch_state)
+                peer.start(self.make_trainer(ev.peer), join=self.world_cfg.churn.fetch_state)
         elif peer.online:
             self.churn_counts[ev.action] += 1
             peer.stop(ev.action)
@@ -147,7 +145,7 @@ class GossipSim:
         """One metrics row: loss over (up to eval_peers) honest online peers, consensus, traffic."""
         honest = self._honest_online()
         chosen = [p for p in (self.peers[i] for i in self._eval_order) if p.online and not p.attacker and not p.joining]
-        chosen = chosen[: self.world.eval_peers]
+        chosen = chosen[: self.world_cfg.eval_peers]
         losses = [self._loss(p) for p in chosen]
         finite = [x for x in losses if math.isfinite(x)]
         live = [x for p in honest if not p.diverged and not p.joining and (x := p.honest_params()) is not None]
@@ -157,7 +155,7 @@ class GossipSim:
             "loss_min": min(finite) if finite else None,
             "loss_max": max(finite) if finite else None,
             "consensus": consensus_distance(live) if len(live) >= 2 else 0.0,
-            "bytes_per_peer": sum(self.links.bytes_sent) / self.world.n_peers,
+            "bytes_per_peer": sum(self.links.bytes_sent) / self.world_cfg.n_peers,
             "peer_steps": self.peer_steps,
             "online": sum(p.online for p in self.peers),
             "diverged": sum(p.diverged for p in honest),
@@ -200,7 +198,7 @@ class GossipSim:
         out["verified_neighbours_min"] = live[0] if live else 0
         out["verified_neighbours_median"] = live[len(live) // 2] if live else 0
         out["attackers"] = sum(p.attacker for p in self.peers)
-        partners = [[a in self.index_of for a in p.session.partners] for p in self._honest_online() if p.session]
+        partners = [[self.book.index_of(a) is not None for a in p.session.partners] for p in self._honest_online() if p.session]
         out["partners_made_up"] = sum(len(ps) - sum(ps) for ps in partners)  # held by addresses nothing listens at
         out["partners_real_min"] = min((sum(ps) for ps in partners), default=0)
         if self.data is not None:

@@ -1,4 +1,4 @@
-"""The node worker thread of a real peer, in virtual time (see simnet/sim_peer.py).
+"""The node worker thread of a real peer, in virtual time (see simnet/driver/sim_peer.py).
 
 A real peer runs node work (compress, sign, verify, decode, apply) on one thread, one job at
 a time; simulated peers do the same in virtual time, each job taking the CPU seconds the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
-from simnet.scheduler import Scheduler
+from simnet.world.scheduler import Scheduler
 
 Job = Callable[[], "tuple[float, Callable[[], None] | None]"]
 

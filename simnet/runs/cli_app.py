@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simnet.scenario import load_scenario
-from simnet.sim import run as run_scenario
+from simnet.runs.scenario import load_scenario
+from simnet.runs.sim import run as run_scenario
 
 
 @dataclass

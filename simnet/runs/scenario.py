@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from simnet.config import RunSpec, SimConfig, build
+from simnet.runs.config import RunSpec, SimConfig, build
 
 _TOP_KEYS = {"name", "description", "compare", "world", "runs", "seed"}
 

@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from simnet.scheduler import Scheduler
-from simnet.topology import Topology
+from simnet.world.scheduler import Scheduler
+from simnet.world.topology import Topology
 
 LATENCY_DISTS = ("fixed", "uniform", "lognormal")
 LOSS_MODES = ("packet", "message")

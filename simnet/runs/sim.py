@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from simnet.config import SimConfig
-from simnet.plots import write_plots
-from simnet.report import build_summary, build_timing, clean, dumps, table, write_outputs
-from simnet.runner import run_records, stderr
+from simnet.runs.config import SimConfig
+from simnet.runs.plots import write_plots
+from simnet.runs.report import build_summary, build_timing, clean, dumps, table, write_outputs
+from simnet.runs.runner import run_records, stderr
 
 
 def run(cfg: SimConfig, *, emit: Callable[[str], None] = stderr, echo: Callable[[str], None] = print) -> dict:

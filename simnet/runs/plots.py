@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from simnet.runner import RunRecord
+from simnet.runs.runner import RunRecord
 
 FIGSIZE = (6.0, 3.6)
 DPI = 80
@@ -25,6 +25,7 @@ def write_plots(out_dir: Path, scenario: str, records: list[RunRecord], emit: Ca
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    ylims: dict[str, tuple[float, float]] = {}  # a figure's y range where a drawing chose one
 
     def series(rec: RunRecord, key: str, scale: float = 1.0) -> tuple[list[float], list[float]]:
         pts = [(r["t"], r[key] * scale) for r in rec.rows if r.get(key) is not None and math.isfinite(r[key])]
@@ -33,7 +34,7 @@ def write_plots(out_dir: Path, scenario: str, records: list[RunRecord], emit: Ca
     def figure(name: str, title: str, ylabel: str, draw: Callable, logy: bool = False) -> None:
         fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
         drew = draw(ax)
-        limits = getattr(ax, "_simnet_ylim", None)
+        limits = ylims.get(name)
         ax.set_title(f"{scenario}: {title}", fontsize=10)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.tick_params(labelsize=8)
@@ -68,7 +69,7 @@ def write_plots(out_dir: Path, scenario: str, records: list[RunRecord], emit: Ca
             ax.plot(t, y, lw=1.2, label=rec.name + (" (diverged: off the chart)" if blew_up else ""))
             target = rec.world.target_loss if rec.world.target_loss is not None else target
         if off_chart and math.isfinite(top) and math.isfinite(low):
-            ax._simnet_ylim = (0.9 * low, top)
+            ylims["loss"] = (0.9 * low, top)
         if target is not None:
             ax.axhline(target, color="k", ls="--", lw=0.8, label="target")
         ax.set_xlabel("simulated wall-clock (s)", fontsize=9)

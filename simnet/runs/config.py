@@ -17,13 +17,13 @@ from typing import Any
 
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from simnet.attacks import AttackConfig
-from simnet.churn import ChurnConfig
-from simnet.cost import CostConfig
-from simnet.data_config import DataConfig
-from simnet.links import LinkConfig, PartitionConfig
-from simnet.speed import SpeedConfig
-from simnet.topology import TopologyConfig
+from simnet.attacks.trainer import AttackConfig
+from simnet.world.churn import ChurnConfig
+from simnet.world.cost import CostConfig
+from simnet.world.data_config import DataConfig
+from simnet.world.links import LinkConfig, PartitionConfig
+from simnet.world.speed import SpeedConfig
+from simnet.world.topology import TopologyConfig
 
 METHODS = ("gossip", "allreduce", "diloco")
 BOOTSTRAPS = ("topology", "one", "first")
@@ -49,7 +49,7 @@ class WorldConfig:
     n_peers: int = 8
     """Peers (processes). 1 only for `allreduce`: a single process training alone, no communication."""
     model: str = "mlp"
-    """A name in simnet.models' registry (lsq, mlp, and whatever the CLI registered)."""
+    """A name in simnet.world.models' registry (lsq, mlp, and whatever the CLI registered)."""
     model_args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the model's factory and evaluator."""
     duration_s: float = 60.0

@@ -13,8 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from simnet.config import SimConfig
-from simnet.runner import RunRecord
+from simnet.runs.config import SimConfig
+from simnet.runs.runner import RunRecord
 
 
 def clean(value: Any) -> Any:

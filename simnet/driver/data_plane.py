@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from typing import TYPE_CHECKING
+from typing import Callable, Sequence
 
-from simnet.data_config import DataConfig
-from simnet.shard_peer import ShardPeer
-
-if TYPE_CHECKING:
-    from simnet.swarm import GossipSim
+from simnet.driver.shard_peer import Corpus, GossipSide, ShardPeer
+from simnet.world.data_config import DataConfig
+from simnet.world.sim_world import SimWorld
 
 
 def shard_hashes(n: int, seed: int) -> list[str]:
@@ -31,13 +29,17 @@ def spread(values: list[float]) -> dict[str, float | None]:
 
 
 class DataPlane:
-    def __init__(self, cfg: DataConfig, sim: "GossipSim", seed: int) -> None:
-        self.cfg, self.sim = cfg, sim
-        self.fetch_cfg = cfg.swarm_config()
-        self.manifest_order = shard_hashes(cfg.shards, seed)
-        self.manifest_hash = hashlib.sha256("\n".join(self.manifest_order).encode()).hexdigest()
-        self.peers = [ShardPeer(self, p.index, p.identity.peer_id, p.address,  # holders: checked by WorldConfig
-                                set(self.manifest_order) if p.index in cfg.holders else set()) for p in sim.peers]
+    """Every slot's `ShardPeer`, started together; tells the swarm when a slot holds its first shard."""
+
+    def __init__(self, cfg: DataConfig, world: SimWorld, seed: int, gossip: Sequence[GossipSide],
+                 first_shard: Callable[[int], None]) -> None:
+        self.cfg, self.world, self.gossip, self._first_shard = cfg, world, gossip, first_shard
+        order = shard_hashes(cfg.shards, seed)
+        self.corpus = Corpus(cfg, cfg.swarm_config(), order, hashlib.sha256("\n".join(order).encode()).hexdigest())
+        self.peers: list[ShardPeer] = []
+        for p in gossip:  # holders: checked by WorldConfig
+            self.peers.append(ShardPeer(self.corpus, world, p, set(order) if p.index in cfg.holders else set(),
+                                        self.peers, self.shard_added))
         self.replicated_at: float | None = None
 
     def holds_any(self, i: int) -> bool:
@@ -49,9 +51,9 @@ class DataPlane:
 
     def shard_added(self, i: int, first: bool) -> None:
         if first:
-            self.sim.data_arrived(i)
+            self._first_shard(i)
         if self.replicated_at is None and all(p.complete_at is not None for p in self.peers):
-            self.replicated_at = self.sim.now()
+            self.replicated_at = self.world.now()
 
     def replicated(self) -> bool:
         return self.replicated_at is not None
@@ -60,7 +62,7 @@ class DataPlane:
         corpus = self.cfg.corpus_bytes
         holders = [p for p in self.peers if p.index in self.cfg.holders]
         fetchers = [p for p in self.peers if p.index not in self.cfg.holders]
-        trained = [t for p in fetchers if (t := self.sim.peers[p.index].first_trained_at) is not None]
+        trained = [t for p in fetchers if (t := self.gossip[p.index].first_trained_at) is not None]
         first = [p.first_shard_at for p in fetchers if p.first_shard_at is not None]
         counts: dict[str, int] = {}
         for p in self.peers:

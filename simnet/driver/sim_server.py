@@ -1,6 +1,6 @@
 """The server half of a simulated peer: what it answers to /v1/exchange, /v1/hello and /v1/state.
 
-Kept apart from the client half (`simnet.sim_peer.SimPeer`, which inherits this) because it
+Kept apart from the client half (`simnet.driver.sim_peer.SimPeer`, which inherits this) because it
 is the one place that decides how a simulated peer looks to others: a crashed host is silent,
 one that left refuses connections, a joining one answers 503, and node work is charged to
 its `SimWorker` as the real server queues it on the node worker.
@@ -10,28 +10,59 @@ from __future__ import annotations
 
 from typing import Callable
 
+from peer.core.actions import Action
 from peer.core.hello import make_hello
-from protocol import FrameRefused
+from peer.core.node import GossipNode
+from peer.core.session import Session
+from peer.metrics import Metrics
+from protocol import FrameRefused, Identity
+from simnet.driver.sim_worker import SimWorker
+from simnet.world.sim_world import Reply, SimWorld
 
 HTTP_OVERHEAD = 300
 """Bytes of HTTP request/response headers around every body."""
-Reply = Callable[[bytes | None, str], None]
-"""How a simulated server answers: (body, "") on 200, (None, why) otherwise."""
 
 
 class SimServer:
-    """Serving methods of `SimPeer`; they use its sim, session, node, worker, metrics and attack."""
+    """The serving half of `SimPeer`: what it needs of the peer is declared here."""
+
+    world: SimWorld
+    index: int
+    address: str
+    identity: Identity
+    online: bool
+    departure: str
+    """"crash" | "leave" while offline."""
+    metrics: Metrics
+    worker: SimWorker
+
+    def _sess(self) -> Session:
+        raise NotImplementedError
+
+    def _node(self) -> GossipNode:
+        raise NotImplementedError
+
+    def dispatch(self, actions: list[Action]) -> None:
+        raise NotImplementedError
+
+    def _hello_step(self, step: int) -> int:
+        """The step our hellos claim: the session's (a join liar claims more)."""
+        return step
+
+    def _inbound(self, session: Session, listen: str, peer_id: str, now: float) -> list[Action]:
+        """The session's answer to an inbound exchange naming `listen` (a candidate to dial)."""
+        return session.inbound_exchange(listen, peer_id, now)
 
     def _refuse_offline(self, src: int, reply: Reply) -> bool:
         if self.online:
             return False
         if self.departure == "leave":  # connection refused: the requester learns within one trip back
-            self.sim.sched.after(self.sim.links.latency(self.index, src), lambda: reply(None, "connection refused"))
+            self.world.sched.after(self.world.links.latency(self.index, src), lambda: reply(None, "connection refused"))
         return True  # a crashed host is silent: the requester times out
 
     def _answer(self, src: int, data: bytes | None, why: str, reply: Reply) -> None:
         size = HTTP_OVERHEAD + (len(data) if data is not None else 0)
-        self.sim.links.send(self.index, src, size, lambda: reply(data, why))
+        self.world.links.send(self.index, src, size, lambda: reply(data, why))
 
     def serve_exchange(self, src: int, body: bytes, reply: Reply) -> None:
         """POST /v1/exchange arrived from peer `src`."""
@@ -42,23 +73,22 @@ class SimServer:
             self._answer(src, None, "HTTP 503", reply)
             return
 
-        address, verified = self.sim.peers[src].address.rpartition(":")[0], self._sess().verified_keys()
+        address, verified = self.world.book.host(src).address.rpartition(":")[0], self._sess().verified_keys()
 
         def job() -> tuple[float, Callable[[], None] | None]:
             node = self._node()
             try:
-                data, result = node.handle_request(body, self.sim.clock(), address=address, verified=verified)
+                data, result = node.handle_request(body, self.world.clock(), address=address, verified=verified)
             except FrameRefused as exc:  # HTTP 400
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-                return self.sim.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
+                return self.world.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
             except ValueError:  # our own state cannot be encoded: HTTP 500
-                return self.sim.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
-            data = self._outgoing(data)
-            cost = self.sim.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
-            cost += self.sim.cost.build(len(data))
+                return self.world.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
+            cost = self.world.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
+            cost += self.world.cost.build(len(data))
 
             def then() -> None:
-                self.dispatch(self.attack.inbound(self._sess(), result.listen, result.sender.hex(), self.sim.now()))
+                self.dispatch(self._inbound(self._sess(), result.listen, result.sender.hex(), self.world.now()))
                 self._answer(src, data, "", reply)
 
             return cost, then
@@ -71,7 +101,7 @@ class SimServer:
             return
         s, node = self._sess(), self._node()
         data = make_hello(self.identity, swarm=node.cfg.swarm, fingerprint=node.fingerprint, seq=s.next_hello_seq(),
-                          step=self.attack.hello_step(s.step), now=self.sim.clock(), listen=self.address,
+                          step=self._hello_step(s.step), now=self.world.clock(), listen=self.address,
                           peers=s.hello_sample(), limits=node.limits, nonce=nonce)
         self._answer(src, data, "", reply)
 
@@ -83,8 +113,8 @@ class SimServer:
         def job() -> tuple[float, Callable[[], None] | None]:
             node = self._node()
             fresh = not node.state_cached
-            data = node.state_frame(self.sim.clock())
-            return (self.sim.cost.build(len(data)) if fresh else self.sim.cost.op_s), lambda: self._answer(src, data, "", reply)
+            data = node.state_frame(self.world.clock())
+            return (self.world.cost.build(len(data)) if fresh else self.world.cost.op_s), lambda: self._answer(src, data, "", reply)
 
         self.worker.submit(job)
 

@@ -14,16 +14,40 @@ Shard bytes always match the manifest here (nobody lies), so no source is ever b
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
 
 from peer.shards.advert import advert_body, parse_advert
 from peer.shards.fetcher import ADVERT_STALL_S, TICK_S
 from peer.shards.plan import FetchJob, Penalties, adverts_due, fetch_order, needs_shards, plan_round, upload_refusal
-from simnet.sim_server import HTTP_OVERHEAD
-from simnet.shard_transfer import SegmentStream
+from peer.shards.config import SwarmDataConfig
+from protocol import Identity
+from simnet.driver.shard_transfer import SegmentStream
+from simnet.driver.sim_server import HTTP_OVERHEAD
+from simnet.world.data_config import DataConfig
+from simnet.world.sim_world import SimWorld
 
-if TYPE_CHECKING:
-    from simnet.data_plane import DataPlane
+
+@dataclass(frozen=True)
+class Corpus:
+    """What every slot's fetcher and server share: the run's data settings and its manifest."""
+
+    cfg: DataConfig
+    fetch_cfg: SwarmDataConfig
+    manifest_order: list[str]
+    manifest_hash: str
+
+
+class GossipSide(Protocol):
+    """What a slot's corpus needs of the gossip peer in the same slot."""
+
+    index: int
+    identity: Identity
+    address: str
+    online: bool
+    first_trained_at: float | None
+
+    def verified_addresses(self) -> list[str]: ...
 
 
 class Download:
@@ -39,11 +63,15 @@ class Download:
 
 
 class ShardPeer:
-    def __init__(self, plane: "DataPlane", index: int, peer_id: str, address: str, held: set[str]) -> None:
-        self.plane, self.index, self.peer_id, self.address = plane, index, peer_id, address
-        self.sim, self.cfg = plane.sim, plane.fetch_cfg
+    """One slot's store, fetcher and shard server; `directory` is every slot's, by index."""
+
+    def __init__(self, corpus: Corpus, world: SimWorld, gossip: GossipSide, held: set[str],
+                 directory: Sequence["ShardPeer"], on_shard: Callable[[int, bool], None]) -> None:
+        self.corpus, self.world, self.gossip, self.directory, self._on_shard = corpus, world, gossip, directory, on_shard
+        self.index, self.peer_id, self.address = gossip.index, gossip.identity.peer_id, gossip.address
+        self.cfg = corpus.fetch_cfg
         self.held = set(held)
-        self.order = fetch_order(plane.manifest_order, peer_id) if plane.cfg.plan == "swarm" else list(plane.manifest_order)
+        self.order = fetch_order(corpus.manifest_order, self.peer_id) if corpus.cfg.plan == "swarm" else list(corpus.manifest_order)
         self.adverts: dict[str, set[str]] = {}  # address -> shards it advertised
         self.asked: dict[str, float] = {}
         self.busy: dict[str, Download] = {}
@@ -62,21 +90,20 @@ class ShardPeer:
     # ------------------------------------------------------------------ the fetcher's rounds
     def start(self) -> None:
         if needs_shards(self.order, self.held):
-            self.sim.sched.after(0.0, self._round)
+            self.world.sched.after(0.0, self._round)
 
     def addresses(self) -> list[str]:
         """Who the fetcher asks: the bootstrap addresses, and once the gossip peer runs its live
         verified neighbours too. The control asks its bootstrap address (the seed) alone."""
-        boot = self.sim.bootstrap_for(self.index)
-        peer = self.sim.peers[self.index]
-        if self.plane.cfg.plan != "swarm" or not peer.online:
+        boot = self.world.book.bootstrap_for(self.index)
+        if self.corpus.cfg.plan != "swarm" or not self.gossip.online:
             return boot
-        return peer.verified_addresses() + boot
+        return self.gossip.verified_addresses() + boot
 
     def _round(self) -> None:
         if not needs_shards(self.order, self.held):
             return  # the real planning thread goes on ticking, asking nobody and starting nothing
-        now = self.sim.now()
+        now = self.world.now()
         due, gone = adverts_due(self.addresses(), self.address, self.asked, now, self.cfg.advert_every_s)
         for address in gone:
             self.adverts.pop(address, None)
@@ -96,15 +123,15 @@ class ShardPeer:
             self._plan()
 
     def _plan(self) -> None:
-        now = self.sim.now()
+        now = self.world.now()
         jobs = plan_round(self.order, self.held, set(self.busy), self.adverts, self.penalties.banned(now),
                           self.cfg.max_fetches, self.peer_id, {})
         for job in jobs:
             d = Download(job, now + self.cfg.shard_deadline_s)
             self.busy[job.shard] = d
-            self.sim.sched.at(d.deadline, lambda d=d: self._deadline(d))
+            self.world.sched.at(d.deadline, lambda d=d: self._deadline(d))
             self._next_source(d)
-        self.sim.sched.after(TICK_S, self._round)
+        self.world.sched.after(TICK_S, self._round)
 
     def _read_advert(self, address: str, answered: Callable[[], None]) -> None:
         state = {"open": True}
@@ -121,13 +148,13 @@ class ShardPeer:
                 self.adverts[address] = shards
             answered()
 
-        j = self.sim.index_of.get(address)
+        j = self.world.book.index_of(address)
         if j is None:
-            self.sim.sched.after(ADVERT_STALL_S, lambda: done(None))
+            self.world.sched.after(ADVERT_STALL_S, lambda: done(None))
             return
-        server = self.plane.peers[j]
-        self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_advert(self.index, done))
-        self.sim.sched.after(ADVERT_STALL_S, lambda: done(None))
+        server = self.directory[j]
+        self.world.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_advert(self.index, done))
+        self.world.sched.after(ADVERT_STALL_S, lambda: done(None))
 
     # ------------------------------------------------------------------ one shard
     def _next_source(self, d: Download) -> None:
@@ -137,13 +164,13 @@ class ShardPeer:
             self._end(d)  # every source failed: a later round tries again
             return
         address = d.job.sources[d.source]
-        j = self.sim.index_of.get(address)
+        j = self.world.book.index_of(address)
         if j is None:
             self._failed(d, d.attempt, "unreachable")
             return
-        attempt, server = d.attempt, self.plane.peers[j]
-        d.last_byte_at = self.sim.now()
-        self.sim.links.send(self.index, j, HTTP_OVERHEAD,
+        attempt, server = d.attempt, self.directory[j]
+        d.last_byte_at = self.world.now()
+        self.world.links.send(self.index, j, HTTP_OVERHEAD,
                             lambda: server.serve_shard(self, d, attempt, self.part.get(d.job.shard, 0)))
         self._watch(d, attempt)
 
@@ -152,13 +179,13 @@ class ShardPeer:
         def check() -> None:
             if self.busy.get(d.job.shard) is not d or d.attempt != attempt:
                 return
-            idle = self.sim.now() - d.last_byte_at
+            idle = self.world.now() - d.last_byte_at
             if idle >= self.cfg.stall_timeout_s:
                 self._failed(d, attempt, "stall")
             else:
-                self.sim.sched.after(self.cfg.stall_timeout_s - idle, check)
+                self.world.sched.after(self.cfg.stall_timeout_s - idle, check)
 
-        self.sim.sched.after(self.cfg.stall_timeout_s, check)
+        self.world.sched.after(self.cfg.stall_timeout_s, check)
 
     def _deadline(self, d: Download) -> None:
         if self.busy.get(d.job.shard) is d:
@@ -182,7 +209,7 @@ class ShardPeer:
     def _received(self, d: Download, attempt: int, n: int) -> None:
         if self.busy.get(d.job.shard) is not d or d.attempt != attempt:
             return
-        d.last_byte_at = self.sim.now()
+        d.last_byte_at = self.world.now()
         self.part[d.job.shard] = self.part.get(d.job.shard, 0) + n
 
     def _complete(self, d: Download, attempt: int) -> None:
@@ -196,13 +223,13 @@ class ShardPeer:
         self.held.add(shard)  # the bytes match the manifest: simulated holders never lie
         self.count("shards_fetched")
         self._end(d)
-        now = self.sim.now()
+        now = self.world.now()
         first = self.first_shard_at is None
         if first:
             self.first_shard_at = now
         if not needs_shards(self.order, self.held):
             self.complete_at = now
-        self.plane.shard_added(self.index, first)
+        self._on_shard(self.index, first)
 
     def _end(self, d: Download) -> None:
         if self.busy.get(d.job.shard) is d:
@@ -211,19 +238,19 @@ class ShardPeer:
     # ------------------------------------------------------------------ the server half
     def serving(self) -> bool:
         """The shard routes answer once the peer's server is up (after its first shard)."""
-        return self.sim.peers[self.index].online
+        return self.gossip.online
 
     def _refused(self, src: int, fire: Callable[[], None]) -> None:
         """Nothing listens here: the asker learns after the trip back."""
-        self.sim.sched.after(self.sim.links.latency(self.index, src), fire)
+        self.world.sched.after(self.world.links.latency(self.index, src), fire)
 
     def serve_advert(self, src: int, reply: Callable[[set[str] | None], None]) -> None:
         if not self.serving():
             self._refused(src, lambda: reply(None))
             return
-        order, digest = self.plane.manifest_order, self.plane.manifest_hash
+        order, digest = self.corpus.manifest_order, self.corpus.manifest_hash
         body = json.dumps(advert_body(digest, order, self.held), separators=(",", ":"))
-        self.sim.links.send(self.index, src, HTTP_OVERHEAD + len(body),
+        self.world.links.send(self.index, src, HTTP_OVERHEAD + len(body),
                             lambda: reply(parse_advert(json.loads(body), digest, order)))
 
     def serve_shard(self, client: "ShardPeer", d: Download, attempt: int, offset: int) -> None:
@@ -234,13 +261,13 @@ class ShardPeer:
             self._refused(src, lambda: client._failed(d, attempt, "unreachable"))
             return
         if d.job.shard not in self.held:
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: client._failed(d, attempt, "http_404"))
+            self.world.links.send(self.index, src, HTTP_OVERHEAD, lambda: client._failed(d, attempt, "http_404"))
             return
         refusal = upload_refusal(self.open_to.get(src, 0), self.uploads, self.cfg.max_uploads_per_address,
                                  self.cfg.max_uploads)
         if refusal is not None:
             self.count(f"uploads_refused_{refusal[0]}")
-            self.sim.links.send(self.index, src, HTTP_OVERHEAD, lambda: client._failed(d, attempt, f"http_{refusal[0]}"))
+            self.world.links.send(self.index, src, HTTP_OVERHEAD, lambda: client._failed(d, attempt, f"http_{refusal[0]}"))
             return
         self.uploads += 1
         self.open_to[src] = self.open_to.get(src, 0) + 1
@@ -250,12 +277,12 @@ class ShardPeer:
         def sent(n: int) -> None:
             self.bytes_sent += n
 
-        stream = SegmentStream(self.sim.links, self.sim.sched, self.index, src, offset, self.plane.cfg.shard_bytes,
-                               1024 * self.plane.cfg.segment_kib, self.plane.cfg.window,
+        stream = SegmentStream(self.world.links, self.world.sched, self.index, src, offset, self.corpus.cfg.shard_bytes,
+                               1024 * self.corpus.cfg.segment_kib, self.corpus.cfg.window,
                                on_bytes=lambda n: client._received(d, attempt, n),
                                on_done=lambda: client._complete(d, attempt), on_sent=sent)
         d.stream, d.server = stream, self
-        self.sim.links.send(self.index, src, HTTP_OVERHEAD, stream.begin)  # the response headers, then the body
+        self.world.links.send(self.index, src, HTTP_OVERHEAD, stream.begin)  # the response headers, then the body
 
     def upload_ended(self, src: int) -> None:
         self.uploads -= 1

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from simnet.links import SimLinks
-from simnet.scheduler import Scheduler
+from simnet.world.links import SimLinks
+from simnet.world.scheduler import Scheduler
 
 
 class SegmentStream:

@@ -25,7 +25,7 @@ Kinds (u = x − x₀ is the attacker's honest progress since the shared start x
   every exchange body, which receivers' non-finite check must refuse (both are counted).
 
 Attacks on the protocol rather than the parameters (the driver side is in
-`simnet.attack_driver`; these attackers publish their honest parameters unless said):
+`simnet.attacks.peers`; these attackers publish their honest parameters unless said):
 - future: the vector of attack `payload` (sign_flip by default) in frames that claim a time
   `ahead_s` ahead of the attacker's clock, so a receiver that took the sender's word would
   count them as never stale;
@@ -41,7 +41,7 @@ pulls, every honest peer mixes its lie every period; `pushy_undefended` is that 
 in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
 
 `undefended = true` is the control arm of those three: the honest peers of that run drop
-the one defence the attack targets (see `simnet.attack_driver`). It is a simnet switch for
+the one defence the attack targets (see `simnet.attacks.peers`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
 """
 
@@ -135,9 +135,8 @@ class AttackTrainer(WrappedTrainer):
         self.cfg = cfg
         self.x0 = inner.get_flat_params()
         self.gen = torch.Generator().manual_seed(seed)
-        self.peek: Callable[[], list[torch.Tensor]] = lambda: []
-        self.armed = False
-        """Off until the node is built: its public copy starts from the shared x₀ like everyone's."""
+        self._peek: Callable[[], list[torch.Tensor]] = lambda: []
+        self._armed = False  # off until the node is built: its public copy starts from the shared x₀ like everyone's
         self._shown: torch.Tensor | None = None
         self._steer: float | None = None
         self._direction: torch.Tensor | None = None
@@ -149,10 +148,14 @@ class AttackTrainer(WrappedTrainer):
 
     add_to_flat_params = Trainer.add_to_flat_params
 
+    def arm(self, peek: Callable[[], list[torch.Tensor]]) -> None:
+        """Start lying, reading the copies the node holds through `peek` (alie and edge use them)."""
+        self._peek, self._armed = peek, True
+
     # --- what gossip sees ------------------------------------------------------------
     def get_flat_params(self) -> torch.Tensor:
         x = self.inner.get_flat_params()
-        if not self.armed:
+        if not self._armed:
             return x
         self._shown = self._attack(x)
         return self._shown.clone()
@@ -186,12 +189,12 @@ class AttackTrainer(WrappedTrainer):
             rms = float(x.pow(2).mean().sqrt()) or 1.0
             return x + s * rms * torch.randn(x.shape, generator=self.gen)
         if kind == "alie":
-            stack = torch.stack([x] + [c for c in self.peek() if c.shape == x.shape])
+            stack = torch.stack([x] + [c for c in self._peek() if c.shape == x.shape])
             if len(stack) < 2:
                 return x
             return stack.mean(0) - self.cfg.z * stack.std(0)
         if kind == "edge":
-            distances = sorted(float((c - x).norm()) for c in self.peek() if c.shape == x.shape)
+            distances = sorted(float((c - x).norm()) for c in self._peek() if c.shape == x.shape)
             u = x - self.x0
             if not distances or not float(u.norm()) > 0:
                 return x

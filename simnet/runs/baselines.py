@@ -24,12 +24,12 @@ import math
 import torch
 
 from async_opt import DiLoCoOuter, allreduce_mean
-from simnet.config import WorldConfig
-from simnet.links import Partitions, SimLinks
-from simnet.models import get_model
-from simnet.scheduler import Scheduler
-from simnet.speed import SpeedModel
-from simnet.topology import Topology
+from simnet.runs.config import WorldConfig
+from simnet.world.links import Partitions, SimLinks
+from simnet.world.models import get_model
+from simnet.world.scheduler import Scheduler
+from simnet.world.speed import SpeedModel
+from simnet.world.topology import Topology
 
 
 def ring_allreduce_s(links: SimLinks, order: list[int], nbytes: int) -> float:

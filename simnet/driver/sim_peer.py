@@ -4,10 +4,10 @@ It decides nothing. The session (`peer.core.session.Session`), the node
 (`peer.core.node.GossipNode`) and the step boundary (`peer.boundary.BoundaryHook`) are the
 very objects a real peer runs; this driver only performs their actions over simulated
 links, on a virtual clock. Node work runs through a FIFO `SimWorker` that charges each job
-the CPU time the cost model (`simnet.cost`) gives it, as the real node worker thread
+the CPU time the cost model (`simnet.world.cost`) gives it, as the real node worker thread
 takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
 time out), a peer that left refuses connections (requesters learn within one round trip);
-what it answers to others is `simnet.sim_server.SimServer`.
+what it answers to others is `simnet.driver.sim_server.SimServer`.
 """
 
 from __future__ import annotations
@@ -15,44 +15,47 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
 from peer.core import (
-    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipNode, JoinDone, Log, Mixer, PeerInfo,
-    Publish, SendHello, Session, read_hello,
+    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipConfig, GossipNode, JoinDone, Log, Mixer,
+    PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
 )
-from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
-from simnet.attack_driver import PeerAttack
-from simnet.attacks import AttackTrainer
-from simnet.sim_server import HTTP_OVERHEAD, SimServer
-from simnet.sim_worker import SimWorker
-
-if TYPE_CHECKING:
-    from simnet.swarm import GossipSim
+from simnet.driver.sim_server import HTTP_OVERHEAD, SimServer
+from simnet.driver.sim_worker import SimWorker
+from simnet.world.models import SimTrainer
+from simnet.world.sim_world import SimWorld
 
 
 
 class SimPeer(SimServer):
-    def __init__(self, sim: "GossipSim", index: int, identity: Identity, attacker: bool) -> None:
-        self.sim, self.index, self.identity, self.attacker = sim, index, identity, attacker
-        self.attack = PeerAttack(sim.attack, attacker=attacker, seed=sim.seed, index=index)
+    """One slot of the swarm: its key, its address and, while online, its trainer, node and session."""
+
+    attacker = False
+    """Attacking peers are subclasses (`simnet.attacks.peers`); this one is honest."""
+
+    def __init__(self, world: SimWorld, index: int, identity: Identity, gossip_cfg: GossipConfig,
+                 session_cfg: SessionConfig) -> None:
+        self.world, self.index, self.identity = world, index, identity
+        self.gossip_cfg, self.session_cfg = gossip_cfg, session_cfg
         self.address = f"peer{index}.sim:7000"
-        self.rng = random.Random(f"simnet-peer:{sim.seed}:{index}")
-        self.nonces = random.Random(f"simnet-nonce:{sim.seed}:{index}")  # apart from the session's draws
+        self.rng = random.Random(f"simnet-peer:{world.seed}:{index}")
+        self.nonces = random.Random(f"simnet-nonce:{world.seed}:{index}")  # apart from the session's draws
+        self.steps = 0  # training steps taken, over every incarnation
         self.online = False
         self.departure = ""  # "crash" | "leave" while offline
         self.life = 0  # incarnation: events of an older one are ignored
         self.diverged = False
         self.loss_ema: float | None = None  # recent training loss, for models without an evaluator
         self.first_trained_at: float | None = None  # virtual time this slot first began training
-        self.trainer: Trainer | None = None
+        self.trainer: SimTrainer | None = None
         self.node: GossipNode | None = None
         self.session: Session | None = None
-        self.metrics = sim.new_metrics()
+        self.metrics = world.new_metrics()
         self._training = False
         self._tick_at = math.inf
         self._fetched = FetchedStates()
@@ -63,31 +66,25 @@ class SimPeer(SimServer):
         return self.online and self.session is not None and not self.session.accepting
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, trainer: Trainer, join: bool) -> None:
+    def start(self, trainer: SimTrainer, join: bool) -> None:
         """Come online as a fresh process (same key); the session joins when `join`."""
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
-        self.metrics = self.sim.new_metrics()  # one per incarnation, summed by the sim
-        cfg = self.attack.gossip_config(self.sim.gossip_cfg)
-        self.node = self.attack.make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
-                                          now=self.sim.clock(), listen=self.address, metrics=self.metrics)
+        self.metrics = self.world.new_metrics()  # one per incarnation, summed by the sim
+        cfg = self.gossip_cfg
+        self.node = self._make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
+                                    now=self.world.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
-        self.worker = SimWorker(self.sim.sched, lambda: self.life)
-        session_cfg = self.attack.session_config(dataclasses.replace(self.sim.session_cfg, join=join))
+        self.worker = SimWorker(self.world.sched, lambda: self.life)
+        session_cfg = dataclasses.replace(self.session_cfg, join=join)
         self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
-                                 self.metrics, cfg.publish_cadence(), self.sim.clock)
-        if isinstance(trainer, AttackTrainer):
-            view_slot = self.node.view_slot
-            trainer.peek = lambda: [c.x_hat for c in view_slot.current.copies]
-            trainer.armed = True
-        self.on_start(self.sim.bootstrap_for(self.index), step=trainer.step_count)
+                                 self.metrics, cfg.publish_cadence(), self.world.clock)
+        self.on_start(self.world.book.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()
-        if self.attack.floods:
-            self.attack.flood(self, self.life)
 
     def stop(self, how: str) -> None:
         """Crash (silent) or leave (address refuses connections); pending events die with the process."""
@@ -105,45 +102,45 @@ class SimPeer(SimServer):
         if not self._training:
             self._training = True
             if self.first_trained_at is None:
-                self.first_trained_at = self.sim.now()
+                self.first_trained_at = self.world.now()
             self._schedule_step(0.0)
 
     def _schedule_step(self, extra_s: float) -> None:
         life = self.life
-        self.sim.sched.after(self.sim.speed.step_time(self.index) + extra_s, lambda: self._on_step(life))
+        self.world.sched.after(self.world.speed.step_time(self.index) + extra_s, lambda: self._on_step(life))
 
     def _on_step(self, life: int) -> None:
         if life != self.life or not self.online or self.diverged:
             return
         assert self.trainer is not None and self.node is not None
         stats = self.trainer.step()
-        self.sim.peer_steps += 1
+        self.steps += 1
         self.loss_ema = stats.loss if self.loss_ema is None else 0.9 * self.loss_ema + 0.1 * stats.loss
         self.hook(self.trainer, stats)
         if not self.attacker and not math.isfinite(stats.loss):
             self.diverged = True  # it would go on training on NaN; stop spending simulation time on it
             self.metrics.inc("diverged_total")
             return
-        self._schedule_step(self.sim.cost.mix(self.hook.last_mixed, self.node.numel))
+        self._schedule_step(self.world.cost.mix(self.hook.last_mixed, self.node.numel))
 
     # ------------------------------------------------------------------ events in
     def on_start(self, bootstrap: list[str], step: int) -> None:
         assert self.session is not None
-        self.dispatch(self.session.start(self.sim.now(), listen=self.address, bootstrap=bootstrap, step=step,
-                                         hello_seq_base=int(self.sim.clock() * 1e6)))
+        self.dispatch(self.session.start(self.world.now(), listen=self.address, bootstrap=bootstrap, step=step,
+                                         hello_seq_base=int(self.world.clock() * 1e6)))
 
     def on_found(self, info: PeerInfo) -> None:
         """A discovery source named a peer (simnet's peers only learn through bootstrap and hellos)."""
         assert self.session is not None
-        self.dispatch(self.session.found(info, self.sim.now()))
+        self.dispatch(self.session.found(info, self.world.now()))
 
     def on_boundary(self, step: int, publish_due: bool) -> None:
         assert self.session is not None
-        self.dispatch(self.session.step_boundary(step, publish_due, self.sim.now()))
+        self.dispatch(self.session.step_boundary(step, publish_due, self.world.now()))
 
     def on_tick(self) -> None:
         assert self.session is not None
-        self.dispatch(self.session.tick(self.sim.now()))
+        self.dispatch(self.session.tick(self.world.now()))
 
     def _timer_fired(self, at: float, life: int) -> None:
         if life == self.life and at == self._tick_at and self.session is not None:
@@ -154,14 +151,14 @@ class SimPeer(SimServer):
     def dispatch(self, actions: list[Action]) -> None:
         if self.session is None:
             return
-        if self.sim.trace is not None:
-            self.sim.trace.setdefault(self.index, []).extend(actions)
+        if self.world.trace is not None:
+            self.world.trace.setdefault(self.index, []).extend(actions)
         for a in actions:
             self.perform(a)
         deadline = self.session.next_deadline() if self.session is not None else math.inf
         if deadline < self._tick_at:
             self._tick_at, life = deadline, self.life
-            self.sim.sched.at(deadline, lambda: self._timer_fired(deadline, life))
+            self.world.sched.at(deadline, lambda: self._timer_fired(deadline, life))
 
     def perform(self, a: Action) -> None:
         """Do what one action says over simulated links and the simulated worker; choose nothing."""
@@ -196,11 +193,11 @@ class SimPeer(SimServer):
         node, (x, step) = self._node(), item
         error: str | None = None
         try:
-            node.publish(x, step, self.sim.clock())
+            node.publish(x, step, self.world.clock())
         except ValueError as exc:
             error = str(exc)
-        cost = self.sim.cost.publish(node.numel, node.last_publish_bytes)
-        return cost, lambda: self.dispatch(self._sess().publish_done(step, self.sim.now(), error))
+        cost = self.world.cost.publish(node.numel, node.last_publish_bytes)
+        return cost, lambda: self.dispatch(self._sess().publish_done(step, self.world.now(), error))
 
     def _sess(self) -> Session:
         assert self.session is not None
@@ -209,9 +206,9 @@ class SimPeer(SimServer):
     def _exchange_job(self, a: Exchange) -> tuple[float, Callable[[], None] | None]:
         node = self._node()
         snapshots = self.metrics.total("snapshots_sent_total")
-        body = self._outgoing(node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.sim.clock()))
-        t0, life = self.sim.now(), self.life
-        if a.address not in self.sim.index_of:  # made up: no peer ever listened there
+        body = node.build_request(bytes.fromhex(a.peer_id) if a.peer_id else None, self.world.clock())
+        t0, life = self.world.now(), self.life
+        if self.world.book.index_of(a.address) is None:  # made up: no peer ever listened there
             self.metrics.inc("exchanges_to_made_up_total")
             self.metrics.inc("snapshots_to_made_up_total", self.metrics.total("snapshots_sent_total") - snapshots)
 
@@ -219,33 +216,33 @@ class SimPeer(SimServer):
             if life != self.life or a.token not in self._sess().in_flight:
                 return  # timed out already, or we restarted
             if data is None:
-                self.dispatch(self._sess().exchange_done(a.token, self.sim.now(), error=why))
+                self.dispatch(self._sess().exchange_done(a.token, self.world.now(), error=why))
                 return
             self.worker.submit(lambda: self._response_job(a, data, t0))
 
         def send() -> None:
-            j = self.sim.index_of.get(a.address)
+            j = self.world.book.index_of(a.address)
             if j is None:
                 self._timeout(lambda: reply(None, "connect timeout"), self._sess().cfg.connect_timeout_s)
                 return
-            self.sim.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
-                                lambda: self.sim.peers[j].serve_exchange(self.index, body, reply))
-            self._timeout(lambda: self.dispatch(self._sess().exchange_done(a.token, self.sim.now(), error="timeout")))
+            self.world.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
+                                lambda: self.world.book.host(j).serve_exchange(self.index, body, reply))
+            self._timeout(lambda: self.dispatch(self._sess().exchange_done(a.token, self.world.now(), error="timeout")))
 
-        return self.sim.cost.build(len(body)), send
+        return self.world.cost.build(len(body)), send
 
     def _response_job(self, a: Exchange, data: bytes, t0: float) -> tuple[float, Callable[[], None] | None]:
         node = self._node()
         try:
-            result = node.handle_response(data, self.sim.clock())
+            result = node.handle_response(data, self.world.clock())
         except FrameRefused as exc:
             self.metrics.inc("frames_refused_total", reason=exc.reason.value)
             err = f"refused: {exc.reason.value}"
-            return self.sim.cost.ingest(len(data), 0, node.numel), lambda: self.dispatch(
-                self._sess().exchange_done(a.token, self.sim.now(), error=err))
-        cost = self.sim.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel)
+            return self.world.cost.ingest(len(data), 0, node.numel), lambda: self.dispatch(
+                self._sess().exchange_done(a.token, self.world.now(), error=err))
+        cost = self.world.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel)
         return cost, lambda: self.dispatch(self._sess().exchange_done(
-            a.token, self.sim.now(), peer_id=result.sender.hex(), rtt=self.sim.now() - t0))
+            a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0))
 
     def _forget_job(self, key: bytes) -> tuple[float, Callable[[], None] | None]:
         self._node().forget(key)
@@ -256,9 +253,9 @@ class SimPeer(SimServer):
         assert self.trainer is not None
         self.trainer.adopt(x, a.step)
         self._node().adopt(x, a.step)
-        if self.sim.peers[self.sim.index_of[a.address]].attacker:  # what joining must never do
+        if (host := self.world.book.host_at(a.address)) is not None and host.attacker:  # what joining must never do
             self.metrics.inc("adopted_from_attacker_total")
-        return self.sim.cost.op_s, None
+        return self.world.cost.op_s, None
 
     def _join_done_job(self) -> tuple[float, Callable[[], None] | None]:
         self._fetched.clear()
@@ -272,61 +269,55 @@ class SimPeer(SimServer):
             if life == self.life and self.session is not None:
                 on_reply(token, data, why)
 
-        j = self.sim.index_of.get(address)
+        j = self.world.book.index_of(address)
         if j is None:
             self._timeout(lambda: reply(None, "connect timeout"), self._sess().cfg.connect_timeout_s)
             return
-        server = self.sim.peers[j]
+        server = self.world.book.host(j)
         if kind == "hello":
             nonce = f"{self.nonces.getrandbits(128):032x}"
             self._nonce[token] = nonce
-            self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_hello(self.index, reply, nonce))
+            self.world.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_hello(self.index, reply, nonce))
         else:
-            self.sim.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_state(self.index, reply))
+            self.world.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_state(self.index, reply))
         self._timeout(lambda: reply(None, "timeout"))
 
     def _hello_reply(self, token: int, data: bytes | None, why: str) -> None:
         if data is None:
             self._nonce.pop(token, None)
-            self.dispatch(self._sess().hello_done(token, self.sim.now(), error=why))
+            self.dispatch(self._sess().hello_done(token, self.world.now(), error=why))
             return
         try:
-            hello = read_hello(data, self._node().policy, self.sim.clock(), self._nonce.pop(token, ""))
+            hello = read_hello(data, self._node().policy, self.world.clock(), self._nonce.pop(token, ""))
         except FrameRefused as exc:
-            self.dispatch(self._sess().hello_done(token, self.sim.now(), error=f"refused: {exc.reason.value}"))
+            self.dispatch(self._sess().hello_done(token, self.world.now(), error=f"refused: {exc.reason.value}"))
             return
-        self.dispatch(self._sess().hello_done(token, self.sim.now(), hello=hello))
+        self.dispatch(self._sess().hello_done(token, self.world.now(), hello=hello))
 
     def _state_reply(self, token: int, data: bytes | None, why: str) -> None:
         if data is None:
-            self.dispatch(self._sess().state_done(token, self.sim.now(), error=why))
+            self.dispatch(self._sess().state_done(token, self.world.now(), error=why))
             return
 
         def job() -> tuple[float, Callable[[], None] | None]:
             node = self._node()
-            cost = self.sim.cost.ingest(len(data), 1, node.numel)
+            cost = self.world.cost.ingest(len(data), 1, node.numel)
             try:
-                x, step = node.read_state(data, self.sim.clock())
+                x, step = node.read_state(data, self.world.clock())
             except FrameRefused as exc:
                 err = f"refused: {exc.reason.value}"
-                return cost, lambda: self.dispatch(self._sess().state_done(token, self.sim.now(), error=err))
-            probe = self.attack.probe(self.trainer)  # as the real driver: the trainer's verdict on a probe batch
+                return cost, lambda: self.dispatch(self._sess().state_done(token, self.world.now(), error=err))
+            probe = self._judge()
             better = probe(x) if probe is not None else None
             return cost, lambda: self.dispatch(self._fetched.judged(
-                token, x, self._sess().state_done(token, self.sim.now(), step=step, better=better)))
+                token, x, self._sess().state_done(token, self.world.now(), step=step, better=better)))
 
         self.worker.submit(job)
 
     def _timeout(self, fire: Callable[[], None], after_s: float | None = None) -> None:
         """`fire` after the request timeout (or `after_s`: the connect timeout where nothing listens)."""
         life, after_s = self.life, self._sess().cfg.request_timeout_s if after_s is None else after_s
-        self.sim.sched.after(after_s, lambda: fire() if life == self.life else None)
-
-    def _outgoing(self, body: bytes) -> bytes:
-        body, forged = self.attack.outgoing(body, self._node(), self.sim.clock())
-        if forged:
-            self.metrics.inc("forged_frames_total")
-        return body
+        self.world.sched.after(after_s, lambda: fire() if life == self.life else None)
 
     # ------------------------------------------------------------------ observation
     def verified_addresses(self) -> list[str]:
@@ -342,5 +333,14 @@ class SimPeer(SimServer):
         """The parameters this peer trains with (an attacker's honest ones are not used)."""
         if not self.online or self.trainer is None:
             return None
-        inner = self.trainer.inner if isinstance(self.trainer, AttackTrainer) else self.trainer
-        return inner.get_flat_params()
+        return self.trainer.get_flat_params()
+
+    # ------------------------------------------------------------------ what attackers and control arms change
+    def _make_node(self, *args: Any, **kwargs: Any) -> GossipNode:
+        """The node this peer runs: the production one."""
+        return GossipNode(*args, **kwargs)
+
+    def _judge(self) -> Callable[[torch.Tensor], bool | None] | None:
+        """How a joiner judges an offered state: as the real driver, by the trainer's verdict on its probe batch."""
+        assert self.trainer is not None
+        return self.trainer.probe_better if self.trainer.capabilities.probe else None

@@ -16,9 +16,9 @@ from typing import Callable, Protocol
 
 import torch
 
-from simnet.baselines import SyncSim
-from simnet.config import SimConfig, WorldConfig
-from simnet.swarm import GossipSim
+from simnet.runs.baselines import SyncSim
+from simnet.runs.config import SimConfig, WorldConfig
+from simnet.runs.swarm import GossipSim
 
 
 class Sim(Protocol):

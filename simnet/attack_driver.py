@@ -12,7 +12,8 @@ Control arms (`attack.undefended`), each the one honest switch its attack target
   (`TimestampTrustingNode`) instead of min(claimed, received);
 - join_liar: honest joiners adopt the furthest-along state without probing it;
 - sybil: honest peers take an inbound exchange's listen address as verified at once,
-  without dialling it for a hello signed over their nonce.
+  without dialling it for a hello signed over their nonce;
+- leech: honest peers answer every asker with a snapshot (`simnet.leech`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from protocol import (
     make_control_frame, pack_bundle, unpack_bundle,
 )
 from simnet.attacks import AttackConfig
+from simnet.leech import Leech, leech_node
 from simnet.sim_server import HTTP_OVERHEAD
 
 if TYPE_CHECKING:
@@ -113,6 +115,7 @@ class PeerAttack:
         """This honest peer runs without the defence its run's attack targets."""
         self._sybils = 0
         self._sybil_rng = random.Random(f"simnet-sybil:{seed}:{index}")
+        self._leech = Leech(cfg, seed, index, HTTP_OVERHEAD) if self.kind == "leech" else None
 
     def session_config(self, cfg: SessionConfig) -> SessionConfig:
         """The session this peer runs: a pushy attacker pulls every partner at every publish."""
@@ -137,6 +140,8 @@ class PeerAttack:
             node.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.index)
         elif self.control and self.cfg.kind == "future":
             node = TimestampTrustingNode(*args, **kwargs)
+        elif self.control and self.cfg.kind == "leech":
+            node = leech_node(*args, **kwargs)
         else:
             node = GossipNode(*args, **kwargs)
         return node
@@ -186,10 +191,14 @@ class PeerAttack:
     # ------------------------------------------------------------------ sybils
     @property
     def floods(self) -> bool:
-        return self.kind == "sybil"
+        return self.kind in ("sybil", "leech")
 
     def flood(self, peer: "SimPeer", life: int) -> None:
-        """Send `peer`'s next sybil request (a Poisson stream at `sybil_rate`); its answer is dropped."""
+        """Send `peer`'s next sybil request (a Poisson stream at `sybil_rate`; its answer is dropped),
+        or its next leeching one (`simnet.leech`)."""
+        if self._leech is not None:
+            self._leech.flood(peer, life)
+            return
         if life != peer.life or not peer.online or peer.node is None:
             return
         j = self._sybil_rng.choice([i for i in range(len(peer.sim.peers)) if i != self.index])

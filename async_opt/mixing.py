@@ -117,20 +117,31 @@ class NeighbourRadius:
     latest distance), the radius is ``multiplier`` times a low quantile of those entries
     (an order statistic, never interpolated upwards), so fewer than ``1 − q`` of the
     neighbours cannot move it past the honest ones; and it never exceeds
-    ``max_relative · ||x̂_i||``, a bound from our own parameters that holds from the first mix,
-    before ``min_neighbours`` distances are known.
+    ``max_relative · ||x̂_i||``, a bound from our own parameters.
+
+    Before ``min_neighbours`` distances are known a quantile of one or two neighbours is
+    theirs to set, and the cap alone lets one of them pull a sizeable share of our norm at
+    every publish. There the radius is ``own_multiplier`` × the lower median of how far our
+    own public copy moved at its recent publishes (``own_moves``): the distance an honest copy,
+    trained by the same optimiser, moves in one publish period, which no neighbour sets on its
+    own. Our move holds our mixing too, so a neighbour's pull (at most its weight λ times the
+    radius) feeds back into it: while ``own_multiplier · λ < 1`` a neighbour cannot grow the
+    radius past ``own_multiplier / (1 − own_multiplier · λ)`` times our training's move; past
+    that, one that sits at the radius can grow it, slowly, up to the cap.
     """
 
     def __init__(self, q: float = 0.5, multiplier: float = 2.0, min_neighbours: int = 3,
-                 max_relative: float = 0.5) -> None:
+                 max_relative: float = 0.5, own_multiplier: float = 4.0) -> None:
         if not (0.0 <= q <= 1.0):
             raise ValueError(f"quantile q must be in [0, 1], got {q!r}")
-        for name, value in (("multiplier", multiplier), ("max_relative", max_relative)):
+        for name, value in (("multiplier", multiplier), ("max_relative", max_relative),
+                            ("own_multiplier", own_multiplier)):
             if not (value > 0.0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be finite and > 0, got {value!r}")
         if min_neighbours < 1:
             raise ValueError(f"min_neighbours must be >= 1, got {min_neighbours}")
         self.q, self.multiplier, self.min_neighbours, self.max_relative = q, multiplier, min_neighbours, max_relative
+        self.own_multiplier = own_multiplier
         self._latest: dict[object, float] = {}
 
     def observe(self, key: object, distance: float) -> None:
@@ -144,15 +155,24 @@ class NeighbourRadius:
         for key in [k for k in self._latest if k not in keys]:
             del self._latest[key]
 
-    def radius(self, self_norm: float) -> float:
-        """The radius for a mix around parameters of norm ``self_norm`` (always finite)."""
+    def radius(self, self_norm: float, own_moves: Sequence[float] | None = None) -> float:
+        """The radius for a mix around parameters of norm ``self_norm`` (always finite).
+
+        ``own_moves``: how far our public copy moved at its recent publishes (None: not known
+        to this caller, and only the cap holds before ``min_neighbours``; empty: we have not
+        published yet, and nothing pulls until we know how far we move)."""
         cap = self.max_relative * max(float(self_norm), 0.0)
         if not math.isfinite(cap):
             cap = 0.0
         if len(self._latest) < self.min_neighbours:
-            return cap
+            return cap if own_moves is None else min(cap, self.own_bound(own_moves))
         xs = sorted(self._latest.values())
         return min(cap, self.multiplier * xs[math.floor(self.q * (len(xs) - 1))])
+
+    def own_bound(self, own_moves: Sequence[float]) -> float:
+        """``own_multiplier`` × the lower median of our own finite, non-negative moves (0 when none)."""
+        xs = sorted(m for m in map(float, own_moves) if math.isfinite(m) and m >= 0.0)
+        return self.own_multiplier * xs[(len(xs) - 1) // 2] if xs else 0.0
 
 
 def mix_step(

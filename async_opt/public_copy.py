@@ -12,10 +12,14 @@ sequence-number order and reports a gap so that the caller can fetch a snapshot.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from typing import Callable
 
 import torch
 from torch import Tensor
+
+from .mixing import safe_norm
 
 __all__ = ["Compressor", "PublicCopy", "NeighbourCopy"]
 
@@ -35,11 +39,19 @@ class PublicCopy:
     a snapshot, so neighbours can start from the same value. ``seq`` counts publications.
     ``publish`` replaces ``x_hat`` instead of writing into it, so a snapshot of it handed to
     another thread stays valid.
+
+    ``moves`` holds ``||q_rec||``, how far ``x̂`` moved, at each of the last ``moves_window``
+    publications: how far an honest copy moves in one publish period, known without any
+    neighbour (it bounds the clip radius before enough neighbours are known,
+    ``NeighbourRadius``).
     """
 
-    def __init__(self, x0: Tensor) -> None:
+    def __init__(self, x0: Tensor, moves_window: int = 16) -> None:
+        if moves_window < 1:
+            raise ValueError(f"moves_window must be >= 1, got {moves_window}")
         self.x_hat: Tensor = x0.detach().clone()
         self.seq: int = 0
+        self.moves: deque[float] = deque(maxlen=moves_window)
 
     def publish(self, x: Tensor, compress: Compressor) -> tuple[int, Tensor]:
         """Publish one compressed update: ``q_rec = compress(x - x̂)``; ``x̂ += q_rec``; ``seq += 1``.
@@ -53,6 +65,9 @@ class PublicCopy:
         q_rec = q_rec.to(dtype=self.x_hat.dtype, device=self.x_hat.device)
         self.x_hat = self.x_hat + q_rec  # a new tensor: readers of the old one are unaffected
         self.seq += 1
+        move = safe_norm(q_rec)
+        if math.isfinite(move):
+            self.moves.append(move)
         return self.seq, q_rec
 
     def residual(self, x: Tensor) -> Tensor:
@@ -61,7 +76,8 @@ class PublicCopy:
         return x.detach() - self.x_hat
 
     def reset(self, x_hat: Tensor, seq: int) -> None:
-        """Replace ``x̂`` and ``seq``, e.g. after loading a snapshot (CHOCO-SGD state restore)."""
+        """Replace ``x̂`` and ``seq``, e.g. after loading a snapshot (CHOCO-SGD state restore).
+        ``moves`` stay: they measure our own training, which the jump is not."""
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
         self.x_hat = x_hat.detach().clone()

@@ -41,7 +41,7 @@ class SwarmAverage:
             copies.append((c.x_hat, safe_norm(c.x_hat - view.public)))
             self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
-        rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
+        rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0
         estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
         self.current = (self.ema.update(estimate, step), self.ema.step)

@@ -82,6 +82,16 @@ class GossipConfig:
     clip_max_relative: float = 0.5
     """The radius never exceeds this fraction of our own public copy's norm, from the first mix on:
     a bound no neighbour sets."""
+    clip_own_multiplier: float = 4.0
+    """With fewer than `clip_min_neighbours` neighbours the radius is at most this many times the
+    median distance our own public copy moved per publish over its last `clip_own_window`
+    publishes: what an honest copy trained alike moves in a period, which no neighbour sets
+    (async_opt.NeighbourRadius); the cap alone would let one hostile neighbour of two pull a share
+    of our norm at every publish. Not smaller: two honest peers with different data settle a few
+    moves apart once mixed (each one's steps and pull cancel), so a tighter bound shortens honest
+    pulls and costs a pair its gain over training alone (docs/mixing.md)."""
+    clip_own_window: int = 16
+    """Publishes whose moves `clip_own_multiplier` takes the median of."""
     clip: bool = True
     """Self-centred clipping of neighbour differences (off only as a control in experiments)."""
     error_feedback: bool = True
@@ -118,6 +128,8 @@ class GossipConfig:
             raise ValueError("clip_quantile must be in (0, 1] and clip_multiplier > 0")
         if self.clip_min_neighbours < 1 or not self.clip_max_relative > 0:
             raise ValueError("clip_min_neighbours must be >= 1 and clip_max_relative > 0")
+        if not 0 < self.clip_own_multiplier < float("inf") or self.clip_own_window < 1:
+            raise ValueError("clip_own_multiplier must be finite and > 0, clip_own_window >= 1")
         self.step_scale_rule()  # refuses a bad bound, power, warm-up or pinned value with its own message
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
@@ -149,7 +161,8 @@ class GossipConfig:
         from async_opt import NeighbourRadius
 
         return NeighbourRadius(q=self.clip_quantile, multiplier=self.clip_multiplier,
-                               min_neighbours=self.clip_min_neighbours, max_relative=self.clip_max_relative)
+                               min_neighbours=self.clip_min_neighbours, max_relative=self.clip_max_relative,
+                               own_multiplier=self.clip_own_multiplier)
 
     def step_scale_rule(self) -> "SwarmStepScale":
         """A fresh step-size rule with these settings (the step-boundary hook owns one)."""

@@ -135,7 +135,7 @@ class Mixer:
         self.end_period(view)
         if not news:
             return (torch.zeros_like(view.public) if x is None else x), report
-        rho = self.radius.radius(view.public_norm) if self.cfg.clip else None
+        rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         diffs = []
         reference = now
         if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older

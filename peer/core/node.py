@@ -105,7 +105,7 @@ class GossipNode:
             max_clock_skew_s=cfg.max_clock_skew_s, limits=self.limits, model_spec=flat_model_spec(self.numel),
         )
         x0 = x0.detach().to(torch.float32).cpu().clone()
-        self.public = PublicCopy(x0)
+        self.public = PublicCopy(x0, cfg.clip_own_window)
         self.last_x = x0  # exact parameters at the last publish: what /v1/state serves
         self.outbox = Outbox(cfg.outbox_bytes)
         self.neighbours: dict[bytes, Neighbour] = {}
@@ -124,7 +124,7 @@ class GossipNode:
         """Size of the newest published update frame (simnet charges its signing)."""
         self._published_at: float | None = None
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
-        self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm))
+        self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm, public_moves=()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
 
     @property
@@ -273,7 +273,8 @@ class GossipNode:
         )
         if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread
             self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
-        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm, self._published_at))
+        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm, self._published_at,
+                                       tuple(self.public.moves)))
 
     def _control_frame(self, peer_key: bytes | None, now: float, *, to_epoch: int, ticket: int, reply: int,
                        offer: int, frames: list[bytes]) -> bytes:

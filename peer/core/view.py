@@ -48,6 +48,9 @@ class MixView:
     """||x̂_i||, computed by the node worker when it builds the view (bounds the clip radius)."""
     public_published_at: float | None = None
     """When x̂_i was last published, by our clock (None before the first publish)."""
+    public_moves: tuple[float, ...] | None = None
+    """How far x̂_i moved at each of its recent publishes (`PublicCopy.moves`; the node always
+    fills it): bounds the clip radius before enough neighbours are known (`NeighbourRadius`)."""
 
 
 class ViewSlot:

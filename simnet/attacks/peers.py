@@ -13,13 +13,14 @@ run's attack targets:
   instead of min(claimed, received);
 - join_liar: `UnprobingPeer` adopts the furthest-along state without probing it;
 - sybil: `UnverifyingPeer` takes an inbound exchange's listen address as verified at once,
-  without dialling it for a hello signed over its nonce.
-`pushy` and `pushy_undefended` change only the settings a peer is built with.
+  without dialling it for a hello signed over its nonce;
+- leech: `SnapshotsToAnyonePeer` answers every asker with a snapshot (`simnet.attacks.leech`).
+`pushy` and `pushy_undefended` change only the settings a peer is built with; `simnet.attacks.build`
+chooses each slot's peer.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import random
 from typing import Any, Callable
@@ -159,25 +160,3 @@ class UnverifyingPeer(SimPeer):
         session.table.add(info, now)
         session.table.mark_success(listen, now, peer_id=peer_id)
         return [Count("admitted_unverified_total")]
-
-
-ATTACKERS: dict[str, type[AttackerPeer]] = {"nan": NanPeer, "future": FuturePeer, "join_liar": JoinLiarPeer,
-                                            "sybil": SybilPeer}
-"""Attack kinds that change more than the trainer; every other kind is an `AttackerPeer`."""
-CONTROLS: dict[str, type[SimPeer]] = {"future": TimestampTrustingPeer, "join_liar": UnprobingPeer,
-                                      "sybil": UnverifyingPeer}
-"""The honest peer of each `undefended` control arm."""
-
-
-def build_peer(world: SimWorld, index: int, identity: Identity, gossip_cfg: GossipConfig,
-               session_cfg: SessionConfig, attack: AttackConfig, attacker: bool) -> SimPeer:
-    """Slot `index`'s peer: an attacker of `attack.kind`, a control arm's honest peer, or a plain honest one."""
-    if attacker:
-        if attack.pushy:  # it pulls every partner at every publish
-            session_cfg = dataclasses.replace(session_cfg, pulls_per_publish=session_cfg.max_partners,
-                                              max_in_flight=session_cfg.max_partners)
-        return ATTACKERS.get(attack.kind, AttackerPeer)(world, index, identity, gossip_cfg, session_cfg, attack)
-    if attack.pushy_undefended:  # honest peers let pushed copies pull
-        gossip_cfg = dataclasses.replace(gossip_cfg, pull_only=False)
-    honest = CONTROLS[attack.kind] if attack.undefended else SimPeer
-    return honest(world, index, identity, gossip_cfg, session_cfg)

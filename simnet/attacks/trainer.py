@@ -33,7 +33,9 @@ Attacks on the protocol rather than the parameters (the driver side is in
   parameters plus noise of `scale` × their rms (1e30 for a `scale` of ~1e30), signed and well
   formed: bait for joiners that adopt the furthest-along state;
 - sybil: sends `sybil_rate` control-only exchanges per second, each from a fresh key and
-  naming a fresh made-up listen address, to bait peers into adopting those addresses.
+  naming a fresh made-up listen address, to bait peers into adopting those addresses;
+- leech: sends `leech_rate` first contacts per second, each from a fresh key, and spends each
+  answer's ticket asking for the whole model (`simnet.attacks.leech`).
 
 `pushy = true` with any parameter attack: the attacker starts an exchange with every partner
 it has at every publish (as many pulls as partners), so under a rule where any copy with news
@@ -56,8 +58,9 @@ import torch
 
 from peer.trainer import Capabilities, Trainer, WrappedTrainer
 
-KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil")
-CONTROLLED = ("future", "join_liar", "sybil")
+KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil",
+         "leech")
+CONTROLLED = ("future", "join_liar", "sybil", "leech")
 """Attacks with an `undefended` control arm."""
 PAYLOADS = ("sign_flip", "scale", "random", "alie", "edge", "steer")
 """What a `future` attacker may publish."""
@@ -87,11 +90,14 @@ class AttackConfig:
     """join_liar: the step it claims in hellos and in the state it offers."""
     sybil_rate: float = 20.0
     """sybil: control-only exchanges per second from each attacker, each from a fresh key."""
+    leech_rate: float = 50.0
+    """leech: first contacts per second from each attacker, each from a fresh key (each followed by
+    one request spending the ticket its answer offers)."""
     mixes: bool = True
     """False: the attacker ignores what it receives, so the vector it lies with follows its own
     training alone instead of the swarm's (a sign flip then points away from the honest copies)."""
     undefended: bool = False
-    """Control arm of future, join_liar and sybil: honest peers drop the defence it targets."""
+    """Control arm of future, join_liar, sybil and leech: honest peers drop the defence it targets."""
     pushy: bool = False
     """The attacker exchanges with every partner it has at every publish (module docstring)."""
     pushy_undefended: bool = False
@@ -108,8 +114,8 @@ class AttackConfig:
             raise ValueError(f"attack.pushy needs a parameter attack (one of {PAYLOADS}), not {self.kind!r}")
         if self.pushy_undefended and not self.pushy:
             raise ValueError("attack.pushy_undefended is the control arm of attack.pushy")
-        if not 0 <= self.ahead_s or self.claim_step < 1 or not self.sybil_rate > 0:
-            raise ValueError("attack.ahead_s must be >= 0, claim_step >= 1 and sybil_rate > 0")
+        if not 0 <= self.ahead_s or self.claim_step < 1 or not self.sybil_rate > 0 or not self.leech_rate > 0:
+            raise ValueError("attack.ahead_s must be >= 0, claim_step >= 1, sybil_rate and leech_rate > 0")
         if not 0 <= self.fraction < 1:
             raise ValueError(f"attack.fraction must be in [0, 1), got {self.fraction}")
         if any(p < 0 for p in self.peers):

@@ -36,6 +36,11 @@ class SimServer:
     metrics: Metrics
     worker: SimWorker
 
+    @property
+    def public_key(self) -> bytes:
+        """The key this peer signs with (public: its hellos name it)."""
+        return self.identity.public_key
+
     def _sess(self) -> Session:
         raise NotImplementedError
 

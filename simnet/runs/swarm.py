@@ -11,7 +11,7 @@ import torch
 from async_opt import consensus_distance
 from peer.metrics import Metrics
 from protocol import Identity, RefusalReason
-from simnet.attacks.peers import build_peer
+from simnet.attacks.build import build_peer
 from simnet.driver.data_plane import DataPlane
 from simnet.driver.sim_peer import SimPeer
 from simnet.runs.config import WorldConfig
@@ -29,7 +29,7 @@ COUNTERS = (
     "updates_applied_total", "update_gaps_total", "copies_reset_total", "mixes_total", "joins_total",
     "joins_alone_total", "diverged_total", "forged_frames_total", "joins_refused_total", "candidates_refused_total",
     "sybil_requests_total", "admitted_unverified_total", "exchanges_to_made_up_total", "snapshots_to_made_up_total",
-    "adopted_from_attacker_total",
+    "adopted_from_attacker_total", "leech_requests_total", "leech_bytes_total", "leech_snapshots_total",
 )
 
 

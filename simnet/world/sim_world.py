@@ -29,6 +29,11 @@ class Host(Protocol):
     address: str
     attacker: bool
 
+    @property
+    def public_key(self) -> bytes:
+        """The key this host signs with (public: its hellos and mDNS name it)."""
+        ...
+
     def serve_exchange(self, src: int, body: bytes, reply: Reply) -> None: ...
 
     def serve_hello(self, src: int, reply: Reply, nonce: str) -> None: ...

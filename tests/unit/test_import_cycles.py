@@ -3,7 +3,7 @@
 A loop of imports means neither file can be read, tested or reused without the other: the
 pieces of one component know each other's insides. TYPE_CHECKING and function-level imports
 count too, since they are the same coupling with the error deferred. Each cycle is a strongly
-connected component of the file graph; KNOWN lists the ones still being taken apart, and it
+connected component of the file graph; KNOWN lists any still being taken apart (none now), and it
 may only shrink: a new cycle fails, and so does a known one that is gone (delete its entry).
 """
 

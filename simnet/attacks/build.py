@@ -18,7 +18,6 @@ from simnet.world.sim_world import SimWorld
 ATTACKERS: dict[str, type[AttackerPeer]] = {"nan": NanPeer, "future": FuturePeer, "join_liar": JoinLiarPeer,
                                             "sybil": SybilPeer, "leech": LeechPeer}
 """Attack kinds that change more than the trainer; every other kind is an `AttackerPeer`."""
-"""Attack kinds that change more than the trainer; every other kind is an `AttackerPeer`."""
 CONTROLS: dict[str, type[SimPeer]] = {"future": TimestampTrustingPeer, "join_liar": UnprobingPeer,
                                       "sybil": UnverifyingPeer, "leech": SnapshotsToAnyonePeer}
 """The honest peer of each `undefended` control arm."""

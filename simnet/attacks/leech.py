@@ -16,16 +16,14 @@ Control arm (`attack.undefended`): the honest nodes answer every asker with a sn
 from __future__ import annotations
 
 import hashlib
-import random
 from typing import Any, Callable
 
 from peer.core.control import Control, make_control, read_control
 from peer.core.node import GossipNode
 from protocol import FrameRefused, Identity, bundle_digest, decode_frame, pack_bundle, unpack_bundle
-from simnet.attacks.peers import AttackerPeer
+from simnet.attacks.peers import FloodingPeer
 from simnet.driver.sim_peer import SimPeer
 from simnet.driver.sim_server import HTTP_OVERHEAD
-from simnet.world.models import SimTrainer
 from simnet.world.sim_world import Host
 
 
@@ -45,30 +43,24 @@ class SnapshotsToAnyonePeer(SimPeer):
         return SnapshotsToAnyoneNode(*args, **kwargs)
 
 
-class LeechPeer(AttackerPeer):
-    """Sends `leech_rate` leeching pairs of requests a second (a Poisson stream), each from a fresh key."""
+class LeechPeer(FloodingPeer):
+    """Sends `leech_rate` leeching pairs of requests a second, each from a fresh key."""
+
+    stream = "leech"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._keys = 0
-        self._rng = random.Random(f"simnet-leech:{self.world.seed}:{self.index}")
 
-    def start(self, trainer: SimTrainer, join: bool) -> None:
-        super().start(trainer, join)
-        self._flood(self.life)
+    def _rate(self) -> float:
+        return self.attack.leech_rate
 
-    def _flood(self, life: int) -> None:
-        """Open the next leeching pair of requests to another slot, then schedule the next."""
-        if life != self.life or not self.online or self.node is None:
-            return
-        others = [j for j in range(len(self.world.book)) if j != self.index]
-        if others:
-            self._keys += 1
-            key = hashlib.blake2b(f"simnet-leech-key:{self.world.seed}:{self.index}:{self._keys}".encode(),
-                                  digest_size=32)
-            self._ask(self.world.book.host(self._rng.choice(others)), Identity.generate(key.digest()),
-                      ticket=0, to_epoch=0)
-        self.world.sched.after(self._rng.expovariate(self.attack.leech_rate), lambda: self._flood(life))
+    def _send(self, j: int) -> None:
+        """Open one leeching pair of requests to slot `j` from a fresh key."""
+        self._keys += 1
+        key = hashlib.blake2b(f"simnet-leech-key:{self.world.seed}:{self.index}:{self._keys}".encode(),
+                              digest_size=32)
+        self._ask(self.world.book.host(j), Identity.generate(key.digest()), ticket=0, to_epoch=0)
 
     def _ask(self, victim: Host, identity: Identity, *, ticket: int, to_epoch: int) -> None:
         """Send one request from `identity`; on a first contact's answer, spend its ticket once."""

@@ -94,29 +94,57 @@ class JoinLiarPeer(AttackerPeer):
         return self.attack.claim_step
 
 
-class SybilPeer(AttackerPeer):
-    """Sends `sybil_rate` control-only exchanges a second, each from a fresh key naming a made-up address."""
+class FloodingPeer(AttackerPeer):
+    """An attacker that sends a Poisson stream of requests, each to a random other slot, while online.
+
+    A subclass names its stream (`stream`, which seeds its own random draws), its rate and what
+    one request is (`_send`)."""
+
+    stream = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._sybils = 0
-        self._sybil_rng = random.Random(f"simnet-sybil:{self.world.seed}:{self.index}")
+        self._rng = random.Random(f"simnet-{self.stream}:{self.world.seed}:{self.index}")
+
+    def _rate(self) -> float:
+        raise NotImplementedError
+
+    def _send(self, j: int) -> None:
+        raise NotImplementedError
 
     def start(self, trainer: SimTrainer, join: bool) -> None:
         super().start(trainer, join)
         self._flood(self.life)
 
     def _flood(self, life: int) -> None:
-        """Send the next sybil request (a Poisson stream at `sybil_rate`); its answer is dropped."""
+        """Send the next request of the stream, then schedule the one after (until this life ends)."""
         if life != self.life or not self.online or self.node is None:
             return
-        j = self._sybil_rng.choice([i for i in range(len(self.world.book)) if i != self.index])
-        body = self._sybil_body(self.node, self.world.clock())
+        others = [i for i in range(len(self.world.book)) if i != self.index]
+        if others:
+            self._send(self._rng.choice(others))
+        self.world.sched.after(self._rng.expovariate(self._rate()), lambda: self._flood(life))
+
+
+class SybilPeer(FloodingPeer):
+    """Sends `sybil_rate` control-only exchanges a second, each from a fresh key naming a made-up address."""
+
+    stream = "sybil"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sybils = 0
+
+    def _rate(self) -> float:
+        return self.attack.sybil_rate
+
+    def _send(self, j: int) -> None:
+        """One sybil request; its answer is dropped."""
+        body = self._sybil_body(self._node(), self.world.clock())
         self.metrics.inc("sybil_requests_total")
         server = self.world.book.host(j)
         self.world.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
                               lambda: server.serve_exchange(self.index, body, lambda data, why: None))
-        self.world.sched.after(self._sybil_rng.expovariate(self.attack.sybil_rate), lambda: self._flood(life))
 
     def _sybil_body(self, node: GossipNode, now: float) -> bytes:
         """A control-only exchange from a fresh key, naming a fresh made-up listen address."""

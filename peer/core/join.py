@@ -43,7 +43,8 @@ class Join:
         self.give_up_at = now + cfg.join_timeout_s  # give up when no known peer has answered by then
         self.ask_at = now  # when to ask the known peers (again)
         self.asked: dict[int, str] = {}  # hello token -> address
-        self.answers: list[tuple[int, str]] = []  # (step, address)
+        self.answers: list[tuple[int, str]] = []  # (step, address), those not yet fetched
+        self.claims: list[int] = []  # every step a known peer answered with
         self.fetching = 0  # token of the state request in flight
 
     @property
@@ -66,7 +67,17 @@ class Join:
         del self.asked[token]
         if step is not None:
             self.answers.append((step, address))
+            self.claims.append(step)
         return True
+
+    def counted_step(self, claimed: int) -> int:
+        """The step a joiner counts on from when it adopts a state that claims `claimed`: at most the
+        lower median of the steps the peers it asked answered with, so a minority claiming to be
+        far ahead cannot set its schedule and `max_steps` (the probe decides adoption, not this)."""
+        if not self.claims:
+            return claimed
+        ordered = sorted(self.claims)
+        return min(claimed, ordered[(len(ordered) - 1) // 2])
 
     def fetch_ended(self, token: int) -> bool:
         """The state request `token` ended; False when it is not the one joining waits for."""

@@ -227,10 +227,11 @@ class Session:
                                                       f"on our probe batch (it claims step {step})", "warning")
                     ] + self._join_progress(now)
         if error is None and step is not None and step > self.step:
+            counted = max(self.step, self._join.counted_step(step))
             self._join.adopted()
-            self.step = step
-            return [Adopt(token, address, step), JoinDone(address), Count("joins_total"),
-                    Log(f"joined: adopted the state of {address} (its step {step})")]
+            self.step = counted
+            return [Adopt(token, address, counted), JoinDone(address), Count("joins_total"),
+                    Log(f"joined: adopted the state of {address} (its step {step}), counting on from step {counted}")]
         why = error if error is not None else f"its step {step} is not ahead of ours ({self.step})"
         return [Log(f"could not join from {address}: {why}")] + self._join_progress(now)
 

@@ -37,7 +37,7 @@ def test_kill_one_peer_and_a_new_one_joins_from_state(corpus, spawn, tmp_path, s
     joiner = spawn("joiner", *tiny_args(corpus["shard3"], tmp_path / "joiner", *common, "--peer", survivors[0].address,
                                         steps=10 * SURVIVOR_STEPS))
     joiner.wait_listening()
-    joined = joiner.wait_for(r"joined: adopted the state of \S+ \(its step (\d+)\)", timeout=120)
+    joined = joiner.wait_for(r"joined: adopted the state of \S+ \(its step \d+\), counting on from step (\d+)", timeout=120)
     assert int(joined.group(1)) > 0
     joiner.wait_for(rf"^step {int(joined.group(1)) + 1} ", timeout=120)  # it counts on from the adopted step
     deadline = time.monotonic() + 300

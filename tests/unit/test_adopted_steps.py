@@ -41,7 +41,7 @@ def test_a_joiner_counts_on_from_the_step_of_the_state_it_adopted(tmp_path) -> N
         stop = threading.Event()
         run = threading.Thread(target=joiner.run, args=(stop,), daemon=True)
         run.start()
-        adopted = int(wait_for_line(lines, r"joined: adopted the state of \S+ \(its step (\d+)\)").group(1))
+        adopted = int(wait_for_line(lines, r"joined: adopted the state of \S+ \(its step \d+\), counting on from step (\d+)").group(1))
         assert adopted >= 30
         first = wait_for_line(lines, r"^step (\d+) ")  # the first progress line comes after the first step
         while len(history_of(joiner.metrics).points()) < 5 and run.is_alive():

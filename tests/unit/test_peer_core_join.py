@@ -113,3 +113,15 @@ def test_only_a_snapshot_signed_as_a_state_is_read_as_one() -> None:
                                             vector=x)
     with pytest.raises(FrameRefused, match="not a signed state"):
         read_state(exchange_snapshot, policy, 1000.0)
+
+
+def test_the_step_counted_on_from_is_at_most_the_median_claim_so_one_far_claim_cannot_set_it() -> None:
+    join, req = Join(SessionConfig(), now=0.0), Requests()
+    progress(join, req, 0.0, ["a", "b", "c"])
+    assert join.counted_step(10**9) == 10**9  # nobody answered yet: nothing to bound it by
+    for token, address, step in ((1, "a", 500), (2, "b", 510), (3, "liar", 10**9)):
+        join.asked[token] = address
+        assert join.hello_ended(token, address, step)
+    assert progress(join, req, 0.1, ["a", "b", "liar"]) == [FetchState(4, "liar")]  # the furthest along is fetched
+    assert join.counted_step(10**9) == 510  # but its claim counts only up to the median answer
+    assert join.counted_step(505) == 505  # a claim below the median stands

@@ -95,7 +95,9 @@ class FlatTrainer(Trainer):
 
 
 def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compression: str, prepared: int) -> dict:
-    cfg = GossipConfig(swarm="bench", gossip_every=gossip_every, compression=compression)
+    # The neighbour pushes its updates (its side is prepared in advance), and a pushed copy is
+    # mixed only with pull-only mixing off; the boundary's cost per mixed copy is the same.
+    cfg = GossipConfig(swarm="bench", gossip_every=gossip_every, compression=compression, pull_only=False)
     tr = FlatTrainer(numel, step_s)
     x0 = tr.get_flat_params()
     spec = {"w": ((numel,), "float32")}

@@ -33,12 +33,12 @@ from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.session import Session
+from peer.trainer import Trainer
 from protocol import FrameKind, Identity, make_control_frame, pack_bundle
 from simnet.attacks.nodes import FutureClockNode, JoinLiarNode, NanForgingNode, TimestampTrustingNode
 from simnet.attacks.trainer import AttackConfig, AttackTrainer
 from simnet.driver.sim_peer import SimPeer
 from simnet.driver.sim_server import HTTP_OVERHEAD
-from simnet.world.models import SimTrainer
 from simnet.world.sim_world import SimWorld
 
 
@@ -53,7 +53,7 @@ class AttackerPeer(SimPeer):
         self.attack = attack
         self._lying: AttackTrainer | None = None
 
-    def start(self, trainer: SimTrainer, join: bool) -> None:
+    def start(self, trainer: Trainer, join: bool) -> None:
         """Come online with the trainer wrapped; the lie starts once the node holds the shared x₀."""
         lying = AttackTrainer(trainer, self.attack, seed=self.world.seed * 1_000_003 + self.index)
         self._lying = lying
@@ -112,7 +112,7 @@ class FloodingPeer(AttackerPeer):
     def _send(self, j: int) -> None:
         raise NotImplementedError
 
-    def start(self, trainer: SimTrainer, join: bool) -> None:
+    def start(self, trainer: Trainer, join: bool) -> None:
         super().start(trainer, join)
         self._flood(self.life)
 

@@ -24,10 +24,10 @@ from peer.core import (
     Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipConfig, GossipNode, JoinDone, Log, Mixer,
     PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
 )
+from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.driver.sim_server import HTTP_OVERHEAD, SimServer
 from simnet.driver.sim_worker import SimWorker
-from simnet.world.models import SimTrainer
 from simnet.world.sim_world import SimWorld
 
 
@@ -52,7 +52,7 @@ class SimPeer(SimServer):
         self.diverged = False
         self.loss_ema: float | None = None  # recent training loss, for models without an evaluator
         self.first_trained_at: float | None = None  # virtual time this slot first began training
-        self.trainer: SimTrainer | None = None
+        self.trainer: Trainer | None = None
         self.node: GossipNode | None = None
         self.session: Session | None = None
         self.metrics = world.new_metrics()
@@ -66,7 +66,7 @@ class SimPeer(SimServer):
         return self.online and self.session is not None and not self.session.accepting
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, trainer: SimTrainer, join: bool) -> None:
+    def start(self, trainer: Trainer, join: bool) -> None:
         """Come online as a fresh process (same key); the session joins when `join`."""
         self.life += 1
         self.online, self.departure, self.diverged, self.loss_ema = True, "", False, None

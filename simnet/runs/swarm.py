@@ -10,6 +10,7 @@ import torch
 
 from async_opt import consensus_distance
 from peer.metrics import Metrics
+from peer.trainer import Trainer
 from protocol import Identity, RefusalReason
 from simnet.attacks.build import build_peer
 from simnet.driver.data_plane import DataPlane
@@ -17,7 +18,7 @@ from simnet.driver.sim_peer import SimPeer
 from simnet.runs.config import WorldConfig
 from simnet.world.churn import ChurnEvent, churn_events
 from simnet.world.links import Partitions, SimLinks
-from simnet.world.models import SimTrainer, get_model
+from simnet.world.models import get_model
 from simnet.world.scheduler import Scheduler, VirtualClock
 from simnet.world.sim_world import AddressBook, SimWorld
 from simnet.world.speed import SpeedModel
@@ -109,7 +110,7 @@ class GossipSim:
         self.all_metrics.append(m)
         return m
 
-    def make_trainer(self, i: int) -> SimTrainer:
+    def make_trainer(self, i: int) -> Trainer:
         """Slot i's honest trainer (an attacking peer wraps it in its lie when it starts)."""
         return self._factory(i, self.world_cfg.n_peers, self.seed, **self.world_cfg.model_args)
 

@@ -2,7 +2,7 @@
 
 simnet never imports the TTS application; the CLI layer registers its models here
 (`gossip_tts.simnet_models` adds "tts-tiny"). A factory builds peer i's Trainer as
-`factory(peer_index, n_peers, seed, **model_args)` (a `SimTrainer`: any Trainer); every peer must start from the same initial parameters. An optional evaluator, `evaluator(n_peers, seed, **model_args)`,
+`factory(peer_index, n_peers, seed, **model_args)` (any `Trainer`; a joiner judges an offered state with its `probe_better` where its capabilities declare one); every peer must start from the same initial parameters. An optional evaluator, `evaluator(n_peers, seed, **model_args)`,
 returns a function scoring any flat parameter vector on data shared by the whole swarm;
 without one, simnet reports each peer's recent training loss.
 """
@@ -20,12 +20,7 @@ from simnet.world.mlp_trainer import MLPConfig, MLPEvaluator, MLPTrainer
 
 
 
-SimTrainer = Trainer
-"""What a simulated peer runs: any Trainer; a joiner judges an offered state with its
-`probe_better` where its capabilities declare one, as the real peer does."""
-
-
-Factory = Callable[..., SimTrainer]
+Factory = Callable[..., Trainer]
 Evaluator = Callable[[torch.Tensor], float]
 
 

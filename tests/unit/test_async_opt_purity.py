@@ -11,6 +11,8 @@ import pytest
 
 import async_opt
 
+from tests.source_ast import parse
+
 PKG = Path(async_opt.__file__).parent
 SOURCES = sorted(PKG.glob("*.py"))
 
@@ -28,7 +30,7 @@ CITATIONS = (
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_no_forbidden_imports_or_calls(path: Path) -> None:
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gossip_tts", "peer", "protocol", "async_opt", "simnet", "benchmarks")
 
@@ -18,7 +20,7 @@ def _is_string(node: ast.stmt) -> bool:
 def stray_docstrings(source: str) -> list[int]:
     """Lines of string statements that are neither a body's first statement nor right after an assignment."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if not isinstance(body, list):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gossip_tts", "peer", "protocol", "async_opt", "simnet")
 KNOWN: set[frozenset[str]] = set()
@@ -31,7 +33,7 @@ def imported_names(module: str, path: Path) -> set[str]:
     """Every dotted name an import statement in `path` may refer to (relative ones resolved)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
     "protocol": {"peer", "simnet", "gossip_tts", "async_opt"},
@@ -25,7 +27,7 @@ FORBIDDEN_INSIDE = {
 
 
 def imported_packages(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse(path)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -48,7 +50,7 @@ def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
     """The full dotted names `path` imports, relative imports resolved against its package."""
     package = ".".join(path.relative_to(root).parent.parts)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

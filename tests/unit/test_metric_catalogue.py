@@ -10,6 +10,8 @@ from peer.boundary import TRAINER_GAUGES
 from peer.metric_help import CATALOGUE, COUNTER, FROM_START, GAUGE, HISTOGRAM
 from peer.metrics import Metrics
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 KIND = {"inc": COUNTER, "set": GAUGE, "observe": HISTOGRAM}
 
@@ -41,7 +43,7 @@ def _all_writes() -> dict[str, list[tuple[str, str, str]]]:
     writes: dict[str, list[tuple[str, str, str]]] = {}
     for package in ("peer", "simnet", "gossip_tts", "benchmarks"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            for name, kind, text in written(ast.parse(path.read_text(encoding="utf-8")), package):
+            for name, kind, text in written(parse(path), package):
                 writes.setdefault(name, []).append((f"{path.relative_to(ROOT)}", kind, text))
     return writes
 
@@ -64,7 +66,7 @@ def test_every_metric_written_is_catalogued_with_its_kind_and_help() -> None:
 def test_the_scan_sees_a_misspelt_name() -> None:
     """Control: a write with a typo is found, and the catalogue lacks it."""
     snippet = 'self.metrics.inc("exchange_ok_total")\nout.append(Count("evictons_total"))\nmetrics.set("loss", 1.0)\n'
-    names = sorted(name for name, _, _ in written(ast.parse(snippet)))
+    names = sorted(name for name, _, _ in written(parse(snippet)))
     assert names == ["evictons_total", "exchange_ok_total", "loss"]
     assert [n for n in names if n not in CATALOGUE] == ["evictons_total", "exchange_ok_total"]
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import peer.core
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 DRIVERS = ("peer/net/driver.py", "simnet/driver/sim_peer.py")
 
 
 def _core_imports(path: str) -> list[tuple[str, str]]:
     """(module, name) of every import from peer.core or below in `path`, at any depth."""
-    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    tree = parse(ROOT / path)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[:2] == ["peer", "core"]:
@@ -43,7 +45,7 @@ def test_the_face_names_exactly_what_the_drivers_use() -> None:
 
 
 def test_the_face_imports_each_name_from_where_it_says_and_only_when_asked() -> None:
-    tree = ast.parse((ROOT / "peer/core/__init__.py").read_text(encoding="utf-8"))
+    tree = parse(ROOT / "peer/core/__init__.py")
     typed = {alias.name: node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
              and node.module and node.module.startswith("peer.core.") for alias in node.names}
     assert typed == peer.core._HOME  # what type checkers see is what a driver gets

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2] / "peer" / "core"
 FILES = sorted(ROOT.glob("*.py"))
 FORBIDDEN_MODULES = {"asyncio", "aiohttp", "socket", "zeroconf", "time", "datetime", "threading",
@@ -17,7 +19,7 @@ ALLOWED_PEER_MODULES = {"peer.core", "peer.trainer"}
 
 def _imports(path: Path) -> list[str]:
     names = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -42,4 +44,4 @@ def test_no_io_threads_or_clocks(path: Path) -> None:
 def test_modules_are_small_and_documented(path: Path) -> None:
     text = path.read_text()
     assert len(text.splitlines()) <= 400
-    assert ast.get_docstring(ast.parse(text)), f"{path.name} has no module docstring"
+    assert ast.get_docstring(parse(text)), f"{path.name} has no module docstring"

@@ -99,7 +99,7 @@ def test_a_stop_during_adoption_checkpoints_the_whole_adopted_state(tmp_path, ho
         server_stop.set()
         server.join(30)
     assert trainer.offered is not None and not torch.equal(trainer.offered, own)
-    adopted = int(wait_for_line(lines, r"its step (\d+)\)", timeout=1).group(1))
+    adopted = int(wait_for_line(lines, r"counting on from step (\d+)", timeout=1).group(1))
     assert (result.interrupted, result.steps, result.checkpoints_written) == (how == "ctrl_c", adopted, 1)
     saved, meta = load_checkpoint(tmp_path)
     assert torch.equal(saved["w"], trainer.offered) and meta["step"] == adopted  # the whole adopted state

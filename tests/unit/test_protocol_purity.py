@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2] / "protocol"
 FILES = sorted(ROOT.glob("*.py"))
 FORBIDDEN_MODULES = {"asyncio", "aiohttp", "socket", "zeroconf", "time", "random", "datetime",
@@ -19,7 +21,7 @@ FORBIDDEN_ATTRIBUTES = {("np", "random"), ("numpy", "random"), ("torch", "rand")
 
 
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    return parse(path)
 
 
 def test_there_are_modules_to_check() -> None:

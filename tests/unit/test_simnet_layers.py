@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_ast import parse
+
 ROOT = Path(__file__).resolve().parents[2] / "simnet"
 LAYERS = ["world", "driver", "attacks", "runs"]
 """Lowest first: each folder may import only the ones before it."""
@@ -21,7 +23,7 @@ LAYERS = ["world", "driver", "attacks", "runs"]
 def imported_folders(path: Path) -> set[str]:
     """The simnet folders a module imports from, lazy imports included."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
         found.update(n.split(".")[1] for n in names if n.startswith("simnet.") and n.count(".") >= 1)
@@ -42,7 +44,7 @@ def module_imports(path: Path, root: Path) -> set[str]:
     """The modules a file imports (package names as written), lazy and TYPE_CHECKING ones included."""
     package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -1,6 +1,7 @@
 """gossip-tts against torch DDP and a single process: one workload, one machine, one budget.
 
     python benchmarks/vs_ddp.py [--workload mlp|tts] [--peers 4] [--budget 60] [--slow-factor 4] [--compression int8] [--plot PNG | --plot '']
+    python benchmarks/vs_ddp.py --workload tts --split --peers 2 [--budget 120]
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
@@ -10,6 +11,12 @@ and the same N peers training alone (no gossip). Every arm trains the same `--wo
 torch thread per process, for `--budget` seconds of wall clock after a common start. Loss is
 on one held-out set, mean over processes.
 
+With `--split` (TTS only) each process of a multi-process arm holds only its own part of the
+training clips (whole speakers), the single process all of them, and the straggler arms are left
+out: the figure is how much of the single process's lead over a peer trained on its part alone
+the gossip peers close, (alone − gossip) / (alone − single), printed as
+`gossip_gap_closed_of_single`.
+
 Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
 consumed by all processes; skipped without matplotlib), and a last line `ratio: {json}`.
 """
@@ -17,6 +24,7 @@ consumed by all processes; skipped without matplotlib), and a last line `ratio: 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
@@ -86,28 +94,36 @@ def run(a: argparse.Namespace) -> None:
     from machine import describe
     from vs_gossip_peer import gossip_arm_launcher
 
-    w, n, b, e = make_workload(a.workload, a.seed), a.peers, a.budget, a.evals
+    if a.split and a.workload != "tts":
+        raise SystemExit("--split needs --workload tts (the MLP draws fresh samples, it has no corpus to split)")
+    whole, n, b, e = make_workload(a.workload, a.seed), a.peers, a.budget, a.evals
+    w = dataclasses.replace(whole, parts=n) if a.split else whole  # what each process of a multi-process arm holds
     codec = {"compression": a.compression} if a.compression else {}
     print(describe())
     print(f"workload: {w.describe()}, 1 torch thread/process; "
-          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}, straggler x{a.slow_factor}", flush=True)
+          f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}, "
+          + ("the single process holding every clip, no straggler arms" if a.split else f"straggler x{a.slow_factor}"),
+          flush=True)
     arms: list[tuple[str, Callable]] = [
-        ("single", single_arm_launcher(w, b, e)),
+        ("single", single_arm_launcher(whole, b, e)),
         (f"ddp x{n}", ddp_launcher(w, n, b, e, 1.0)),
         (f"ddp x{n} straggler", ddp_launcher(w, n, b, e, a.slow_factor)),
         (f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
         (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor, gossip=codec)),
         (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
+    if a.split:
+        arms = [arm for arm in arms if not arm[0].endswith("straggler")]
     results = run_arms(arms, "vs_ddp_", b)
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
     print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
                                "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
+                               "loss_alone_over_single": (f"alone x{n}", s),
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
-           {"peers": n, "budget_s": b},
-           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}")})
+           {"peers": n, "budget_s": b, "split": a.split},
+           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}")})
 
 
 if __name__ == "__main__":
@@ -115,6 +131,8 @@ if __name__ == "__main__":
     ap.add_argument("--slow-factor", type=float, default=4.0, help="how much slower the straggler is")
     ap.add_argument("--plot", default=None,
                     help="where the equal-samples plot goes ('' for none; default docs/img/bench/vs_ddp_equal_samples[_tts].png)")
+    ap.add_argument("--split", action="store_true",
+                    help="TTS: each process of a multi-process arm holds only its part of the training clips, the single process all")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

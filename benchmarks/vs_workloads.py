@@ -10,7 +10,10 @@
   clips; gossip_tts.data.builtin), AdamW with the trainer's betas, weight decay and gradient
   clip at a constant learning rate, batch 16 clips. The held-out loss is the corpus's 16
   validation clips scored by `gossip_tts.model.eval_loss` (a fixed t grid, fixed noise, no
-  dropout), the number `gossip-tts eval` prints.
+  dropout), the number `gossip-tts eval` prints. With `parts` > 1 each rank holds only its own
+  part of the training clips (the corpus writes them speaker by speaker, so 2 or 4 parts are
+  whole speakers): the case peers are for, where the swarm has seen every voice and a lone
+  peer only its own.
 
 Every process draws its own batches (seed, rank) and all start from the same weights.
 
@@ -134,11 +137,14 @@ class TTSWorkload:
     grad_clip: float = 1.0
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.95)
+    parts: int = 1
+    """Rank r draws only from part r % parts of the training clips (contiguous blocks, in the
+    corpus's speaker order); 1: every rank draws from all of them."""
     kind: str = "tts"
 
     def __post_init__(self) -> None:
-        if min(self.latent_dim, self.max_frames, self.max_text_bytes, self.batch_size) <= 0:
-            raise ValueError("workload sizes must be > 0")
+        if min(self.latent_dim, self.max_frames, self.max_text_bytes, self.batch_size, self.parts) <= 0:
+            raise ValueError("workload sizes and parts must be > 0")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         object.__setattr__(self, "betas", tuple(self.betas))  # JSON gives a list
@@ -164,12 +170,14 @@ class TTSWorkload:
         return TTSTask(self, rank)
 
     def describe(self) -> str:
-        return (f"TTS preset {self.preset!r} {self.param_count():,} parameters, rectified flow on the built-in corpus, "
+        held = f", each process holding 1/{self.parts} of the training clips" if self.parts > 1 else ""
+        return (f"TTS preset {self.preset!r} {self.param_count():,} parameters, rectified flow on the built-in corpus{held}, "
                 f"AdamW lr {self.lr} (constant, grad clip {self.grad_clip}), batch {self.batch_size} clips/process")
 
 
 class TTSTask:
-    """Batches drawn at random (per rank) from the training clips; held out: the validation clips."""
+    """Batches drawn at random (per rank) from the rank's part of the training clips; held out: the
+    validation clips, every speaker's."""
 
     def __init__(self, w: TTSWorkload, rank: int) -> None:
         from gossip_tts.data.batch import Batch
@@ -179,14 +187,18 @@ class TTSTask:
         self.train = {k: saved[f"train.{k}"] for k in TTS_TENSORS}
         val = {k: saved[f"val.{k}"] for k in TTS_TENSORS}
         self.val = Batch(**{k: v.float() if v.is_floating_point() else v for k, v in val.items()}, audio_seconds=0.0)
-        self.clips = int(self.train["latent"].shape[0])
+        clips = int(self.train["latent"].shape[0])
+        if w.parts > clips:
+            raise ValueError(f"cannot cut {clips} training clips into {w.parts} parts")
+        part = rank % w.parts
+        self.first, self.clips = clips * part // w.parts, clips * (part + 1) // w.parts - clips * part // w.parts
         self.stream = torch.Generator().manual_seed(10_007 * w.seed + 1000 + rank)
         self.noise = torch.Generator().manual_seed(10_007 * w.seed + 5000 + rank)
 
     def batch(self) -> Any:
         from gossip_tts.data.batch import Batch
 
-        idx = torch.randint(self.clips, (self.w.batch_size,), generator=self.stream)
+        idx = self.first + torch.randint(self.clips, (self.w.batch_size,), generator=self.stream)
         rows = {k: v[idx] for k, v in self.train.items()}
         t = int(rows["latent_mask"].sum(1).max())  # trim the padding no clip of this batch needs
         r = int(rows["ref_mask"].sum(1).max())

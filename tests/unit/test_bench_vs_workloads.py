@@ -75,6 +75,35 @@ def test_ranks_share_weights_and_held_out_clips_but_draw_their_own_batches(corpu
         assert batch.latent.dtype == torch.float32
 
 
+def _drawn_clips(task: vw.TTSTask, train: dict, batches: int = 6) -> set[int]:
+    """Which training clips (by index in the corpus file) a task's batches came from, by their text."""
+    texts = [tuple(row[row != 0].tolist()) for row in train["train.text_ids"]]
+    drawn = set()
+    for _ in range(batches):
+        for row in task.batch().text_ids:
+            drawn.add(texts.index(tuple(row[row != 0].tolist())))
+    return drawn
+
+
+def test_with_parts_each_rank_draws_only_its_own_speakers_clips(corpus) -> None:
+    """The split corpus: rank r holds block r % parts (the corpus writes the clips speaker by
+    speaker, so 2 parts of 2 speakers are one speaker each); the held-out set stays whole."""
+    w, _ = corpus
+    saved = torch.load(w.data, weights_only=True)
+    texts = [tuple(row[row != 0].tolist()) for row in saved["train.text_ids"]]
+    assert len(set(texts)) == len(texts)  # the control: every clip is told apart by its text
+    split = dataclasses.replace(w, parts=2)
+    assert _drawn_clips(split.task(0), saved) <= {0, 1, 2, 3} and _drawn_clips(split.task(1), saved) <= {4, 5, 6, 7}
+    assert _drawn_clips(split.task(2), saved) <= {0, 1, 2, 3}  # rank 2 of 2 parts holds part 0 again
+    assert _drawn_clips(w.task(0), saved) & {4, 5, 6, 7} and _drawn_clips(w.task(0), saved) & {0, 1, 2, 3}
+    assert split.task(1).eval_loss(w.build_model()) == w.task(0).eval_loss(w.build_model())
+    assert vw.load_workload(vw.workload_json(split)) == split
+    with pytest.raises(ValueError, match="cannot cut 8 training clips into 9 parts"):
+        dataclasses.replace(w, parts=9).task(0)
+    with pytest.raises(ValueError, match="parts"):
+        dataclasses.replace(w, parts=0)
+
+
 def _norm_at_step(w: vw.TTSWorkload) -> tuple[float, vc.Record]:
     """The gradient norm the optimiser sees in one `train_step` of a fresh model."""
     model, task = w.build_model(), w.task(0)

@@ -102,7 +102,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         COUNTER, "CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by task"),
 }
 """Every metric a peer (or simnet's) writes: name (without the `gossip_tts_` prefix) -> (kind,
-help). `tests/unit/test_metric_catalogue.py` finds every name the code writes and fails on one
+help). `tests/unit/project/test_metric_catalogue.py` finds every name the code writes and fails on one
 missing here, so a typo cannot make a new metric silently."""
 
 HELP: dict[str, str] = {name: text for name, (_, text) in CATALOGUE.items()}

@@ -1,7 +1,7 @@
 """Pure decisions of the shard fetcher: which shards next, from whom, and which to evict.
 
 No I/O and no clock: every function takes what it needs (`now` included), so each rule is
-tested by scripting its inputs (tests/unit/test_shards_plan.py).
+tested by scripting its inputs (tests/unit/peer/shards/test_plan.py).
 """
 
 from __future__ import annotations

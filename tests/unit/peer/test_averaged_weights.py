@@ -1,0 +1,320 @@
+"""The averaged weights a peer hands its user: the power-function EMA (exact values against its
+per-step definition), the swarm estimate's bound on any one copy, the node keeping it at each
+publish, and checkpoints carrying it (async_opt.averaging, peer.core.average,
+peer.local.averaged_weights)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from async_opt.averaging import (SIGMA_REL_MAX, PowerEma, power_ema_exponent, progress_ratio, sigma_rel_of,
+                                 swarm_estimate)
+from async_opt.mixing import safe_norm
+from peer.local.averaged_weights import SoloAverage, checkpoint_tensors, restore
+from peer.local.checkpoint import AVERAGE_PREFIX
+from peer.core.average import SwarmAverage
+from peer.core.gossip_config import GossipConfig
+from peer.core.node import GossipNode
+from peer.core.view import CopyView, MixView
+from peer.trainer import StepStats, split_flat
+from protocol import Identity, flat_model_spec
+from tests.paths import REPO
+
+
+# ---------------------------------------------------------------- the power-function EMA
+@pytest.mark.parametrize("sigma_rel, gamma", [(0.05, 16.97), (0.10, 6.94)])
+def test_exponent_matches_the_published_pairs(sigma_rel: float, gamma: float) -> None:
+    # EDM2 (Karras et al. 2024) quotes γ = 16.97 for σ_rel 0.05 and γ = 6.94 for σ_rel 0.10
+    assert power_ema_exponent(sigma_rel) == pytest.approx(gamma, abs=0.01)
+    assert sigma_rel_of(power_ema_exponent(sigma_rel)) == pytest.approx(sigma_rel, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, SIGMA_REL_MAX + 1e-6, math.nan, math.inf])
+def test_a_width_outside_the_profile_family_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="sigma_rel"):
+        power_ema_exponent(bad)
+    if bad != 0.0:  # 0 is the config's "no average"
+        with pytest.raises(ValueError, match="average_sigma_rel"):
+            GossipConfig(average_sigma_rel=bad)
+
+
+def test_zero_width_means_no_average() -> None:
+    assert SwarmAverage(GossipConfig(average_sigma_rel=0)).ema is None
+
+
+def test_sampled_every_step_it_is_the_recursive_definition() -> None:
+    ema, gamma = PowerEma(0.1), power_ema_exponent(0.1)
+    expected = None
+    for t in range(1, 30):
+        sample = torch.tensor([float(t) ** 1.5, -float(t)])
+        beta = (1 - 1 / t) ** (gamma + 1)
+        expected = sample.clone() if expected is None else beta * expected + (1 - beta) * sample
+        ema.update(sample, t)
+    assert torch.allclose(ema.value, expected, rtol=1e-5)
+
+
+def test_sampled_every_fourth_step_it_equals_per_step_updates_with_that_sample() -> None:
+    """Between samples the betas multiply to (t_prev/t)^(γ+1): a sample taken every 4 steps counts
+    as the value of each of the 4 steps it stands for."""
+    sparse, dense = PowerEma(0.1), PowerEma(0.1)
+    for t in range(4, 41, 4):
+        sample = torch.tensor([t, t * 0.5, -(t**1.3)], dtype=torch.float32)
+        sparse.update(sample, t)
+        for step in range(t - 3, t + 1):
+            dense.update(sample, step)
+    assert torch.allclose(sparse.value, dense.value, rtol=1e-5)
+
+
+def test_the_first_sample_is_taken_whole_and_a_repeated_step_is_ignored() -> None:
+    ema = PowerEma(0.1)
+    ema.update(torch.tensor([2.0]), 8)
+    assert ema.value.item() == 2.0
+    ema.update(torch.tensor([100.0]), 8)  # the same step again: nothing new happened
+    assert ema.value.item() == 2.0 and ema.step == 8
+
+
+def test_an_update_replaces_the_tensor_a_reader_holds_instead_of_writing_into_it() -> None:
+    ema = PowerEma(0.1)
+    first = ema.update(torch.ones(4), 4)
+    second = ema.update(torch.full((4,), 3.0), 8)
+    assert first is not second and torch.equal(first, torch.ones(4))
+
+
+# ---------------------------------------------------------------- the swarm estimate
+def _diffs(public: torch.Tensor, copies: list[torch.Tensor]) -> list[tuple[torch.Tensor, float]]:
+    return [(c, safe_norm(c - public)) for c in copies]
+
+
+def test_with_no_copy_the_estimate_is_our_parameters() -> None:
+    x = torch.tensor([1.0, 2.0])
+    assert torch.equal(swarm_estimate(x, torch.zeros(2), [], rho=1.0), x)
+
+
+def test_unclipped_it_is_the_mean_of_x_and_the_copies_carried_forward_by_our_residual() -> None:
+    x, public = torch.tensor([1.0, 1.0]), torch.tensor([0.5, 0.5])
+    copies = [torch.tensor([0.0, 2.0]), torch.tensor([3.0, -1.0])]
+    got = swarm_estimate(x, public, _diffs(public, copies), rho=None)
+    assert torch.allclose(got, (x + sum(c + (x - public) for c in copies)) / 3)
+    assert torch.allclose(got, torch.tensor([5.0 / 3, 1.0]))
+
+
+def test_copies_lagging_as_far_as_our_own_do_not_drag_the_estimate_back() -> None:
+    """Every public copy still near the start while the parameters moved on (top-k, early in
+    training): the estimate stays with the parameters instead of averaging in the start."""
+    start, x = torch.zeros(4), torch.full((4,), 5.0)
+    got = swarm_estimate(x, start, _diffs(start, [start + 0.1, start - 0.1, start.clone()]), rho=None)
+    assert torch.allclose(got, x)
+
+
+@pytest.mark.parametrize("power", [1.0, 2.0])
+def test_no_copy_moves_the_estimate_more_than_the_radius_over_one_plus_m(power: float) -> None:
+    x = public = torch.zeros(1000)
+    honest = [torch.full((1000,), 0.01), torch.full((1000,), -0.01)]
+    liar = torch.full((1000,), 1e6)
+    rho = 0.5
+    clean = swarm_estimate(x, public, _diffs(public, honest + [public.clone()]), rho, power)
+    attacked = swarm_estimate(x, public, _diffs(public, honest + [liar]), rho, power)
+    moved = float((attacked - clean).norm())
+    assert moved <= rho / 4 + 1e-6
+    if power == 2.0:  # a copy far past the radius barely counts
+        assert moved < 1e-6 * rho
+
+
+def test_a_copy_with_no_finite_distance_adds_nothing() -> None:
+    x, public = torch.ones(3), torch.zeros(3)
+    got = swarm_estimate(x, public, [(torch.full((3,), math.inf), math.inf)], rho=1.0)
+    assert torch.equal(got, x)
+
+
+def test_a_copy_of_the_wrong_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match="copy 0"):
+        swarm_estimate(torch.zeros(3), torch.zeros(3), [(torch.zeros(4), 1.0)], rho=1.0)
+
+
+@pytest.mark.parametrize("own, theirs, ratio", [
+    (10, [], 1.0), (10, [10, 20, 30], 2.0), (10, [30, 20, 10], 2.0),
+    (10, [10**9], 1.0),  # a lone neighbour does not set its own weight
+    (10, [10, 10**9], 1.0),  # the lower median: one of two cannot raise it
+    (10, [10, 10, 10**9, 10**9], 1.0), (10, [-5, 20, 20], 2.0), (0, [3, 3, 3], 3.0),
+    (10, [0, 0, 40], 1.0), (100, [96, 96, 96], 1.0)])  # neighbours behind (or trailing a period): 1
+def test_progress_ratio_is_the_lower_median_step_over_ours_at_least_one(own: int, theirs: list[int], ratio: float) -> None:
+    assert progress_ratio(own, theirs) == ratio
+
+
+@pytest.mark.parametrize("r, expected", [(1.0, 3.0 / 4), (2.0, 6.0 / 7), (5.0, 15.0 / 16), (0.0, 0.0)])
+def test_a_straggler_weighs_itself_by_how_far_behind_it_is(r: float, expected: float) -> None:
+    """x counts 1/(1 + m·r), each copy r/(1 + m·r): at r = 1 every model alike, r = 0 ours alone."""
+    x = public = torch.zeros(2)
+    got = swarm_estimate(x, public, _diffs(public, [torch.ones(2)] * 3), rho=None, progress=r)
+    assert torch.allclose(got, torch.full((2,), expected))
+
+
+@pytest.mark.parametrize("r, expected", [(1.0, 1.0), (2.0, 1.0 - 0.5 * 6.0 / 7), (5.0, 1.0 - 0.8 * 15.0 / 16),
+                                         (0.5, 1.0)])
+def test_a_straggler_carries_only_one_over_r_of_its_residual_to_the_copies(r: float, expected: float) -> None:
+    """Residual x − x̂_i = 1, copies where our public copy is: at r ≤ 1 every copy is carried
+    forward by all of it; r× behind, by 1/r of it (x̃ = x − (1 − 1/r)·S·(x − x̂_i), S = m·r/(1 + m·r))."""
+    x, public = torch.ones(2), torch.zeros(2)
+    got = swarm_estimate(x, public, _diffs(public, [torch.zeros(2)] * 3), rho=None, progress=r)
+    assert torch.allclose(got, torch.full((2,), expected))
+
+
+def test_however_far_ahead_copies_claim_to_be_none_moves_the_estimate_past_rho_over_m() -> None:
+    x = public = torch.zeros(1000)
+    copies = [torch.full((1000,), 1.0), torch.full((1000,), 1.0)]
+    rho = safe_norm(copies[0])  # both within the radius: each pulls its whole length
+    got = swarm_estimate(x, public, _diffs(public, copies), rho, progress=1e12)
+    assert float(got.norm()) <= rho + 1e-3  # each copy's share is below 1/m = 1/2
+    assert float(got.norm()) == pytest.approx(rho, rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan])
+def test_a_progress_ratio_that_is_not_finite_and_non_negative_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="progress ratio"):
+        swarm_estimate(torch.zeros(2), torch.zeros(2), [], rho=None, progress=bad)
+
+
+def test_a_straggler_node_averages_mostly_what_its_neighbours_reached() -> None:
+    """Neighbours at step 20 while we are at 4 (r = 5): x counts 1/16, each of the 3 copies 5/16."""
+    cfg = GossipConfig(compression="identity", clip=False)
+    x = torch.zeros(8)
+    copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 20) for k in (1, 2, 3))
+    avg, control = SwarmAverage(cfg), SwarmAverage(cfg)
+    control.weigh_progress = False  # the benchmarks' control: every model counts alike
+    avg.update(x, MixView(x, copies, 0.0), 4)
+    control.update(x, MixView(x, copies, 0.0), 4)
+    assert torch.allclose(avg.current[0], torch.full((8,), 15.0 / 16))
+    assert torch.allclose(control.current[0], torch.full((8,), 3.0 / 4))
+
+
+def test_the_straggler_probe_runs_the_peer_cadence_and_scores_both_rules() -> None:
+    """benchmarks/averaging_probe.py --straggler on a tiny workload: the rounds run through the
+    real cadence, node and mixer, and the fast replicas score alike under both rules (r = 1)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import averaging_probe
+    from vs_workloads import MLPWorkload
+
+    w = MLPWorkload(hidden=8, batch_size=16, eval_samples=32)
+    weighted, control = (averaging_probe.run_straggler_arm(w, 32, weigh) for weigh in (True, False))
+    assert all(math.isfinite(v) and v > 0 for v in weighted + control)
+    assert weighted[0] == pytest.approx(control[0], rel=1e-6)
+
+
+# ---------------------------------------------------------------- the node keeps it
+def _node(cfg: GossipConfig | None = None, n: int = 6) -> GossipNode:
+    return GossipNode(cfg or GossipConfig(compression="identity"), Identity.generate(b"\x05" * 32), flat_model_spec(n),
+                      torch.zeros(n), now=100.0)
+
+
+def test_the_node_samples_its_average_at_every_publish() -> None:
+    node = _node()
+    assert node.average.current is None
+    node.publish(torch.ones(6), 4, 101.0)
+    flat, step = node.average.current
+    assert step == 4 and torch.equal(flat, torch.ones(6))
+    node.publish(torch.full((6,), 2.0), 8, 102.0)
+    beta = (4 / 8) ** (power_ema_exponent(0.1) + 1)
+    assert node.average.current[1] == 8
+    assert torch.allclose(node.average.current[0], torch.full((6,), beta * 1 + (1 - beta) * 2))
+
+
+def test_adopting_a_state_restarts_the_average_from_it() -> None:
+    node = _node()
+    node.publish(torch.ones(6), 4, 101.0)
+    node.adopt(torch.full((6,), 7.0), 500)
+    assert torch.equal(node.average.current[0], torch.full((6,), 7.0))
+    assert node.step == node.average.current[1] == 500  # counts on from the adopted state's step
+
+
+def test_a_joiner_counts_the_steps_of_the_state_it_adopted() -> None:
+    """A joiner counts on from the adopted state's step (the swarm's): neighbours at that step are
+    not 'far ahead' (every model counts alike); a joiner counting from 0 again (the control)
+    would weigh itself as a straggler 250× behind."""
+    cfg = GossipConfig(compression="identity", clip=False)
+    x = torch.zeros(8)
+    copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 5010) for k in (1, 2, 3))
+    joined, control = SwarmAverage(cfg), SwarmAverage(cfg)
+    joined.reset(x, 5000)
+    control.reset(x, 10)
+    joined.update(x, MixView(x, copies, 0.0), 5010)
+    control.update(x, MixView(x, copies, 0.0), 20)
+    kept = (5000 / 5010) ** (power_ema_exponent(0.1) + 1)  # the reset sample's weight ten steps on
+    assert torch.allclose(joined.current[0], torch.full((8,), (1 - kept) * 3 / 4))
+    kept = (10 / 20) ** (power_ema_exponent(0.1) + 1)
+    r = 5010 / 20
+    assert torch.allclose(control.current[0], torch.full((8,), (1 - kept) * 3 * r / (1 + 3 * r)))
+
+
+def test_a_liar_far_away_does_not_move_the_swarm_average() -> None:
+    cfg = GossipConfig(compression="identity", clip_min_neighbours=3)
+    x = torch.ones(100)  # ||x̂_i|| = 10: the radius cap, 5, is far above the honest distances
+    honest = [CopyView(bytes([k]) * 32, 1, x + 0.01 * v, 0.0, 1, 4) for k, v in ((1, 1), (2, 2), (3, 2))]
+    liar = CopyView(b"\x09" * 32, 1, x + 1e4, 0.0, 1, 10**12)  # and it claims to be far ahead
+    avg, avg2 = SwarmAverage(cfg), SwarmAverage(cfg)
+    avg.update(x, MixView(x, tuple(honest), 10.0), 4)
+    avg2.update(x, MixView(x, tuple(honest + [liar]), 10.0), 4)
+    # distances 0.1, 0.2, 0.2 (radius 0.2: none clipped). One more copy counts, so the honest
+    # pulls shrink from 1/4 to 1/5 each; the liar, 1e5 away, adds 0.2·(0.2/1e5)/5 at most
+    # (plain clipping would add 0.2/5)
+    assert torch.allclose(avg.current[0], x + 0.05 / 4)
+    assert float((avg2.current[0] - (x + 0.05 / 5)).norm()) < 1e-6
+
+
+# ---------------------------------------------------------------- checkpoints
+SPEC = {"a.weight": ((2, 3), "float32"), "b.bias": ((4,), "float32")}
+
+
+def test_split_flat_gives_named_copies_of_each_parameter() -> None:
+    flat = torch.arange(10, dtype=torch.float32)
+    parts = split_flat(flat, SPEC, "p.")
+    assert list(parts) == ["p.a.weight", "p.b.bias"]
+    assert torch.equal(parts["p.a.weight"], torch.arange(6.0).reshape(2, 3))
+    parts["p.b.bias"].zero_()
+    assert flat[6:].sum() > 0  # copies, not views (safetensors refuses shared storage)
+    with pytest.raises(ValueError, match="10 values|need 10"):
+        split_flat(torch.zeros(9), SPEC)
+
+
+def test_checkpoint_tensors_round_trip_through_restore() -> None:
+    avg = SwarmAverage(GossipConfig())
+    assert checkpoint_tensors(avg, SPEC) == ({}, {})
+    avg.update(torch.arange(10.0), MixView(torch.arange(10.0)), 12)
+    tensors, meta = checkpoint_tensors(avg, SPEC)
+    assert set(tensors) == {AVERAGE_PREFIX + "a.weight", AVERAGE_PREFIX + "b.bias"} and meta["average"]["step"] == 12
+    other = SwarmAverage(GossipConfig())
+    assert restore(other, SPEC, tensors, meta)
+    assert torch.equal(other.current[0], torch.arange(10.0)) and other.current[1] == 12
+
+
+def test_restore_refuses_what_does_not_fit_and_changes_nothing() -> None:
+    avg = SwarmAverage(GossipConfig())
+    tensors = {AVERAGE_PREFIX + "a.weight": torch.zeros(3, 2), AVERAGE_PREFIX + "b.bias": torch.zeros(4)}
+    assert not restore(avg, SPEC, tensors, {"average": {"step": 3}})  # wrong shape
+    assert not restore(avg, SPEC, {}, {"average": {"step": 3}})  # none saved
+    assert not restore(avg, SPEC, tensors, {"average": {"step": "3"}})  # malformed meta
+    assert avg.current is None
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.x = torch.zeros(10)
+
+    def get_flat_params(self) -> torch.Tensor:
+        return self.x.clone()
+
+
+def test_a_solo_peer_keeps_the_same_average_every_gossip_period() -> None:
+    solo, trainer = SoloAverage(GossipConfig(gossip_every=4), SPEC), _Counter()
+    for step in range(1, 9):
+        trainer.x += 1
+        solo(trainer, StepStats(step=step, loss=0.0, samples=1))
+    node = _node(GossipConfig(compression="identity"), n=10)
+    node.publish(torch.full((10,), 4.0), 4, 101.0)
+    node.publish(torch.full((10,), 8.0), 8, 102.0)
+    assert solo.average.current[1] == 8
+    assert torch.allclose(solo.average.current[0], node.average.current[0])

@@ -1,0 +1,83 @@
+"""Imports point one way (docs/architecture.md): gossip_tts → peer → protocol, async_opt and
+gossip_tts → simnet → peer; inside the peer, peer.net → peer.local → peer.core. A module that
+imports against that arrow ties a lower layer to a higher one (simnet could no longer reuse the
+peer without the TTS model, protocol could no longer be tested alone, the pure core would carry
+the event loop); this test reads every import statement, lazy ones included."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+from tests.source_ast import parse
+
+ROOT = REPO
+FORBIDDEN = {
+    "protocol": {"peer", "simnet", "gossip_tts", "async_opt"},
+    "async_opt": {"peer", "simnet", "gossip_tts", "protocol"},
+    "peer": {"simnet", "gossip_tts"},
+    "simnet": {"gossip_tts"},
+}
+FORBIDDEN_INSIDE = {
+    "peer/core": {"peer.local", "peer.net"},
+    "peer/local": {"peer.net"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    tree = parse(path)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_package_imports_against_the_arrow(package: str) -> None:
+    wrong = {str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
+             for path in sorted((ROOT / package).rglob("*.py"))}
+    assert wrong, f"no modules found under {package}/"
+    offenders = {module: names for module, names in wrong.items() if names}
+    assert not offenders, f"{package}/ must not import {sorted(FORBIDDEN[package])}: {offenders}"
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """The full dotted names `path` imports, relative imports resolved against its package."""
+    package = ".".join(path.relative_to(root).parent.parts)
+    found: set[str] = set()
+    for node in ast.walk(parse(path)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(FORBIDDEN_INSIDE))
+def test_no_peer_wing_imports_against_the_arrow(folder: str) -> None:
+    def against(name: str) -> bool:
+        return any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN_INSIDE[folder])
+
+    wrong = {str(path.relative_to(ROOT)): sorted(n for n in imported_modules(path) if against(n))
+             for path in sorted((ROOT / folder).rglob("*.py"))}
+    assert wrong, f"no modules found under {folder}/"
+    offenders = {module: names for module, names in wrong.items() if names}
+    assert not offenders, f"{folder}/ must not import {sorted(FORBIDDEN_INSIDE[folder])}: {offenders}"
+
+
+def test_the_wing_check_sees_a_relative_import(tmp_path: Path) -> None:
+    """The control: `from ..net import driver` inside peer/core is read as peer.net.driver."""
+    module = tmp_path / "peer" / "core" / "sneaky.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def f():\n    from ..net import driver\n")
+    assert imported_modules(module, root=tmp_path) == {"peer.net.driver"}

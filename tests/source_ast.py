@@ -27,3 +27,23 @@ def parse(source: str | Path, filename: str | None = None) -> ast.Module:
     finally:
         if enabled:
             gc.enable()
+
+
+def imported_names(path: Path, package: str) -> set[str]:
+    """Every dotted name an import statement of the file `path`, a module of `package`, may refer
+    to: `import a.b` gives a.b; `from a import b` gives a and a.b (b may be a module); relative
+    imports are resolved against `package`. Function-level and TYPE_CHECKING imports count too:
+    they are the same coupling with the error deferred."""
+    names: set[str] = set()
+    for node in ast.walk(parse(path)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names

@@ -9,11 +9,10 @@ may only shrink: a new cycle fails, and so does a known one that is gone (delete
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from tests.paths import REPO
-from tests.source_ast import parse
+from tests.source_ast import imported_names
 
 ROOT = REPO
 PACKAGES = ("gossip_tts", "peer", "protocol", "async_opt", "simnet")
@@ -30,24 +29,6 @@ def module_files() -> dict[str, Path]:
     return found
 
 
-def imported_names(module: str, path: Path) -> set[str]:
-    """Every dotted name an import statement in `path` may refer to (relative ones resolved)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(parse(path)):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join(parts + ([base] if base else []))
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    return names
-
-
 def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the modules of PACKAGES it imports. An import of a module's own enclosing
     package is left out: a package's __init__ is read first by every module inside it."""
@@ -58,7 +39,8 @@ def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        targets = {owner(name) for name in imported_names(module, path)}
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = {owner(name) for name in imported_names(path, package)}
         graph[module] = {t for t in targets if t and t != module and not module.startswith(t + ".")}
     return graph
 

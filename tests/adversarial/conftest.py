@@ -62,11 +62,13 @@ def status(base: str) -> dict:
 
 
 def start_peer(corpus: dict[str, Path], tmp_path: Path, name: str, swarm: str, *extra: str, shard: int = 0,
-               env: dict[str, str] | None = None, steps: int = 100000) -> PeerProcess:
-    """A tiny-preset peer on 127.0.0.1 without mDNS (it trains until killed unless `steps` says)."""
+               env: dict[str, str] | None = None, steps: int = 100000,
+               launcher: list[str] | None = None) -> PeerProcess:
+    """A tiny-preset peer on 127.0.0.1 without mDNS (it trains until killed unless `steps` says;
+    `launcher`: see PeerProcess)."""
     args = tiny_args(corpus[f"shard{shard}"], tmp_path / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
                      "--no-mdns", *extra, steps=steps)
-    return PeerProcess(args, tmp_path / f"{name}.log", env=env)
+    return PeerProcess(args, tmp_path / f"{name}.log", env=env, launcher=launcher)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.5) -> None:

@@ -15,12 +15,16 @@ STAMP_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", re.M)  # the C
 
 
 class PeerProcess:
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    """`python -m gossip_tts.cli peer ARGS`, or `python -m LAUNCHER... peer ARGS` where `launcher`
+    names a module that runs the same command its own way (tests.adversarial.lying_peer)."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 launcher: list[str] | None = None) -> None:
         self.log_path = log
         self._log = open(log, "w")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gossip_tts.cli", "peer", *args],
+            [sys.executable, "-m", *(launcher or ["gossip_tts.cli"]), "peer", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
         )
         self.address = ""

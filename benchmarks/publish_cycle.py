@@ -1,0 +1,290 @@
+"""The CPU one whole publish period costs a peer, stage by stage, against one training step.
+
+    python benchmarks/publish_cycle.py [--sizes 1132560,30000000] [--periods 7] [--json OUT]
+
+A peer at the defaults (a publish every step, two pulls per publish, top-10% + int8) spends,
+per publish period: on its training thread, the step boundary (`BoundaryHook`: the mix of the
+copies its last pulls brought, a parameter copy handed over for the publish); on its node
+worker, the publish (x − x̂, the codec, the frame's lz4 and signature, x̂ + q, the averaged
+weights), two exchanges it starts (build the request, ingest the answer: verify, decode,
+apply) and, in a swarm where every peer pulls two others, two requests it answers. This
+runs that period on real `GossipNode`s (ours and two partners that publish and answer as
+ours does) with one torch thread, and times our node's and our training thread's share in
+thread CPU seconds, each stage separately; the partners' work is not counted. Sub-stages
+are timed by wrapping the functions the node calls (each line is inclusive of the lines
+indented under it). The last lines give the period's total against one training step of the
+head-to-head MLP (vs_workloads.MLPWorkload, batch 1024, one thread), measured in the same run.
+
+The trainer holds its parameters as separate tensors and mixes through a full parameter copy
+(no `add_to_flat_params`), as the head-to-head's trainer does (vs_gossip_peer.py). At 1132560
+parameters that is the MLP's own layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+from machine import describe  # noqa: E402
+from vs_workloads import MLPWorkload  # noqa: E402
+
+import peer.core.ingest as ingest_module  # noqa: E402
+import peer.core.node as node_module  # noqa: E402
+import protocol.messages as messages_module  # noqa: E402
+from peer.boundary import BoundaryHook, PendingPublish  # noqa: E402
+from peer.core.gossip_config import GossipConfig  # noqa: E402
+from peer.core.mixer import Mixer  # noqa: E402
+from peer.core.node import GossipNode  # noqa: E402
+from peer.metrics import Metrics  # noqa: E402
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
+from protocol import Identity  # noqa: E402
+
+NOW = 1.7e9
+PERIOD_S = 0.1
+STAGES = (
+    ("boundary", "training"), ("  mix", "training"), ("  get_flat_params", "training"),
+    ("  set_flat_params", "training"),
+    ("publish", "worker"), ("  update frame", "worker"), ("    codec", "worker"), ("    lz4 + sign", "worker"),
+    ("  averaged weights", "worker"),
+    ("request x2", "worker"), ("ingest x2", "worker"), ("  verify + decode", "worker"),
+    ("serve x2", "worker"), ("  verify + decode ", "worker"),
+)
+
+
+def layout(numel: int) -> list[tuple[int, ...]]:
+    """The MLP's tensors at its size; otherwise ~50 tensors, as a larger model has."""
+    w = MLPWorkload()
+    if numel == w.param_count():
+        return [tuple(p.shape) for p in w.build_model().parameters()]
+    return [(numel // 50,)] * 49 + [(numel - 49 * (numel // 50),)]
+
+
+class Params(Trainer):
+    """Parameters in separate tensors, mixed through a full copy (no add_in_place)."""
+
+    capabilities = Capabilities()
+
+    def __init__(self, numel: int, seed: int, timer: "Timer") -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.params = [torch.randn(shape, generator=g) * 0.05 for shape in layout(numel)]
+        self.timer, self.steps, self.g = timer, 0, g
+
+    @property
+    def step_count(self) -> int:
+        return self.steps
+
+    def train(self) -> None:
+        """A stand-in optimiser step (not timed): every parameter moves a little."""
+        self.steps += 1
+        for p in self.params:
+            p.add_(torch.randn(p.shape, generator=self.g), alpha=1e-3)
+
+    def step(self) -> StepStats:
+        raise NotImplementedError
+
+    def param_spec(self) -> ParamSpec:
+        return {f"p{i}": (tuple(p.shape), "float32") for i, p in enumerate(self.params)}
+
+    def get_flat_params(self) -> torch.Tensor:
+        with self.timer.stage("  get_flat_params"):
+            return flatten(self.params)
+
+    def set_flat_params(self, flat: torch.Tensor) -> None:
+        with self.timer.stage("  set_flat_params"):
+            unflatten_into(flat, self.params)
+
+    def adopt(self, flat: torch.Tensor, step: int) -> None:
+        raise NotImplementedError
+
+    def set_step_scale(self, scale: float) -> None:
+        pass
+
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        raise NotImplementedError
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Timer:
+    """Thread CPU seconds per stage, summed within a period; off while the partners work."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.period: dict[str, float] = defaultdict(float)
+
+    def stage(self, name: str) -> "_Stage":
+        return _Stage(self, name)
+
+    def wrap(self, owner: Any, attr: str, name: str, when: Callable[[], bool] = lambda: True) -> None:
+        original = getattr(owner, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not when():
+                return original(*args, **kwargs)
+            with self.stage(name):
+                return original(*args, **kwargs)
+
+        setattr(owner, attr, timed)
+
+
+class _Stage:
+    def __init__(self, timer: Timer, name: str) -> None:
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.thread_time()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.timer.on:
+            self.timer.period[self.name] += time.thread_time() - self.t0
+
+
+def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, metrics: Any = None) -> GossipNode:
+    identity = Identity.generate(bytes([seed]) * 32)
+    return GossipNode(cfg, identity, spec, x0, now=NOW, metrics=metrics, entropy=bytes([seed]) * 16)
+
+
+def measure(numel: int, periods: int, compression: str) -> dict[str, float]:
+    cfg = GossipConfig(swarm="cycle", compression=compression)
+    timer = Timer()
+    ours = Params(numel, 1, timer)
+    spec = ours.param_spec()
+    x0 = flatten(ours.params)
+    metrics = Metrics(process=False)
+    a = make_node(cfg, 1, spec, x0, metrics)
+    partners = [make_node(cfg, 2 + i, spec, x0) for i in range(2)]
+    theirs = [Params(numel, 2 + i, timer) for i in range(2)]
+    for t in theirs:
+        for p, q in zip(t.params, ours.params):
+            p.copy_(q)
+    clock = [NOW]
+    pending = PendingPublish()
+    hook = BoundaryHook(Mixer(cfg, pulls=2), a.view_slot, pending, lambda step, due: None, metrics,
+                        cfg.publish_cadence(), lambda: clock[0])
+    in_ours = [False]  # the sub-stage wrappers count our node's calls only
+    timer.wrap(hook.mixer, "mix", "  mix")
+    timer.wrap(node_module, "make_update_frame", "  update frame", lambda: in_ours[0])
+    timer.wrap(a.codec, "compress", "    codec", lambda: in_ours[0])
+    timer.wrap(messages_module, "encode_frame", "    lz4 + sign", lambda: in_ours[0])
+    timer.wrap(a.average, "update", "  averaged weights")
+    decode = {"ingest x2": "  verify + decode", "serve x2": "  verify + decode "}
+    current = [""]
+
+    def run(name: str, fn: Callable[[], Any]) -> Any:
+        in_ours[0], current[0] = True, name
+        try:
+            with timer.stage(name):
+                return fn()
+        finally:
+            in_ours[0], current[0] = False, ""
+
+    for mod in (ingest_module, node_module):
+        inner = getattr(mod, "decode_frame")
+
+        def timed_decode(*args: Any, _inner: Callable = inner, **kwargs: Any) -> Any:
+            if not in_ours[0] or current[0] not in decode:
+                return _inner(*args, **kwargs)
+            with timer.stage(decode[current[0]]):
+                return _inner(*args, **kwargs)
+
+        setattr(mod, "decode_frame", timed_decode)
+
+    key = a.identity.public_key
+    rows: dict[str, list[float]] = defaultdict(list)
+    for period in range(periods + 3):  # the first three fill the copies and acknowledgements: not counted
+        timer.on, timer.period = period >= 3, defaultdict(float)
+        clock[0] += PERIOD_S
+        ours.train()
+        with timer.stage("boundary"):
+            hook(ours, StepStats(step=ours.steps, loss=0.0, samples=1))
+        item = pending.take()
+        assert item is not None, "a publish is due every step"
+        run("publish", lambda: a.publish(item[0], item[1], clock[0]))
+        for node, t in zip(partners, theirs):
+            t.train()
+            node.publish(flatten(t.params), t.steps, clock[0])
+        for node in partners:  # our two pulls: each answer brings that partner's new update
+            peer_key = node.identity.public_key
+            body = run("request x2", lambda: a.build_request(peer_key if peer_key in a.neighbours else None, clock[0]))
+            answer, _ = node.handle_request(body, clock[0])
+            run("ingest x2", lambda: a.handle_response(answer, clock[0]))
+        for node in partners:  # each partner pulls us once per period, as we pull them
+            body = node.build_request(key if key in node.neighbours else None, clock[0])
+            answer, _ = run("serve x2", lambda: a.handle_request(body, clock[0]))
+            node.handle_response(answer, clock[0])
+        if timer.on:
+            for name, _ in STAGES:
+                rows[name].append(timer.period.get(name, 0.0))
+    out = {name: statistics.median(values) for name, values in rows.items()}
+    out["worker"] = statistics.median(
+        [sum(rows[n][i] for n in ("publish", "request x2", "ingest x2", "serve x2")) for i in range(periods)])
+    out["training"] = statistics.median(rows["boundary"])
+    out["update_bytes"] = a.last_publish_bytes
+    return out
+
+
+def mlp_step_seconds(steps: int) -> float:
+    """Median thread CPU seconds of one head-to-head MLP step (batch 1024, Adam, one thread)."""
+    w = MLPWorkload()
+    task, model = w.task(0), w.build_model()
+    opt = w.optimizer()(model.parameters())
+    times = []
+    for i in range(steps + 2):
+        t0 = time.thread_time()
+        batch = task.batch()
+        opt.zero_grad()
+        task.loss(model, batch).backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.thread_time() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default=f"{MLPWorkload().param_count()},30000000")
+    ap.add_argument("--periods", type=int, default=7)
+    ap.add_argument("--compression", default="topk:0.1+int8")
+    ap.add_argument("--train-steps", type=int, default=9)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(describe())
+    sizes = [int(s) for s in args.sizes.split(",")]
+    step_s = mlp_step_seconds(args.train_steps)
+    rows = {n: measure(n, args.periods, args.compression) for n in sizes}
+    step_s = statistics.median([step_s, mlp_step_seconds(args.train_steps)])  # before and after: load drifts
+    print(f"{args.compression}, one torch thread, thread CPU ms per publish period (median of {args.periods})")
+    print("| stage | thread | " + " | ".join(f"{n:,}" for n in sizes) + " |")
+    print("|---|---|" + "---|" * len(sizes))
+    for name, thread in STAGES:
+        label = "· " * ((len(name) - len(name.lstrip())) // 2) + name.strip()
+        print(f"| {label} | {thread} | "
+              + " | ".join(f"{rows[n][name] * 1e3:.2f}" for n in sizes) + " |")
+    for name in ("worker", "training"):
+        print(f"| **{name} thread, whole period** | {name} | " + " | ".join(f"{rows[n][name] * 1e3:.2f}" for n in sizes) + " |")
+    print(f"MLP training step (batch 1024, one thread): {step_s * 1e3:.1f} ms CPU")
+    for n in sizes:
+        r = rows[n]
+        print(f"{n:,} params: protocol / training step = {(r['worker'] + r['training']) / step_s:.3f} "
+              f"(worker {r['worker'] / step_s:.3f}, training thread {r['training'] / step_s:.3f}); "
+              f"update frame {r['update_bytes'] / 1e3:.0f} kB")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": describe(), "step_s": step_s,
+                                         "rows": {str(n): r for n, r in rows.items()}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

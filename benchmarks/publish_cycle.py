@@ -16,8 +16,9 @@ indented under it). The last lines give the period's total against one training 
 head-to-head MLP (vs_workloads.MLPWorkload, batch 1024, one thread), measured in the same run.
 
 The trainer holds its parameters as separate tensors and mixes through a full parameter copy
-(no `add_to_flat_params`), as the head-to-head's trainer does (vs_gossip_peer.py). At 1132560
-parameters that is the MLP's own layout.
+(no `add_to_flat_params`), as the head-to-head's trainer does (vs_gossip_peer.py); with
+--add-in-place it adds the mix to them in place, as the TTS trainer does. At 1132560
+parameters the tensors are the MLP's own.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
+from peer.net.node_worker import NodeWorker  # noqa: E402
 from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 
@@ -51,7 +53,7 @@ NOW = 1.7e9
 PERIOD_S = 0.1
 STAGES = (
     ("boundary", "training"), ("  mix", "training"), ("  get_flat_params", "training"),
-    ("  set_flat_params", "training"),
+    ("  set_flat_params", "training"), ("  add_to_flat_params", "training"),
     ("publish", "worker"), ("  update frame", "worker"), ("    codec", "worker"), ("    lz4 + sign", "worker"),
     ("  averaged weights", "worker"),
     ("request x2", "worker"), ("ingest x2", "worker"), ("  verify + decode", "worker"),
@@ -68,14 +70,17 @@ def layout(numel: int) -> list[tuple[int, ...]]:
 
 
 class Params(Trainer):
-    """Parameters in separate tensors, mixed through a full copy (no add_in_place)."""
+    """Parameters in separate tensors, mixed through a full copy unless `add_in_place` (as the TTS trainer)."""
 
-    capabilities = Capabilities()
-
-    def __init__(self, numel: int, seed: int, timer: "Timer") -> None:
+    def __init__(self, numel: int, seed: int, timer: "Timer", add_in_place: bool = False) -> None:
+        self._capabilities = Capabilities(add_in_place=add_in_place)
         g = torch.Generator().manual_seed(seed)
         self.params = [torch.randn(shape, generator=g) * 0.05 for shape in layout(numel)]
         self.timer, self.steps, self.g = timer, 0, g
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
 
     @property
     def step_count(self) -> int:
@@ -100,6 +105,13 @@ class Params(Trainer):
     def set_flat_params(self, flat: torch.Tensor) -> None:
         with self.timer.stage("  set_flat_params"):
             unflatten_into(flat, self.params)
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        with self.timer.stage("  add_to_flat_params"):
+            offset = 0
+            for p in self.params:
+                p.add_(delta[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
 
     def adopt(self, flat: torch.Tensor, step: int) -> None:
         raise NotImplementedError
@@ -127,11 +139,13 @@ class Timer:
     def stage(self, name: str) -> "_Stage":
         return _Stage(self, name)
 
-    def wrap(self, owner: Any, attr: str, name: str, when: Callable[[], bool] = lambda: True) -> None:
+    def wrap(self, owner: Any, attr: str, name_now: Callable[[], str | None]) -> None:
+        """Time `owner.attr` as the stage `name_now()` names at each call (None: not timed)."""
         original = getattr(owner, attr)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not when():
+            name = name_now()
+            if name is None:
                 return original(*args, **kwargs)
             with self.stage(name):
                 return original(*args, **kwargs)
@@ -156,50 +170,43 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
     return GossipNode(cfg, identity, spec, x0, now=NOW, metrics=metrics, entropy=bytes([seed]) * 16)
 
 
-def measure(numel: int, periods: int, compression: str) -> dict[str, float]:
+def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> dict[str, float]:
     cfg = GossipConfig(swarm="cycle", compression=compression)
     timer = Timer()
-    ours = Params(numel, 1, timer)
+    ours = Params(numel, 1, timer, add_in_place)
     spec = ours.param_spec()
     x0 = flatten(ours.params)
     metrics = Metrics(process=False)
     a = make_node(cfg, 1, spec, x0, metrics)
+    worker = NodeWorker(a, lambda: clock[0])  # its publish job, run here: the worker thread's work, timed alone
     partners = [make_node(cfg, 2 + i, spec, x0) for i in range(2)]
-    theirs = [Params(numel, 2 + i, timer) for i in range(2)]
+    theirs = [Params(numel, 2 + i, timer, add_in_place) for i in range(2)]
     for t in theirs:
         for p, q in zip(t.params, ours.params):
             p.copy_(q)
     clock = [NOW]
-    pending = PendingPublish()
-    hook = BoundaryHook(Mixer(cfg, pulls=2), a.view_slot, pending, lambda step, due: None, metrics,
+    hook = BoundaryHook(Mixer(cfg, pulls=2), a.view_slot, worker.pending, lambda step, due: None, metrics,
                         cfg.publish_cadence(), lambda: clock[0])
-    in_ours = [False]  # the sub-stage wrappers count our node's calls only
-    timer.wrap(hook.mixer, "mix", "  mix")
-    timer.wrap(node_module, "make_update_frame", "  update frame", lambda: in_ours[0])
-    timer.wrap(a.codec, "compress", "    codec", lambda: in_ours[0])
-    timer.wrap(messages_module, "encode_frame", "    lz4 + sign", lambda: in_ours[0])
-    timer.wrap(a.average, "update", "  averaged weights")
-    decode = {"ingest x2": "  verify + decode", "serve x2": "  verify + decode "}
-    current = [""]
+    current = [""]  # the stage of ours running now: sub-stages count only inside their parent
+
+    def sub(owner: Any, attr: str, names: dict[str, str]) -> None:
+        timer.wrap(owner, attr, lambda: names.get(current[0]))
+
+    sub(hook.mixer, "mix", {"boundary": "  mix"})
+    sub(node_module, "make_update_frame", {"publish": "  update frame"})
+    sub(a.codec, "compress", {"publish": "    codec"})
+    sub(messages_module, "encode_frame", {"publish": "    lz4 + sign"})
+    sub(a.average, "update", {"publish": "  averaged weights"})
+    for mod in (ingest_module, node_module):
+        sub(mod, "decode_frame", {"ingest x2": "  verify + decode", "serve x2": "  verify + decode "})
 
     def run(name: str, fn: Callable[[], Any]) -> Any:
-        in_ours[0], current[0] = True, name
+        current[0] = name
         try:
             with timer.stage(name):
                 return fn()
         finally:
-            in_ours[0], current[0] = False, ""
-
-    for mod in (ingest_module, node_module):
-        inner = getattr(mod, "decode_frame")
-
-        def timed_decode(*args: Any, _inner: Callable = inner, **kwargs: Any) -> Any:
-            if not in_ours[0] or current[0] not in decode:
-                return _inner(*args, **kwargs)
-            with timer.stage(decode[current[0]]):
-                return _inner(*args, **kwargs)
-
-        setattr(mod, "decode_frame", timed_decode)
+            current[0] = ""
 
     key = a.identity.public_key
     rows: dict[str, list[float]] = defaultdict(list)
@@ -207,11 +214,8 @@ def measure(numel: int, periods: int, compression: str) -> dict[str, float]:
         timer.on, timer.period = period >= 3, defaultdict(float)
         clock[0] += PERIOD_S
         ours.train()
-        with timer.stage("boundary"):
-            hook(ours, StepStats(step=ours.steps, loss=0.0, samples=1))
-        item = pending.take()
-        assert item is not None, "a publish is due every step"
-        run("publish", lambda: a.publish(item[0], item[1], clock[0]))
+        run("boundary", lambda: hook(ours, StepStats(step=ours.steps, loss=0.0, samples=1)))
+        assert run("publish", worker.publish_pending) is not None, "a publish is due every step"
         for node, t in zip(partners, theirs):
             t.train()
             node.publish(flatten(t.params), t.steps, clock[0])
@@ -258,15 +262,18 @@ def main() -> None:
     ap.add_argument("--periods", type=int, default=7)
     ap.add_argument("--compression", default="topk:0.1+int8")
     ap.add_argument("--train-steps", type=int, default=9)
+    ap.add_argument("--add-in-place", action="store_true",
+                    help="the trainer adds the mix to its parameters in place (as the TTS trainer), no full copy")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(describe())
     sizes = [int(s) for s in args.sizes.split(",")]
     step_s = mlp_step_seconds(args.train_steps)
-    rows = {n: measure(n, args.periods, args.compression) for n in sizes}
+    rows = {n: measure(n, args.periods, args.compression, args.add_in_place) for n in sizes}
     step_s = statistics.median([step_s, mlp_step_seconds(args.train_steps)])  # before and after: load drifts
-    print(f"{args.compression}, one torch thread, thread CPU ms per publish period (median of {args.periods})")
+    print(f"{args.compression}, one torch thread, thread CPU ms per publish period (median of {args.periods}); "
+          f"the trainer {'adds the mix in place' if args.add_in_place else 'mixes through a full parameter copy'}")
     print("| stage | thread | " + " | ".join(f"{n:,}" for n in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))
     for name, thread in STAGES:

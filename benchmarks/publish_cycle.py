@@ -170,7 +170,7 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
     return GossipNode(cfg, identity, spec, x0, now=NOW, metrics=metrics, entropy=bytes([seed]) * 16)
 
 
-def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> dict[str, float]:
+def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> dict[str, Any]:
     cfg = GossipConfig(swarm="cycle", compression=compression)
     timer = Timer()
     ours = Params(numel, 1, timer, add_in_place)
@@ -231,11 +231,11 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> d
         if timer.on:
             for name, _ in STAGES:
                 rows[name].append(timer.period.get(name, 0.0))
-    out = {name: statistics.median(values) for name, values in rows.items()}
-    out["worker"] = statistics.median(
-        [sum(rows[n][i] for n in ("publish", "request x2", "ingest x2", "serve x2")) for i in range(periods)])
-    out["training"] = statistics.median(rows["boundary"])
+    rows["worker"] = [sum(rows[n][i] for n in ("publish", "request x2", "ingest x2", "serve x2")) for i in range(periods)]
+    rows["training"] = list(rows["boundary"])
+    out: dict[str, Any] = {name: statistics.median(values) for name, values in rows.items()}
     out["update_bytes"] = a.last_publish_bytes
+    out["per_period"] = dict(rows)
     return out
 
 

@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # this checkout's code
 import torch  # noqa: E402
 from machine import describe  # noqa: E402
 from vs_workloads import MLPWorkload  # noqa: E402
@@ -281,7 +281,8 @@ def main() -> None:
         print(f"| {label} | {thread} | "
               + " | ".join(f"{rows[n][name] * 1e3:.2f}" for n in sizes) + " |")
     for name in ("worker", "training"):
-        print(f"| **{name} thread, whole period** | {name} | " + " | ".join(f"{rows[n][name] * 1e3:.2f}" for n in sizes) + " |")
+        cells = " | ".join(f"{rows[n][name] * 1e3:.2f}" for n in sizes)
+        print(f"| **{name} thread, whole period** | {name} | {cells} |")
     print(f"MLP training step (batch 1024, one thread): {step_s * 1e3:.1f} ms CPU")
     for n in sizes:
         r = rows[n]

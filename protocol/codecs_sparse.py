@@ -45,6 +45,7 @@ _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitio
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
 _TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
 _TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
+_ORDER_SAMPLE = 1 << 12  # entries of the candidates that bound the few to drop (see `_order_statistic`)
 
 
 def _ef_low_bits(n: int, k: int) -> int:
@@ -121,12 +122,33 @@ def randk_indices(n: int, k: int, seed: int) -> np.ndarray:
     return starts[:-1] + (_splitmix64(seed, k) % widths).astype(np.int64)
 
 
+def _order_statistic(a: np.ndarray, m: int) -> np.floating:
+    """``np.partition(a, m)[m]``: the (m+1)-th smallest entry, NaN ordered last.
+
+    When m is a small share of a (the candidates top-k keeps most of), the entries below a bound
+    read from a strided sample hold the m+1 smallest: then the m-th of those is the m-th of all,
+    ties included, found in a partition of the few instead of all. Skewed data that puts m or
+    fewer below the bound falls back to the partition of all; the value is the same either way.
+    """
+    n = a.size
+    if n >= TOPK_SAMPLED_MIN and 4 * m <= n:
+        sample = a[::n // _ORDER_SAMPLE]
+        expected = (m + 1) * sample.size / n
+        rank = math.ceil(expected + _TOPK_MARGIN_SIGMAS * math.sqrt(expected) + 1)
+        if rank < sample.size:
+            bound = np.partition(sample, rank)[rank]
+            below = a[a < bound]  # NaN is never below: it stays last
+            if below.size > m:
+                return np.partition(below, m)[m]
+    return np.partition(a, m)[m]
+
+
 def _select_largest(mags: np.ndarray, k: int) -> np.ndarray:
     """Sorted positions of the k largest of `mags` (0 < k <= size); ties to the lowest positions.
 
     np.partition orders NaN last, so NaN ranks above every number, as in torch.topk.
     """
-    kth = np.partition(mags, mags.size - k)[mags.size - k]
+    kth = _order_statistic(mags, mags.size - k)
     if np.isnan(kth):  # k or more NaNs: the first k of them
         return np.flatnonzero(np.isnan(mags))[:k]
     keep = ~(mags <= kth)  # strictly above the k-th value, NaN included

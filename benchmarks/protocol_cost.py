@@ -62,27 +62,38 @@ def measure(numel: int, compression: str, repeats: int) -> dict[str, float]:
         a.publish(drift[0], next(steps), NOW)
 
     out = {"publish": best_of(publish, repeats), "update_bytes": a.last_publish_bytes}
-    a_key = a.identity.public_key
+    a_key, b_key = a.identity.public_key, b.identity.public_key
+    clock = [NOW]
+
+    def request(now: float) -> bytes:
+        """b's exchange request to a, answered by a as to a verified asker (the only kind a snapshot goes to)."""
+        body = b.build_request(a_key if a_key in b.neighbours else None, now)
+        return a.handle_request(body, now, address="127.0.0.2", verified={b_key})[0]
 
     def answer(forget: bool = False) -> bytes:
         """a's answer to an exchange b starts: an exact snapshot when b holds nothing of a, else
-        the updates b lacks. Ingesting an answer (`handle_response`) builds nothing in reply."""
+        the updates b lacks. A first contact is answered with a ticket only, so b spends one
+        first; each call is a minute later, so a's snapshot budget has refilled. Ingesting an
+        answer (`handle_response`) builds nothing in reply."""
+        clock[0] += 60.0
         if forget:
             b.forget(a_key)
-        return a.handle_request(b.build_request(a_key if a_key in b.neighbours else None, NOW), NOW)[0]
+        if forget or a_key not in b.neighbours:
+            b.handle_response(request(clock[0]), clock[0])
+        return request(clock[0])
 
-    out["build_snapshot"] = best_of(lambda: a._frames_for(None, NOW), repeats)
+    out["build_snapshot"] = best_of(lambda: a._frames_for(None, NOW, None), repeats)
     out["snapshot_bytes"] = len(answer(forget=True))
     body = answer(forget=True)
     t0 = time.perf_counter()
-    b.handle_response(body, NOW)  # one exact timing: each answer can be ingested once
+    b.handle_response(body, clock[0])  # one exact timing: each answer can be ingested once
     out["ingest_snapshot"] = time.perf_counter() - t0
     ingest = []
     for _ in range(repeats):
         publish()
         body = answer()
         t0 = time.perf_counter()
-        b.handle_response(body, NOW)
+        b.handle_response(body, clock[0])
         ingest.append(time.perf_counter() - t0)
     out["ingest_update"] = statistics.median(ingest)
     out["update_body_bytes"] = len(body)

@@ -6,13 +6,12 @@ the event loop); this test reads every import statement, lazy ones included."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from tests.paths import REPO
-from tests.source_ast import imported_names, parse
+from tests.source_ast import imported_names
 
 ROOT = REPO
 FORBIDDEN = {
@@ -28,14 +27,8 @@ FORBIDDEN_INSIDE = {
 
 
 def imported_packages(path: Path) -> set[str]:
-    tree = parse(path)
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
+    """The top-level packages `path` imports (relative imports resolve inside its own)."""
+    return {name.split(".")[0] for name in imported_modules(path) if name}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))

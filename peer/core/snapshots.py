@@ -13,12 +13,11 @@ learns nothing but that its copy of ours is still missing, and asks again next e
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import torch
 
+from peer.core.token_bucket import AddressBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
 
 SNAPSHOT_REUSE_S = 60.0
@@ -46,33 +45,14 @@ class SnapshotCache:
         return c[3]
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    at: float
-
-    def refill(self, rate: float, burst: float, now: float) -> None:
-        """At `rate` a second since the last refill, up to `burst`."""
-        self.tokens = min(burst, self.tokens + max(0.0, now - self.at) * rate)
-        self.at = max(self.at, now)
-
-    def take(self, rate: float, burst: float, now: float) -> bool:
-        """Refill, then take one if there is one."""
-        self.refill(rate, burst, now)
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
 class AnswerBudget:
     """Whether an answer may carry our snapshot; see the module docstring. Pure: the caller passes
     the time. Buckets count snapshots (each the model's size), so bytes are bounded by the count."""
 
     def __init__(self, every_s: float, per_min: float, burst: int, now: float) -> None:
-        self.per_address_rate, self.rate, self.burst = 1.0 / every_s, per_min / 60.0, float(burst)
-        self._total = _Bucket(self.burst, now)
-        self._by_address: OrderedDict[str, _Bucket] = OrderedDict()
+        self.rate, self.burst = per_min / 60.0, float(burst)
+        self._total = TokenBucket(self.burst, now)
+        self._by_address = AddressBuckets(1.0 / every_s, 1.0, MAX_ASKING_ADDRESSES)
 
     def withheld(self, sender: bytes, *, ticketed: bool, verified: Collection[bytes], address: str,
                  now: float, gap_fill: bool = False) -> str | None:
@@ -88,13 +68,7 @@ class AnswerBudget:
             return "unverified"
         if gap_fill:
             return None
-        bucket = self._by_address.get(address)
-        if bucket is None:
-            bucket = self._by_address[address] = _Bucket(1.0, now)
-            while len(self._by_address) > MAX_ASKING_ADDRESSES:
-                self._by_address.popitem(last=False)
-        self._by_address.move_to_end(address)
-        bucket.refill(self.per_address_rate, 1.0, now)  # taken below, once the total has one too
+        bucket = self._by_address.bucket(address, now)  # taken below, once the total has one too
         if bucket.tokens < 1:
             return "address_budget"
         if not self._total.take(self.rate, self.burst, now):

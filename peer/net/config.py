@@ -43,6 +43,16 @@ class NetConfig:
     so that strangers cannot queue unbounded verify and decode work ahead of our own."""
     state_every_s: float = 10.0
     """One GET /v1/state per remote address per this many seconds; more get 429."""
+    stranger_exchanges_per_s: float = 2.0
+    """Exchanges per second, per remote address, that the node verifies and answers although
+    they spend no ticket of ours (first contacts, refused frames). Each costs us a signature
+    check and a signed ticket, and costs its sender a few hundred bytes; an honest neighbour
+    needs one per restart of either side, so 2 a second leaves room for many peers behind one
+    address. Past `stranger_exchange_burst` more, an address's exchanges get 429 before their
+    body is read until its bucket refills; `inf` turns the limit off."""
+    stranger_exchange_burst: int = 32
+    """The most such exchanges one address may send at once (a swarm of peers behind one
+    address, all meeting us for the first time)."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
@@ -57,6 +67,9 @@ class NetConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not (self.body_budget_frames >= 1 and self.idle_timeout_s > 0):
             raise ValueError("body_budget_frames must be >= 1 (one largest body must fit) and idle_timeout_s > 0")
+        if not (self.stranger_exchanges_per_s > 0 and self.stranger_exchange_burst >= 1):
+            raise ValueError("stranger_exchanges_per_s must be > 0 and stranger_exchange_burst >= 1, got "
+                             f"{self.stranger_exchanges_per_s} and {self.stranger_exchange_burst}")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

@@ -331,12 +331,13 @@ class AsyncDriver:
             return []
 
     # ------------------------------------------------------------------ serving (peer.net.http_app)
-    async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
-        """POST /v1/exchange from `address`: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
+    async def serve_exchange(self, body: bytes | bytearray, address: str) -> tuple[bytes, bool]:
+        """POST /v1/exchange from `address`: (the answer, whether it spent a ticket of ours); raises
+        FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,
                                                           body, NOW, address, self.session.verified_keys())
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
-        return reply
+        return reply, result.accepted
 
     def serve_hello(self, nonce: str) -> bytes:
         """GET /v1/hello: signed on the loop (a few hundred bytes, no tensors), echoing the asker's nonce."""

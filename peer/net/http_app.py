@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from peer.net.http_guard import BODY_KEY, RequestGuard
+from peer.net.http_guard import BODY_KEY, TICKETED_KEY, RequestGuard
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from peer.net.node_worker import WorkerBusy
 from peer.net.shard_routes import add_shard_routes
@@ -38,8 +38,9 @@ class PeerFace(StatusFace, Protocol):
         """Whether inbound exchanges are served (not while joining)."""
         ...
 
-    async def serve_exchange(self, body: bytes | bytearray, address: str) -> bytes:
-        """POST /v1/exchange: raises FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
+    async def serve_exchange(self, body: bytes | bytearray, address: str) -> tuple[bytes, bool]:
+        """POST /v1/exchange: (the answer, whether the request spent a ticket of ours); raises
+        FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         ...
 
     async def serve_state(self) -> bytes:
@@ -64,8 +65,9 @@ class PeerRoutes:
         if body is None:
             return self._refused(400, "no_body", "an exchange needs a body")
         try:
-            reply = await self.face.serve_exchange(body, request.remote or "")
+            reply, request[TICKETED_KEY] = await self.face.serve_exchange(body, request.remote or "")
         except FrameRefused as exc:
+            request[TICKETED_KEY] = False
             self.metrics.inc("frames_refused_total", reason=exc.reason.value)
             return web.json_response({"refused": exc.reason.value, "detail": exc.detail[:200]}, status=400)
         except WorkerBusy as exc:

@@ -6,7 +6,8 @@ these limits, 60 connections that each send all but the last byte of a large bod
 bodies in memory, a compressed body expands before any limit is looked at, idle
 connections pile up, and a stranger can make us sign and stream full snapshots in a loop.
 
-Limits per address (`max_requests_per_address`, `state_every_s`) keep one address from
+Limits per address (`max_requests_per_address`, `state_every_s`, and a token bucket for
+exchanges that spend no ticket of ours: `stranger_exchanges_per_s`) keep one address from
 taking the peer's whole share; limits in all (`max_connections`, the body budget, the node
 worker's queue in `peer.net.node_worker`) hold however many addresses there are. Refusals are
 counted by reason (`http_refused_total{reason=...}`), and every answer by status
@@ -25,20 +26,28 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from peer.core.token_bucket import AddressBuckets
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
 """The request body, read (and counted against the budget) by the guard before the handler runs."""
+TICKETED_KEY: web.RequestKey[bool] = web.RequestKey("ticketed", bool)
+"""Set by the exchange handler once the node has read the request: whether it spent a ticket of
+ours. False (a first contact, a refused frame) costs the sender's address a stranger token."""
+MAX_STRANGER_ADDRESSES = 4096
+"""Addresses whose stranger bucket is remembered; the least recent goes first (and starts full)."""
 
 
 class RequestGuard:
     """An aiohttp middleware: per-address concurrency, no compressed bodies, a body deadline and
-    size, a byte budget for all bodies held at once, a rate for full-state downloads."""
+    size, a byte budget for all bodies held at once, a rate for full-state downloads and one for
+    exchanges that spend no ticket of ours."""
 
-    def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int) -> None:
-        self.cfg, self.metrics = cfg, metrics
+    def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg, self.metrics, self.clock = cfg, metrics, clock
         self.max_body_bytes = max_body_bytes
         """The largest body accepted: a bundle larger than the frame limit is refused anyway."""
         self.body_budget = int(cfg.body_budget_frames * max_body_bytes)
@@ -47,6 +56,7 @@ class RequestGuard:
         self._open: dict[str, int] = {}
         """Requests open per address; an address with none has no entry (refusals add none)."""
         self._last_state: dict[str, float] = {}
+        self._strangers = AddressBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_STRANGER_ADDRESSES)
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
         self.metrics.inc("http_refused_total", help="requests refused before reaching a handler", reason=reason)
@@ -72,6 +82,10 @@ class RequestGuard:
             return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address")
         if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._state_allowed(remote):
             return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
+        exchange = request.path == "/v1/exchange" and request.method == "POST"
+        if exchange and not self._strangers.has(remote, self.clock()):
+            return self._refuse(429, "stranger_rate", f"at most {self.cfg.stranger_exchanges_per_s:g} exchanges a second "
+                                "per address that spend no ticket of ours")
         self._open[remote] = self._open.get(remote, 0) + 1
         held = [0]
         try:
@@ -79,13 +93,16 @@ class RequestGuard:
                 refusal = await self._read_body(request, held)
                 if refusal is not None:
                     return refusal
-            return await handler(request)
+            response = await handler(request)
+            if exchange and request.get(TICKETED_KEY) is False:
+                self._strangers.take(remote, self.clock())
+            return response
         finally:
             self.held -= held[0]
             count_down(self._open, remote)
 
     def _state_allowed(self, remote: str) -> bool:
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last_state.get(remote, -1e18) < self.cfg.state_every_s:
             return False
         self._last_state[remote] = now

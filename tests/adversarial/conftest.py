@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
@@ -174,6 +175,15 @@ def connect_from(address: str, source_ip: str = "127.0.0.1", rcvbuf: int | None 
     s.bind((source_ip, 0))
     s.connect((host, int(port)))
     return s
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process `pid` (and the threads it starts later) on `cpus` only."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
 
 
 def source_ip(i: int) -> str:

@@ -1,10 +1,15 @@
-"""What a node holds of one neighbour, and what one exchange told it (plain records, no logic)."""
+"""What a node holds of one neighbour, and what one exchange told it (plain records)."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from async_opt import NeighbourCopy
+
+
+APPLIED_REMEMBERED = 8
+"""Update frames remembered per neighbour: a duplicate is the newest one or two."""
 
 
 @dataclass
@@ -21,6 +26,20 @@ class Neighbour:
     step: int = 0
     last_heard: float = 0.0
     published_at: float = 0.0  # min(sender's timestamp, our receive time) of the newest frame applied
+    applied: deque[bytes] = field(default_factory=lambda: deque(maxlen=APPLIED_REMEMBERED))
+    """Signatures of the latest update frames applied to `copy`. One arriving again (a partner's
+    request pushes the update our own pull just brought) is a duplicate known without decoding it:
+    an Ed25519 signature stands for its frame's bytes, and a frame of other bytes under it would
+    fail its check anyway."""
+
+    def reset_copy(self, epoch: int) -> None:
+        """Void what we held of this neighbour (a new run of it, or a copy that overflowed)."""
+        self.copy, self.epoch = NeighbourCopy(), epoch
+        self.applied.clear()
+
+    def holds(self, signature: bytes) -> bool:
+        """Whether an update frame with this signature was applied to the copy held now."""
+        return signature in self.applied
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from async_opt import NeighbourCopy, PublicCopy, safe_norm
+from async_opt import PublicCopy, safe_norm
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
@@ -64,6 +64,7 @@ from protocol import (
     unpack_bundle,
 )
 from protocol.finite import all_finite
+from protocol.frame import SIGNATURE_SIZE
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
@@ -332,7 +333,7 @@ class GossipNode:
             return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, len(raw_frames), False)
         n = self._neighbour(sender)
         if control.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
-            n.copy, n.epoch = NeighbourCopy(), control.epoch
+            n.reset_copy(control.epoch)
         n.listen, n.step, n.last_heard = control.listen, header.step, now
         n.acked_epoch, n.acked_seq = control.have_epoch, control.have_seq
         self.held_tickets.keep(sender, control.epoch, control.offer)
@@ -341,13 +342,16 @@ class GossipNode:
             self.metrics.inc("frames_refused_total", count, reason=reason)
         refused, changed = len(refusals), False
         for raw in frames:
+            if n.holds(raw[-SIGNATURE_SIZE:]):  # bound by the control frame, so the sender sent these bytes
+                self.metrics.inc("updates_duplicate_total")
+                continue
             try:
                 frame = open_frame(raw, self.policy, now, control.epoch)
             except FrameRefused as exc:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
-            changed |= self._apply(n, frame, now)
+            changed |= self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
         if changed:
             self._versions += 1
             n.version = self._versions
@@ -356,8 +360,8 @@ class GossipNode:
         self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted)
 
-    def _apply(self, n: Neighbour, frame: Frame, now: float) -> bool:
-        """Apply one verified frame to a neighbour copy; True when the copy changed."""
+    def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
+        """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
         vector = read_vector(frame)
         h = frame.header
         # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
@@ -372,6 +376,7 @@ class GossipNode:
             self.metrics.inc("updates_duplicate_total")
             return False
         elif n.copy.apply_update(h.seq, vector, h.step):
+            n.applied.append(signature)
             n.published_at = max(n.published_at, published_at)
             self.metrics.inc("updates_applied_total")
         else:
@@ -379,7 +384,7 @@ class GossipNode:
             return False
         if not math.isfinite(safe_norm(n.copy.x_hat)):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
-            n.copy = NeighbourCopy()
+            n.reset_copy(n.epoch)
             self.metrics.inc("copies_reset_total")
         return True
 

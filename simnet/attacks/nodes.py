@@ -51,9 +51,9 @@ class TimestampTrustingNode(GossipNode):
     this node believes the claim, so such a copy counts as never stale.
     """
 
-    def _apply(self, n: Any, frame: Frame, now: float) -> bool:
+    def _apply(self, n: Any, frame: Frame, signature: bytes, now: float) -> bool:
         before = n.published_at
-        changed = super()._apply(n, frame, now)
+        changed = super()._apply(n, frame, signature, now)
         if changed and n.copy.x_hat is not None:
             claimed = frame.header.timestamp
             n.published_at = claimed if frame.header.kind == FrameKind.SNAPSHOT else max(before, claimed)

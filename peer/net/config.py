@@ -43,16 +43,17 @@ class NetConfig:
     so that strangers cannot queue unbounded verify and decode work ahead of our own."""
     state_every_s: float = 10.0
     """One GET /v1/state per remote address per this many seconds; more get 429."""
-    stranger_exchanges_per_s: float = 2.0
+    stranger_exchanges_per_s: float = 1.0
     """Exchanges per second, per remote address, that the node verifies and answers although
     they spend no ticket of ours (first contacts, refused frames). Each costs us a signature
-    check and a signed ticket, and costs its sender a few hundred bytes; an honest neighbour
-    needs one per restart of either side, so 2 a second leaves room for many peers behind one
-    address. Past `stranger_exchange_burst` more, an address's exchanges get 429 before their
-    body is read until its bucket refills; `inf` turns the limit off."""
-    stranger_exchange_burst: int = 32
-    """The most such exchanges one address may send at once (a swarm of peers behind one
-    address, all meeting us for the first time)."""
+    check, a signed ticket and two thread hops, out of training's CPU (SECURITY.md), and costs
+    its sender a few hundred bytes; an honest neighbour needs one per restart of either side, so one a
+    second leaves room for many peers behind one address. Past `stranger_exchange_burst` more,
+    an address's exchanges get 429 before their body is read until its bucket refills; `inf`
+    turns the limit off."""
+    stranger_exchange_burst: int = 16
+    """The most such exchanges one address may send at once (several peers behind one address,
+    all meeting us for the first time)."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""

@@ -2,8 +2,8 @@
 training peer for exchanges as fast as 100 a second: what they get back stays within the
 snapshot budget (peer.core.snapshots; GossipConfig.answer_snapshot_every_s and
 answer_snapshots_per_min), past a burst each address's requests are refused before they are read
-(NetConfig.stranger_exchanges_per_s), and the victim trains at 0.9x its rate in the clean windows
-just before and after (the control). Before, each was answered with a full snapshot: ~1.9 GB out
+(NetConfig.stranger_exchanges_per_s), and the victim trains at 0.9x its rate in clean windows
+between the attacks (the control; medians over several windows of each). Before, each was answered with a full snapshot: ~1.9 GB out
 per 20 s window at the tiny preset."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import statistics
 import threading
 import time
 
@@ -21,7 +22,10 @@ from tests.adversarial.conftest import connect_from, http, metric, pin, source_i
 
 pytestmark = pytest.mark.slow
 
-WINDOW_S = 20.0
+WINDOW_S = 10.0
+ROUNDS = 4
+"""Windows of each attack, interleaved with clean ones: a shared machine's own drift between
+windows is as large as the effect, so rates are compared as medians over several."""
 REQUESTS_PER_S = 100.0
 """All leeching addresses together (the attack seen sent ~120 a second)."""
 
@@ -102,21 +106,23 @@ def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(vi
     budget = (cfg.max_neighbours + cfg.answer_snapshots_per_min * WINDOW_S / 60) * snapshot
     refusals = lambda: (metric(pair.base, 'gossip_tts_snapshots_withheld_total{reason="unticketed"}')  # noqa: E731
                         + metric(pair.base, 'gossip_tts_http_refused_total{reason="stranger_rate"}'))
+    _window(pair, 0)  # settling: a peer that has just started trains faster than it will go on to
     refused0 = refusals()
-    # The control: the same peers unattacked in the windows just before and just after each attack.
-    clean = [_window(pair, 0)[0]]
-    results = {}
+    # The control: the same peers unattacked, in windows between the attacks.
+    windows: dict[int, list[tuple[float, int, int, float]]] = {0: [], 1: [], 8: []}
+    for n in [0, 1, 0, 8] * ROUNDS + [0]:
+        windows[n].append(_window(pair, n))
+    rate = {n: statistics.median(w[0] for w in ws) for n, ws in windows.items()}
+    print(f"victim steps/s clean {', '.join(f'{w[0]:.2f}' for w in windows[0])} (median {rate[0]:.2f}); " + "; ".join(
+        f"{n} address(es): {', '.join(f'{w[0]:.2f}' for w in windows[n])} steps/s (median {rate[n]:.2f}, "
+        f"{rate[n] / rate[0]:.2f}x), {max(w[2] for w in windows[n])} requests, "
+        f"{max(w[1] for w in windows[n]) / 1e6:.2f} MB back per window at most" for n in (1, 8))
+        + f"; budget {budget / 1e6:.1f} MB per window")
     for n in (1, 8):
-        results[n] = _window(pair, n)
-        clean.append(_window(pair, 0)[0])
-    print(f"victim steps/s clean {', '.join(f'{r:.2f}' for r in clean)}; " + "; ".join(
-        f"{n} address(es): {rate:.2f} steps/s, {requests} requests, {got / 1e6:.2f} MB back, leech CPU {cpu:.1f} s"
-        for n, (rate, got, requests, cpu) in results.items()) + f"; budget {budget / 1e6:.1f} MB per window")
-    for i, (n, (rate, got, requests, _)) in enumerate(results.items()):
-        assert requests >= 0.5 * REQUESTS_PER_S * WINDOW_S, (n, requests)  # the attack ran
-        assert got <= budget, (n, got, budget)
-        control = (clean[i] + clean[i + 1]) / 2
-        assert rate >= 0.9 * control, (n, rate, control)
+        for _, got, requests, _ in windows[n]:
+            assert requests >= 0.5 * REQUESTS_PER_S * WINDOW_S, (n, requests)  # the attack ran
+            assert got <= budget, (n, got, budget)
+        assert rate[n] >= 0.9 * rate[0], (n, rate)
     # every leech request was answered without a snapshot, or refused before it was read, and counted
-    assert refusals() - refused0 >= 0.9 * sum(requests for _, _, requests, _ in results.values())
+    assert refusals() - refused0 >= 0.9 * sum(w[2] for n in (1, 8) for w in windows[n])
     assert pair.exchanges_ok() > 0

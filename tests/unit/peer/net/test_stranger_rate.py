@@ -18,7 +18,7 @@ from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.http_guard import TICKETED_KEY, RequestGuard
 
-RATE, BURST = 2.0, 5
+RATE, BURST = 2.0, 5  # not the defaults: small numbers to count exactly
 
 
 def _guard(**overrides) -> tuple[RequestGuard, Metrics, list[float]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Awaitable, Callable
 
@@ -36,8 +37,9 @@ BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
 TICKETED_KEY: web.RequestKey[bool] = web.RequestKey("ticketed", bool)
 """Set by the exchange handler once the node has read the request: whether it spent a ticket of
 ours. False (a first contact, a refused frame) costs the sender's address a stranger token."""
-MAX_STRANGER_ADDRESSES = 4096
-"""Addresses whose stranger bucket is remembered; the least recent goes first (and starts full)."""
+MAX_GUARDED_ADDRESSES = 4096
+"""Addresses whose /v1/state and stranger buckets are remembered; the least recent goes first
+(and starts full again)."""
 
 
 class RequestGuard:
@@ -55,8 +57,9 @@ class RequestGuard:
         self.held = 0
         self._open: dict[str, int] = {}
         """Requests open per address; an address with none has no entry (refusals add none)."""
-        self._last_state: dict[str, float] = {}
-        self._strangers = AddressBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_STRANGER_ADDRESSES)
+        state_rate = 1.0 / cfg.state_every_s if cfg.state_every_s > 0 else math.inf
+        self._states = AddressBuckets(state_rate, 1, MAX_GUARDED_ADDRESSES)
+        self._strangers = AddressBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_GUARDED_ADDRESSES)
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
         self.metrics.inc("http_refused_total", help="requests refused before reaching a handler", reason=reason)
@@ -80,7 +83,7 @@ class RequestGuard:
             return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
         if self._open.get(remote, 0) >= self.cfg.max_requests_per_address:
             return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address")
-        if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._state_allowed(remote):
+        if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._states.take(remote, self.clock()):
             return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
         exchange = request.path == "/v1/exchange" and request.method == "POST"
         if exchange and not self._strangers.has(remote, self.clock()):
@@ -100,16 +103,6 @@ class RequestGuard:
         finally:
             self.held -= held[0]
             count_down(self._open, remote)
-
-    def _state_allowed(self, remote: str) -> bool:
-        now = self.clock()
-        if now - self._last_state.get(remote, -1e18) < self.cfg.state_every_s:
-            return False
-        self._last_state[remote] = now
-        if len(self._last_state) > 4096:  # bounded: forget the oldest
-            for key in sorted(self._last_state, key=self._last_state.get)[:1024]:
-                del self._last_state[key]
-        return True
 
     async def _read_body(self, request: web.Request, held: list[int]) -> web.Response | None:
         """Read the body into `request[BODY_KEY]`, counting each received byte against the budget

@@ -29,7 +29,7 @@ def _ticks(ranges: list[tuple[float, float]]) -> list[list[float]]:
     if node is None:
         pytest.skip("needs node to run the page's script (apt install nodejs)")
     source = PAGE.read_text()
-    helpers = "".join(_function(source, name) + "\n" for name in ("ticksEvery", "niceTicks") if f"function {name}(" in source)
+    helpers = "".join(_function(source, name) + "\n" for name in ("ticksEvery", "niceTicks"))
     script = helpers + f"console.log(JSON.stringify({json.dumps(ranges)}.map(([lo, hi]) => niceTicks(lo, hi, 4))));"
     out = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(out.stdout)

@@ -2,6 +2,7 @@
 
     python benchmarks/vs_ddp.py [--workload mlp|tts] [--peers 4] [--budget 60] [--slow-factor 4] [--compression int8] [--plot PNG | --plot '']
     python benchmarks/vs_ddp.py --workload tts --split --peers 2 [--budget 120]
+    python benchmarks/vs_ddp.py --peers 2 --arms ddp,gossip,alone --variant gossip_every=4 [--variant ...]
 
 Arms, one at a time, each N OS processes on 127.0.0.1 in a process group of its own: a single
 process; N-process DDP (gloo, loopback); the same with one process slowed `--slow-factor`
@@ -16,6 +17,10 @@ training clips (whole speakers), the single process all of them, and the straggl
 out: the figure is how much of the single process's lead over a peer trained on its part alone
 the gossip peers close, (alone − gossip) / (alone − single), printed as
 `gossip_gap_closed_of_single`.
+
+`--arms` keeps only the arms named (single, ddp, ddp-straggler, gossip, gossip-straggler,
+alone); each `--variant FIELD=VALUE[,FIELD=VALUE]` adds a gossip arm with those GossipConfig
+fields changed, its capture of DDP's gain printed beside the default's.
 
 Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
 consumed by all processes; skipped without matplotlib), and a last line `ratio: {json}`.
@@ -40,6 +45,8 @@ from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, ar
                        single_arm_launcher, train_step)
 from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import plot_equal_samples, report  # noqa: E402
+
+from peer.core.gossip_config import GossipConfig  # noqa: E402  (vs_common put the repo on the path)
 
 REPO = Path(__file__).resolve().parent.parent
 PLOT_SUFFIX = {"mlp": "", "tts": "_tts"}
@@ -112,8 +119,16 @@ def run(a: argparse.Namespace) -> None:
         (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor, gossip=codec)),
         (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
+    variants = {f"gossip x{n} [{v}]": v for v in a.variant}
+    arms += [(name, gossip_arm_launcher(w, n, b, e, gossip={**codec, **gossip_fields(v)})) for name, v in variants.items()]
     if a.split:
         arms = [arm for arm in arms if not arm[0].endswith("straggler")]
+    if a.arms:
+        keep = set(a.arms.split(",")) | {"variant"}
+        unknown = keep - set(ARM_KINDS) - {"variant"}
+        if unknown:
+            raise SystemExit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARM_KINDS)}")
+        arms = [arm for arm in arms if arm_kind(arm[0]) in keep]
     results = run_arms(arms, "vs_ddp_", b)
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
     print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
@@ -123,7 +138,33 @@ def run(a: argparse.Namespace) -> None:
                                "loss_alone_over_single": (f"alone x{n}", s),
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
            {"peers": n, "budget_s": b, "split": a.split},
-           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}")})
+           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}"),
+            **{f"{name}_gain_captured_of_ddp": (name, d, f"alone x{n}") for name in variants}})
+
+
+ARM_KINDS = ("single", "ddp", "ddp-straggler", "gossip", "gossip-straggler", "alone")
+
+
+def arm_kind(name: str) -> str:
+    """"ddp x4 straggler" -> "ddp-straggler"; a `--variant` arm -> "variant"."""
+    if "[" in name:
+        return "variant"
+    words = name.split()
+    return words[0] + ("-straggler" if words[-1] == "straggler" else "")
+
+
+def gossip_fields(variant: str) -> dict[str, object]:
+    """`gossip_every=4,pull_only=false` -> GossipConfig fields (numbers and booleans parsed)."""
+    fields = {f.name: f for f in dataclasses.fields(GossipConfig)}
+    out: dict[str, object] = {}
+    for item in variant.split(","):
+        key, sep, raw = item.partition("=")
+        if not sep or key not in fields:
+            raise SystemExit(f"--variant {variant!r}: {key!r} is not a GossipConfig field=value")
+        default = getattr(GossipConfig(), key)
+        out[key] = (raw.lower() in ("1", "true", "yes") if isinstance(default, bool)
+                    else type(default)(raw) if isinstance(default, (int, float)) else raw)
+    return out
 
 
 if __name__ == "__main__":
@@ -133,6 +174,9 @@ if __name__ == "__main__":
                     help="where the equal-samples plot goes ('' for none; default docs/img/bench/vs_ddp_equal_samples[_tts].png)")
     ap.add_argument("--split", action="store_true",
                     help="TTS: each process of a multi-process arm holds only its part of the training clips, the single process all")
+    ap.add_argument("--arms", default="", help=f"comma-separated arms to run (default all): {', '.join(ARM_KINDS)}")
+    ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,...]",
+                    help="an extra gossip arm with these GossipConfig fields changed (repeatable)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

@@ -51,9 +51,11 @@ class NetConfig:
     second leaves room for many peers behind one address. Past `stranger_exchange_burst` more,
     an address's exchanges get 429 before their body is read until its bucket refills; `inf`
     turns the limit off."""
-    stranger_exchange_burst: int = 16
-    """The most such exchanges one address may send at once (several peers behind one address,
-    all meeting us for the first time)."""
+    stranger_exchange_burst: int = 4
+    """The most such exchanges one address may send at once: a few peers behind one address meet
+    us together, more a second apart. Kept small because a flood that pauses finds the burst
+    refilled, and each exchange in it reaches the node worker
+    (docs/benchmarks.md#a-snapshot-leech-on-real-processes)."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""

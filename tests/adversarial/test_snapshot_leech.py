@@ -2,9 +2,15 @@
 training peer for exchanges as fast as 100 a second: what they get back stays within the
 snapshot budget (peer.core.snapshots; GossipConfig.answer_snapshot_every_s and
 answer_snapshots_per_min), past a burst each address's requests are refused before they are read
-(NetConfig.stranger_exchanges_per_s), and the victim trains at 0.9x its rate in clean windows
-between the attacks (the control; medians over several windows of each). Before, each was answered with a full snapshot: ~1.9 GB out
-per 20 s window at the tiny preset."""
+(NetConfig.stranger_exchanges_per_s), and the victim's training keeps 0.9x the CPU it gets in
+the clean windows next to each attack (the control). Before, each was answered with a full
+snapshot: ~1.9 GB out per 20 s window at the tiny preset, and training fell to 0.45-0.7x.
+
+Throughput is judged by the training thread's CPU time, not its steps: on a shared machine the
+steps one CPU-second buys drift by a third between windows (the batches' lengths, the host),
+more than the effect measured, while the CPU that answering the leech takes from training is
+what an attacker controls (docs/benchmarks.md#a-snapshot-leech-on-real-processes). Steps per second are printed
+and bounded loosely (0.8x) against a gross loss."""
 
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import socket
 import statistics
 import threading
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -23,11 +31,33 @@ from tests.adversarial.conftest import connect_from, http, metric, pin, source_i
 pytestmark = pytest.mark.slow
 
 WINDOW_S = 10.0
-ROUNDS = 4
+ROUNDS = 5
 """Windows of each attack, interleaved with clean ones: a shared machine's own drift between
 windows is as large as the effect, so rates are compared as medians over several."""
 REQUESTS_PER_S = 100.0
 """All leeching addresses together (the attack seen sent ~120 a second)."""
+
+
+class Window(NamedTuple):
+    steps_per_s: float
+    bytes_back: int
+    """What the leeches received."""
+    requests: int
+    """Requests the leeches sent and got an answer to."""
+    training_cpu: float
+    """The share of a core the victim's training thread (its main thread) had."""
+
+
+def _thread_cpu_s(pid: int, tid: int) -> float:
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _paired(windows: list[tuple[int, Window]], attack: int, field: str) -> list[float]:
+    """Each `attack` window's `field` over the mean of the clean windows just before and after it:
+    the host's drift over minutes cancels, where medians of all windows would keep it."""
+    return [getattr(w, field) / statistics.mean(getattr(windows[j][1], field) for j in (i - 1, i + 1))
+            for i, (n, w) in enumerate(windows) if n == attack]
 
 
 def _answer(s: socket.socket, buf: bytearray) -> int:
@@ -48,9 +78,8 @@ def _answer(s: socket.socket, buf: bytearray) -> int:
     return len(head) + 4 + length
 
 
-def _window(pair, addresses: int) -> tuple[float, int, int, float]:
-    """(victim steps per second, bytes the leeches received, requests they sent, the leeches' CPU
-    seconds) over WINDOW_S. Each leech sends one prepared first contact again and again on a
+def _window(pair, addresses: int) -> Window:
+    """What the victim and the leeches did in WINDOW_S with `addresses` leeching. Each leech sends one prepared first contact again and again on a
     kept-alive socket, so the attack costs this (shared) machine little CPU next to the victim's."""
     stop, got, sent = threading.Event(), [0] * addresses, [0] * addresses
     every = addresses / REQUESTS_PER_S
@@ -72,15 +101,17 @@ def _window(pair, addresses: int) -> tuple[float, int, int, float]:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     threads = [threading.Thread(target=leech, args=(i,), daemon=True) for i in range(addresses)]
-    step0, t0, cpu0 = status(pair.base)["step"], time.monotonic(), time.process_time()
+    pid = pair.victim.proc.pid
+    step0, t0, cpu0 = status(pair.base)["step"], time.monotonic(), _thread_cpu_s(pid, pid)
     for t in threads:
         t.start()
     time.sleep(WINDOW_S)
     stop.set()
     for t in threads:
         t.join(60)
-    rate = (status(pair.base)["step"] - step0) / (time.monotonic() - t0)
-    return rate, sum(got), sum(sent), time.process_time() - cpu0
+    elapsed = time.monotonic() - t0
+    steps, cpu = status(pair.base)["step"] - step0, _thread_cpu_s(pid, pid) - cpu0
+    return Window(steps / elapsed, sum(got), sum(sent), cpu / elapsed)
 
 
 @pytest.fixture
@@ -108,21 +139,20 @@ def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(vi
                         + metric(pair.base, 'gossip_tts_http_refused_total{reason="stranger_rate"}'))
     _window(pair, 0)  # settling: a peer that has just started trains faster than it will go on to
     refused0 = refusals()
-    # The control: the same peers unattacked, in windows between the attacks.
-    windows: dict[int, list[tuple[float, int, int, float]]] = {0: [], 1: [], 8: []}
-    for n in [0, 1, 0, 8] * ROUNDS + [0]:
-        windows[n].append(_window(pair, n))
-    rate = {n: statistics.median(w[0] for w in ws) for n, ws in windows.items()}
-    print(f"victim steps/s clean {', '.join(f'{w[0]:.2f}' for w in windows[0])} (median {rate[0]:.2f}); " + "; ".join(
-        f"{n} address(es): {', '.join(f'{w[0]:.2f}' for w in windows[n])} steps/s (median {rate[n]:.2f}, "
-        f"{rate[n] / rate[0]:.2f}x), {max(w[2] for w in windows[n])} requests, "
-        f"{max(w[1] for w in windows[n]) / 1e6:.2f} MB back per window at most" for n in (1, 8))
-        + f"; budget {budget / 1e6:.1f} MB per window")
+    windows = [(n, _window(pair, n)) for n in [0, 1, 0, 8] * ROUNDS + [0]]  # clean ones: the control
+    for n, w in windows:
+        print(f"{n} address(es): {w.steps_per_s:.2f} steps/s, training {w.training_cpu:.0%} of a core, "
+              f"{w.requests} requests, {w.bytes_back / 1e6:.2f} MB back (budget {budget / 1e6:.1f} MB)")
     for n in (1, 8):
-        for _, got, requests, _ in windows[n]:
-            assert requests >= 0.5 * REQUESTS_PER_S * WINDOW_S, (n, requests)  # the attack ran
-            assert got <= budget, (n, got, budget)
-        assert rate[n] >= 0.9 * rate[0], (n, rate)
+        cpu, steps = _paired(windows, n, "training_cpu"), _paired(windows, n, "steps_per_s")
+        print(f"{n} address(es): training CPU {', '.join(f'{r:.3f}' for r in cpu)}x the clean windows beside; "
+              f"steps/s {', '.join(f'{r:.3f}' for r in steps)}x")
+        for m, w in windows:
+            if m == n:
+                assert w.requests >= 0.5 * REQUESTS_PER_S * WINDOW_S, (n, w)  # the attack ran
+                assert w.bytes_back <= budget, (n, w, budget)
+        assert statistics.median(cpu) >= 0.9, (n, cpu)
+        assert statistics.median(steps) >= 0.8, (n, steps)
     # every leech request was answered without a snapshot, or refused before it was read, and counted
-    assert refusals() - refused0 >= 0.9 * sum(w[2] for n in (1, 8) for w in windows[n])
+    assert refusals() - refused0 >= 0.9 * sum(w.requests for n, w in windows if n)
     assert pair.exchanges_ok() > 0

@@ -176,7 +176,8 @@ def worker(a: argparse.Namespace) -> None:
                               "mixed_staleness_median": _median(m.recent("mixed_staleness_steps")),
                               "mixes_clipped": m.total("mix_clipped_total"),
                               "snapshots_sent": m.total("snapshots_sent_total"),
-                              "worker_cpu_s": m.total("worker_cpu_seconds_total")}
+                              "worker_cpu_s": m.total("worker_cpu_seconds_total"),
+                              "step_scale": m.get("step_scale") or 1.0}
 
     trainer = WorkloadTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
     original_wait = clock.wait_for_go

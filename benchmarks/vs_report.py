@@ -49,7 +49,7 @@ def summary_row(arm: ArmResult, target: float) -> dict:
            "last eval at s": max(r["curve"][-1][0] for r in arm.records),
            "others' load (cores)": arm.others_cores, "cpu s": arm.own_cpu_s}
     for key in ("bytes_sent", "bytes_received", "exchanges", "mixes", "mixed_staleness_median", "gossip_cpu_s",
-                "train_cpu_s", "worker_cpu_s", "mix_s", "epochs"):
+                "train_cpu_s", "worker_cpu_s", "mix_s", "step_scale", "epochs"):
         vals = [r["extra"][key] for r in arm.records if r.get("extra", {}).get(key) is not None]
         if vals:
             row[f"{key} /peer"] = sum(vals) / len(vals)

@@ -19,7 +19,7 @@ the gossip peers close, (alone − gossip) / (alone − single), printed as
 `gossip_gap_closed_of_single`.
 
 `--arms` keeps only the arms named (single, ddp, ddp-straggler, gossip, gossip-straggler,
-alone); each `--variant FIELD=VALUE[,FIELD=VALUE]` adds a gossip arm with those GossipConfig
+alone); each `--variant FIELD=VALUE[;FIELD=VALUE]` adds a gossip arm with those GossipConfig
 fields changed, its capture of DDP's gain printed beside the default's.
 
 Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
@@ -154,10 +154,11 @@ def arm_kind(name: str) -> str:
 
 
 def gossip_fields(variant: str) -> dict[str, object]:
-    """`gossip_every=4,pull_only=false` -> GossipConfig fields (numbers and booleans parsed)."""
+    """`gossip_every=4;pull_only=false` -> GossipConfig fields (numbers and booleans parsed; `;`
+    separates fields because specs such as `staleness` hold commas)."""
     fields = {f.name: f for f in dataclasses.fields(GossipConfig)}
     out: dict[str, object] = {}
-    for item in variant.split(","):
+    for item in variant.split(";"):
         key, sep, raw = item.partition("=")
         if not sep or key not in fields:
             raise SystemExit(f"--variant {variant!r}: {key!r} is not a GossipConfig field=value")
@@ -175,7 +176,7 @@ if __name__ == "__main__":
     ap.add_argument("--split", action="store_true",
                     help="TTS: each process of a multi-process arm holds only its part of the training clips, the single process all")
     ap.add_argument("--arms", default="", help=f"comma-separated arms to run (default all): {', '.join(ARM_KINDS)}")
-    ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,...]",
+    ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[;...]",
                     help="an extra gossip arm with these GossipConfig fields changed (repeatable)")
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()

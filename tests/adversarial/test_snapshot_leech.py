@@ -9,8 +9,8 @@ snapshot: ~1.9 GB out per 20 s window at the tiny preset, and training fell to 0
 Throughput is judged by the training thread's CPU time, not its steps: on a shared machine the
 steps one CPU-second buys drift by a third between windows (the batches' lengths, the host),
 more than the effect measured, while the CPU that answering the leech takes from training is
-what an attacker controls (docs/benchmarks.md#a-snapshot-leech-on-real-processes). Steps per second are printed
-and bounded loosely (0.8x) against a gross loss."""
+what an attacker controls (docs/benchmarks.md#a-snapshot-leech-on-real-processes). Steps per
+second are printed and bounded loosely (0.8x) against a gross loss."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ pytestmark = pytest.mark.slow
 
 WINDOW_S = 10.0
 ROUNDS = 5
-"""Windows of each attack, interleaved with clean ones: a shared machine's own drift between
-windows is as large as the effect, so rates are compared as medians over several."""
+"""Windows of each attack, interleaved with clean ones: each is compared with the clean windows
+beside it, and the median of those ratios is judged."""
 REQUESTS_PER_S = 100.0
 """All leeching addresses together (the attack seen sent ~120 a second)."""
 
@@ -79,8 +79,9 @@ def _answer(s: socket.socket, buf: bytearray) -> int:
 
 
 def _window(pair, addresses: int) -> Window:
-    """What the victim and the leeches did in WINDOW_S with `addresses` leeching. Each leech sends one prepared first contact again and again on a
-    kept-alive socket, so the attack costs this (shared) machine little CPU next to the victim's."""
+    """What the victim and the leeches did in WINDOW_S with `addresses` leeching. Each leech sends
+    one prepared first contact again and again on a kept-alive socket, so the attack costs this
+    (shared) machine little CPU next to the victim's."""
     stop, got, sent = threading.Event(), [0] * addresses, [0] * addresses
     every = addresses / REQUESTS_PER_S
 

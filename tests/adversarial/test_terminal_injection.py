@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gossip_tts.terminal_text import printable
-from tests.adversarial.conftest import Forger, metric, read_state, status
+from tests.adversarial.conftest import Forger, metric, read_state, source_ip, status
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +34,11 @@ def test_a_hostile_listen_never_reaches_the_terminal(peers):
     v.wait_for(r"^step \d+ ", timeout=120)
     fingerprint, x = read_state(base, status(base)["swarm"])
     codes = []
-    for listen in HOSTILE_LISTENS:
+    for i, listen in enumerate(HOSTILE_LISTENS):
         forger = Forger(status(base)["swarm"], fingerprint, x.clone(), listen=listen)
-        codes.append(forger.push(base))  # a first contact, then the exchange that would store the listen
+        # a first contact, then the exchange that would store the listen; each key from an address
+        # of its own, as separate attackers: one address's refused frames soon meet its stranger rate
+        codes.append(forger.push(base, source=source_ip(i)))
     shown = subprocess.run([sys.executable, "-m", "gossip_tts.cli", "status", v.address], capture_output=True,
                            text=True, timeout=60, env={**os.environ})
     assert shown.returncode == 0, shown.stderr

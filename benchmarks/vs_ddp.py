@@ -33,6 +33,7 @@ import dataclasses
 import os
 import socket
 import sys
+import typing
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +47,8 @@ from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, ar
 from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import plot_equal_samples, report  # noqa: E402
 
-from peer.core.gossip_config import GossipConfig  # noqa: E402  (vs_common put the repo on the path)
+from gossip_tts.config_values import ValueProblem, coerce  # noqa: E402  (vs_common put the repo on the path)
+from peer.core.gossip_config import GossipConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLOT_SUFFIX = {"mlp": "", "tts": "_tts"}
@@ -154,19 +156,20 @@ def arm_kind(name: str) -> str:
 
 
 def gossip_fields(variant: str) -> dict[str, object]:
-    """`gossip_every=4;pull_only=false` -> GossipConfig fields (numbers and booleans parsed; `;`
-    separates fields because specs such as `staleness` hold commas)."""
-    fields = {f.name: f for f in dataclasses.fields(GossipConfig)}
+    """`gossip_every=4;pull_only=false` -> GossipConfig fields, each value read as the peer's own
+    settings read it (`gossip_tts.config_values.coerce`); `;` separates fields because specs such
+    as `staleness` hold commas."""
+    types = typing.get_type_hints(GossipConfig)
     out: dict[str, object] = {}
     for item in variant.split(";"):
         key, sep, raw = item.partition("=")
-        if not sep or key not in fields:
+        if not sep or key not in types:
             raise SystemExit(f"--variant {variant!r}: {key!r} is not a GossipConfig field=value")
-        default = getattr(GossipConfig(), key)
-        out[key] = (raw.lower() in ("1", "true", "yes") if isinstance(default, bool)
-                    else type(default)(raw) if isinstance(default, (int, float)) else raw)
+        try:
+            out[key] = coerce(raw, types[key])
+        except ValueProblem as exc:
+            raise SystemExit(f"--variant {variant!r}: {key}: {exc}") from None
     return out
-
 
 if __name__ == "__main__":
     ap = arg_parser(__doc__)

@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,10 @@ import pytest
 
 from peer.core.gossip_config import GossipConfig
 from tests.adversarial.conftest import connect_from, http, metric, pin, source_ip, status
+from tests.paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from vs_load import parse_pid_stat  # noqa: E402  (/proc/PID/stat, as the head-to-head reads it)
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +54,7 @@ class Window(NamedTuple):
 
 
 def _thread_cpu_s(pid: int, tid: int) -> float:
-    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return parse_pid_stat(Path(f"/proc/{pid}/task/{tid}/stat").read_text())[1]  # a thread's stat reads as a process's
 
 
 def _paired(windows: list[tuple[int, Window]], attack: int, field: str) -> list[float]:

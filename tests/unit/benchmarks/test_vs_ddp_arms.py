@@ -30,3 +30,8 @@ def test_a_variant_parses_numbers_booleans_and_specs_with_commas() -> None:
 def test_a_variant_naming_no_field_is_refused_with_its_name(bad: str) -> None:
     with pytest.raises(SystemExit, match="not a GossipConfig field"):
         vs_ddp.gossip_fields(bad)
+
+
+def test_a_variant_value_of_the_wrong_type_is_refused_with_its_field() -> None:
+    with pytest.raises(SystemExit, match="gossip_every: expected an integer"):
+        vs_ddp.gossip_fields("gossip_every=4.5")

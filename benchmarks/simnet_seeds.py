@@ -1,6 +1,7 @@
 """A built-in simnet scenario's headline figures over several seeds: median, range and each seed.
 
     python benchmarks/simnet_seeds.py --scenario stragglers [--seeds 0,1,2,3,4] [--out DIR]
+    python benchmarks/simnet_seeds.py --scenario single --seeds 5,6,7 --runs gossip --variant 'session.pulls_per_publish=4'
 
 One seed is one draw of the problem (teacher, shards, speeds, graph, churn), so a single
 seed can flatter or hurt any method. For each seed this runs the scenario and extracts its
@@ -17,6 +18,10 @@ process: its final loss over the full duration D is the target, and the headline
 the 8 gossip peers take to reach it, over D. The simulated figures are exact for a seed; the scale
 scenario's cost ratio is real CPU time and depends on the machine's load (printed per seed).
 
+`--variant 'session.pulls_per_publish=4;gossip.step_scale_power=0.5'` adds a run, the scenario's
+gossip run with those settings changed, and its figures (simnet_variants.py); `--runs gossip`
+keeps only the runs named (the reference run always), so a tuning grid is one command.
+
 With --out DIR: DIR/seed<S>/ gets each seed's metrics.jsonl, summary.json and timing.json
 (no plots), and DIR/seeds.json the figures.
 """
@@ -31,12 +36,14 @@ import statistics
 import sys
 import time
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
+from simnet_figures import (Figure, cost_ratio, final_ratio, load_average, mean_model_ratio, pair,  # noqa: E402
+                            read_figure, run_value, target_of, time_over_duration, time_ratio)
+from simnet_variants import BASE_RUN, parse_variant, variant_name, with_variants  # noqa: E402
 
 from simnet.runs.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
 from simnet.runs.runner import run_records  # noqa: E402
@@ -50,84 +57,6 @@ TARGET_RULES: dict[str, tuple[str, float]] = {
 }
 """Scenarios whose target loss is set per seed: (reference run, factor); the target is the
 factor x the reference run's final loss over the full duration."""
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One headline figure: how to read it from a seed's results, and its target if any."""
-
-    name: str
-    read: Callable[[dict, dict], float | None]
-    """(summary, timing) -> value; None when the seed's results do not define it."""
-    op: str | None = None
-    """'<=', '>=' or '>': the value must be at or below / at or above / above `limit`."""
-    limit: float | None = None
-
-    def holds(self, value: float | None) -> bool | None:
-        if self.op is None or self.limit is None:
-            return None
-        if value is None or math.isnan(value):
-            return False
-        if self.op == "<=":
-            return value <= self.limit
-        return value >= self.limit if self.op == ">=" else value > self.limit
-
-
-def final_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
-    """final_loss(a) / final_loss(b); infinite when run a diverged and b did not."""
-    def read(summary: dict, _timing: dict) -> float | None:
-        fa, fb = summary["runs"][a]["final_loss"], summary["runs"][b]["final_loss"]
-        if fa is None or fb is None or not math.isfinite(fb) or fb == 0:
-            return None
-        return math.inf if not math.isfinite(fa) else fa / fb
-    return read
-
-
-def time_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
-    """time_to_target(a) / time_to_target(b); infinite when a never reached the target."""
-    def read(summary: dict, _timing: dict) -> float | None:
-        ta, tb = summary["runs"][a]["time_to_target_s"], summary["runs"][b]["time_to_target_s"]
-        if tb is None or tb == 0:
-            return None
-        return math.inf if ta is None else ta / tb
-    return read
-
-
-def time_over_duration(run: str, ref: str) -> Callable[[dict, dict], float | None]:
-    """time_to_target(run) / the simulated duration of run `ref`; infinite when run never reached it."""
-    def read(summary: dict, _timing: dict) -> float | None:
-        t, duration = summary["runs"][run]["time_to_target_s"], summary["runs"][ref]["sim_time_s"]
-        if not duration:
-            return None
-        return math.inf if t is None else t / duration
-    return read
-
-
-def pair(key: str, name: str) -> Callable[[dict, dict], float | None]:
-    """summary["ratios"][name][key], as build_summary computed it."""
-    return lambda summary, _timing: summary["ratios"].get(name, {}).get(key)
-
-
-def run_value(run: str, *path: str) -> Callable[[dict, dict], float | None]:
-    """summary["runs"][run][path...]."""
-    def read(summary: dict, _timing: dict) -> float | None:
-        value: Any = summary["runs"][run]
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        return None if value is None else float(value)
-    return read
-
-
-def target_of(run: str) -> Callable[[dict, dict], float | None]:
-    return lambda summary, _timing: summary["target_loss"].get(run)
-
-
-def cost_ratio(name: str) -> Callable[[dict, dict], float | None]:
-    return lambda _summary, timing: timing["cost_ratio"].get(name)
-
-
-def load_average(_summary: dict, timing: dict) -> float | None:
-    return timing.get("load_average")
 
 
 def baseline_figures(limits: bool) -> list[Figure]:
@@ -179,6 +108,7 @@ def single_figures(peers: int, limit: float, half_swarm: bool = False) -> list[F
         Figure("diloco (H=4), best step: time to target / D", time_over_duration("diloco", "single")),
         Figure("single: time to its own final loss / D", time_over_duration("single", "single")),
         Figure("gossip/single final loss", final_ratio("gossip", "single")),
+        Figure("gossip's mean model/single final loss", mean_model_ratio("gossip", "single")),
         Figure("allreduce/single final loss", final_ratio("allreduce", "single")),
         Figure("alone/single final loss", final_ratio("alone", "single")),
     ]
@@ -294,9 +224,11 @@ def with_target(data: dict[str, Any], target: float | None, runs: list[str] | No
     return out
 
 
-def run_seed(name: str, seed: int, emit: Callable[[str], None]) -> tuple[dict, dict, list]:
-    """One seed of a scenario, with its own target where the scenario has a reference run."""
-    data = scenario_data(name)
+def run_seed(name: str, seed: int, emit: Callable[[str], None], variants: Sequence[dict[str, Any]] = (),
+             runs: Sequence[str] | None = None) -> tuple[dict, dict, list]:
+    """One seed of a scenario, with its own target where the scenario has a reference run; `variants`
+    add runs (simnet_variants.py), `runs` keeps only those named (and the variants, and the reference)."""
+    data = select_runs(with_variants(scenario_data(name), list(variants)), name, runs)
     if name in TARGET_RULES:
         run, factor = TARGET_RULES[name]
         emit(f"seed {seed}: {run} over the full duration, to set the target")
@@ -308,6 +240,37 @@ def run_seed(name: str, seed: int, emit: Callable[[str], None]) -> tuple[dict, d
     summary, timing, records = simulate(data, seed, emit)
     timing["load_average"] = os.getloadavg()[0]
     return summary, timing, records
+
+
+def select_runs(data: dict[str, Any], name: str, runs: Sequence[str] | None) -> dict[str, Any]:
+    """`data` with only the runs named in `runs` (None: all), the variants and the reference run."""
+    if runs is None:
+        return data
+    keep = {*runs, *(TARGET_RULES[name][:1] if name in TARGET_RULES else ())}
+    known = {r["name"] for r in data["runs"]}
+    if unknown := sorted(set(runs) - known):
+        raise ValueError(f"--runs: {', '.join(unknown)} not in scenario {name!r} (its runs: {', '.join(sorted(known))})")
+    out = {**data, "runs": [r for r in data["runs"] if r["name"] in keep or r["name"].startswith("variant")]}
+    out["compare"] = [pair for pair in data.get("compare", []) if all(run in keep for run in pair)]
+    return out
+
+
+def variant_figures(name: str, variants: Sequence[str]) -> list[Figure]:
+    """Each variant's time to the seed's target and final loss, against the scenario's reference run
+    (the single process, the all-reduce) or, without one, its unchanged gossip run."""
+    ref = TARGET_RULES[name][0] if name in TARGET_RULES else BASE_RUN
+    figures = []
+    for i, text in enumerate(variants, 1):
+        run = variant_name(i)
+        if name in ("single", "single16"):
+            figures.append(Figure(f"{run} [{text}]: time to target / D", time_over_duration(run, ref)))
+        elif name in TARGET_RULES:
+            figures.append(Figure(f"{run} [{text}]/{ref} time to target", time_ratio(run, ref)))
+        figures.append(Figure(f"{run} [{text}]/{ref} final loss", final_ratio(run, ref)))
+        figures.append(Figure(f"{run} [{text}]'s mean model/{ref} final loss", mean_model_ratio(run, ref)))
+    return figures
+
+
 
 
 def spread(values: list[float | None]) -> dict[str, Any]:
@@ -332,8 +295,8 @@ def markdown(figures: list[Figure], values: dict[str, list[float | None]], seeds
         vals = values[fig.name]
         s = spread(vals)
         target = "" if fig.op is None else f"{fig.op} {fmt(fig.limit)}"
-        held = [fig.holds(v) for v in vals]
-        holds = "" if fig.op is None else f"{sum(bool(h) for h in held)}/{len(held)}"
+        held = [fig.holds(v) for v in vals if v is not None]  # None: a run `--runs` left out
+        holds = "" if fig.op is None or not held else f"{sum(bool(h) for h in held)}/{len(held)}"
         cells = [fig.name, fmt(s["median"]), f"{fmt(s['min'])}–{fmt(s['max'])}", *(fmt(v) for v in vals), target, holds]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -344,8 +307,19 @@ def main() -> None:
     ap.add_argument("--scenario", required=True, choices=sorted(FIGURES))
     ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
     ap.add_argument("--out", type=Path, default=None, help="write each seed's results and seeds.json here")
+    ap.add_argument("--variant", action="append", default=[], metavar="[SECTION.]FIELD=VALUE[;...]",
+                    help="an extra run: the scenario's gossip run with these settings changed (repeatable)")
+    ap.add_argument("--runs", default=None, help="comma-separated runs to keep (default all; the reference run "
+                    "that sets a seed's target and the variants are always kept)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    runs = None if args.runs is None else [r.strip() for r in args.runs.split(",") if r.strip()]
+    try:
+        variants = [parse_variant(v) for v in args.variant]
+        data = select_runs(with_variants(scenario_data(args.scenario), variants), args.scenario, runs)
+        scenario_from_dict(data, f"scenario {args.scenario!r} with --variant/--runs", seed=0)  # names a bad field now
+    except ValueError as exc:
+        sys.exit(str(exc))
     if args.scenario == "tts":
         import gossip_tts.simnet_models  # noqa: F401  (registers tts-tiny)
     if args.scenario not in builtin_scenarios():
@@ -355,14 +329,14 @@ def main() -> None:
         print(f"[{args.scenario}] {line}", file=sys.stderr, flush=True)
 
     print(describe(), flush=True)
-    figures = FIGURES[args.scenario]
+    figures = FIGURES[args.scenario] + variant_figures(args.scenario, args.variant)
     values: dict[str, list[float | None]] = {f.name: [] for f in figures}
     t0 = time.perf_counter()
     for seed in seeds:
-        summary, timing, records = run_seed(args.scenario, seed, emit)
+        summary, timing, records = run_seed(args.scenario, seed, emit, variants, runs)
         emit(f"seed {seed} done after {time.perf_counter() - t0:.0f} s real\n{table(summary, timing)}")
         for fig in figures:
-            values[fig.name].append(fig.read(summary, timing))
+            values[fig.name].append(read_figure(fig, summary, timing))
         if args.out is not None:
             write_outputs(args.out / f"seed{seed}", records, summary, timing)
     print(f"\n{args.scenario}, seeds {','.join(map(str, seeds))} ({time.perf_counter() - t0:.0f} s real):\n")

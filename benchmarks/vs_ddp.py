@@ -16,7 +16,9 @@ With `--split` (TTS only) each process of a multi-process arm holds only its own
 training clips (whole speakers), the single process all of them, and the straggler arms are left
 out: the figure is how much of the single process's lead over a peer trained on its part alone
 the gossip peers close, (alone − gossip) / (alone − single), printed as
-`gossip_gap_closed_of_single`.
+`gossip_gap_closed_of_single`, and again with the single process read after as many steps as
+each lone peer took (`lead_of_single_at_equal_steps`, `gossip_gap_closed_of_single_at_equal_steps`):
+the single process has a core to itself, so at the budget part of its lead is steps.
 
 `--arms` keeps only the arms named (single, ddp, ddp-straggler, gossip, gossip-straggler,
 alone); each `--variant FIELD=VALUE[;FIELD=VALUE]` adds a gossip arm with those GossipConfig
@@ -141,7 +143,8 @@ def run(a: argparse.Namespace) -> None:
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
            {"peers": n, "budget_s": b, "split": a.split},
            {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}"),
-            **{f"{name}_gain_captured_of_ddp": (name, d, f"alone x{n}") for name in variants}})
+            **{f"{name}_gain_captured_of_ddp": (name, d, f"alone x{n}") for name in variants}},
+           equal_steps=(s, f"alone x{n}", g) if a.split else None)
 
 
 ARM_KINDS = ("single", "ddp", "ddp-straggler", "gossip", "gossip-straggler", "alone")

@@ -129,6 +129,33 @@ def gain_captured(by_name: dict[str, float], captures: dict[str, tuple[str, str,
     return out
 
 
+def loss_at_samples(curve: Sequence[Sequence[float]], samples: float) -> float | None:
+    """The loss of a (t, samples, loss) curve after `samples`, linear between its evaluations; None
+    past its last one."""
+    for (_, s0, l0), (_, s1, l1) in zip(curve, curve[1:]):
+        if s0 <= samples <= s1:
+            return l0 if s1 == s0 else l0 + (samples - s0) / (s1 - s0) * (l1 - l0)
+    return None
+
+
+def at_equal_steps(results: Sequence[ArmResult], reference: str, alone: str, method: str,
+                   curve: str = "curve") -> dict[str, float | None]:
+    """The reference's lead and the share of it the method closes with the reference read after as
+    many samples (so steps, at one batch size) as each process of `alone` took, not at the budget:
+    a single process on a core of its own takes more steps than peers that share the cores, and
+    that lead is the cores', not the corpus's. Keys: `lead`, alone / reference; `closed`,
+    (alone − method) / (alone − reference)."""
+    arms = {r.name: r for r in results if r.records}
+    if not all(name in arms for name in (reference, alone, method)):
+        return {"lead": None, "closed": None}
+    per_process = sum(r["samples"] for r in arms[alone].records) / len(arms[alone].records)
+    ref = loss_at_samples([c for c in mean_curve(arms[reference].records, curve) if math.isfinite(c[2])], per_process)
+    lone, own = final_loss(arms[alone].records, curve), final_loss(arms[method].records, curve)
+    if ref is None or not all(math.isfinite(v) for v in (lone, own)) or lone <= ref:
+        return {"lead": None if ref is None or ref <= 0 else round(lone / ref, 4), "closed": None}
+    return {"lead": round(lone / ref, 4), "closed": round((lone - own) / (lone - ref), 4)}
+
+
 def crossing_times(curves: dict[str, list], finals: dict[str, float],
                    pairs: dict[str, tuple[str, str]]) -> dict[str, float | None]:
     """For each pair, when each arm's mean curve first reached the other's final loss (None: never
@@ -143,9 +170,11 @@ def crossing_times(curves: dict[str, list], finals: dict[str, float],
 
 
 def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict,
-           captures: dict[str, tuple[str, str, str]] | None = None) -> None:
+           captures: dict[str, tuple[str, str, str]] | None = None,
+           equal_steps: tuple[str, str, str] | None = None) -> None:
     """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`;
-    `captures` adds `gain_captured` figures, on live and on averaged weights."""
+    `captures` adds `gain_captured` figures, on live and on averaged weights; `equal_steps`
+    (reference, alone, method) adds `at_equal_steps`'s."""
     if target is None:
         target = final_loss(results[0].records) if results[0].records else 0.0
     print(f"\ntarget loss for 't to target': {target:.4g} (the first arm's loss at the budget unless --target)\n")
@@ -168,5 +197,13 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
                 **{f"averaged_{key}": v for key, v in gain_captured(averaged, captures or {}).items()}}
     for key, v in captured.items():
         print(f"{key}: {v}  ((alone − method) / (alone − reference) of final losses)")
+    if equal_steps is not None:
+        ref, alone, method = equal_steps
+        for prefix, curve in (("", "curve"), ("averaged_", "averaged")):
+            found = at_equal_steps(results, ref, alone, method, curve)
+            captured[f"{prefix}lead_of_{ref}_at_equal_steps"] = found["lead"]
+            captured[f"{prefix}{method.split()[0]}_gap_closed_of_{ref}_at_equal_steps"] = found["closed"]
+            print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} {found['lead']}, "
+                  f"share of that lead {method} closes {found['closed']}")
     print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, **captured, "t_to_other_final": crossings,
                                   "averaged_t_to_other_final": averaged_crossings, **extra}, sort_keys=True))

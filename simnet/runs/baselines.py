@@ -119,7 +119,7 @@ class SyncSim:
     def sample(self) -> dict:
         loss = self._loss()
         return {
-            "t": self.t_ready, "loss": loss, "loss_min": loss, "loss_max": loss, "consensus": 0.0,
+            "t": self.t_ready, "loss": loss, "loss_of_mean": loss, "loss_min": loss, "loss_max": loss, "consensus": 0.0,
             "bytes_per_peer": self.bytes_per_peer, "peer_steps": self.peer_steps,
             "online": len(self.trainers), "diverged": 0,
         }

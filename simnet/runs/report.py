@@ -36,13 +36,14 @@ def dumps(obj: Any) -> str:
     return json.dumps(clean(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def final_loss(rec: RunRecord) -> float | None:
-    """Mean loss over the last 10% of the run's simulated time (at least the last sample)."""
-    rows = [r for r in rec.rows if r["loss"] is not None]
+def final_loss(rec: RunRecord, key: str = "loss") -> float | None:
+    """Mean of `key` (the peers' mean loss; `loss_of_mean`, their mean model's) over the last 10% of
+    the run's simulated time (at least the last sample)."""
+    rows = [r for r in rec.rows if r.get(key) is not None]
     if not rows:
         return None
     t_end = rows[-1]["t"]
-    tail = [r["loss"] for r in rows if r["t"] >= 0.9 * t_end] or [rows[-1]["loss"]]
+    tail = [r[key] for r in rows if r["t"] >= 0.9 * t_end] or [rows[-1][key]]
     return sum(tail) / len(tail)
 
 
@@ -60,6 +61,7 @@ def run_summary(rec: RunRecord) -> dict:
         "n_peers": rec.world.n_peers,
         "time_to_target_s": rec.time_to_target_s,
         "final_loss": final_loss(rec),
+        "final_loss_of_mean": final_loss(rec, "loss_of_mean"),
         "final_consensus": last.get("consensus"),
         "sim_time_s": rec.sim_time_s,
         "peer_steps": rec.peer_steps,

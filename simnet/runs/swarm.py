@@ -153,6 +153,7 @@ class GossipSim:
         return {
             "t": self.now(),
             "loss": (sum(finite) / len(finite) if len(finite) == len(losses) else math.inf) if losses else None,
+            "loss_of_mean": self._loss_of_mean(live),
             "loss_min": min(finite) if finite else None,
             "loss_max": max(finite) if finite else None,
             "consensus": consensus_distance(live) if len(live) >= 2 else 0.0,
@@ -161,6 +162,17 @@ class GossipSim:
             "online": sum(p.online for p in self.peers),
             "diverged": sum(p.diverged for p in honest),
         }
+
+    def _loss_of_mean(self, live: list[torch.Tensor]) -> float | None:
+        """The loss of the honest peers' mean parameters: how far `loss` is from it is the part of
+        the peers' loss their disagreement costs (the consensus error), the rest the swarm's own."""
+        if self.evaluate is None or not live:
+            return None
+        mean = torch.stack(live).mean(0)
+        if not bool(torch.isfinite(mean).all()):
+            return math.inf
+        value = self.evaluate(mean)
+        return value if math.isfinite(value) else math.inf
 
     def _loss(self, p: SimPeer) -> float:
         if p.diverged:

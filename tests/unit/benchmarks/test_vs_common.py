@@ -173,3 +173,30 @@ def test_gain_captured_is_the_share_of_the_reference_gain_over_alone() -> None:
                                     "no_gain": ("gossip", "alone", "ddp"), "missing": ("gossip", "ddp", "absent"),
                                     "not_finite": ("nan", "ddp", "alone")})
     assert got == {"quarter": 0.25, "negative": -0.5, "no_gain": None, "missing": None, "not_finite": None}
+
+
+def test_loss_at_samples_interpolates_between_evaluations_and_not_past_the_last() -> None:
+    curve = [(0.0, 0, 2.0), (10.0, 100, 1.0), (20.0, 300, 0.5)]
+    assert vr.loss_at_samples(curve, 50) == pytest.approx(1.5)
+    assert vr.loss_at_samples(curve, 200) == pytest.approx(0.75)
+    assert vr.loss_at_samples(curve, 300) == pytest.approx(0.5)
+    assert vr.loss_at_samples(curve, 301) is None
+
+
+def test_at_equal_steps_reads_the_reference_after_the_lone_peers_steps_not_at_the_budget() -> None:
+    """A single process on its own core takes twice the steps of peers sharing the cores: at the budget
+    its lead over the lone peers is 0.5 / 0.4, after their 100 samples each it is 0.5 / 0.45."""
+    def arm(name: str, procs: int, curve: list[tuple[float, int, float]]) -> vc.ArmResult:
+        recs = [{"curve": curve, "averaged": curve, "samples": curve[-1][1]} for _ in range(procs)]
+        return vc.ArmResult(name, recs, 10.0, 0.0, 1.0)
+
+    single = arm("single", 1, [(0.0, 0, 1.0), (5.0, 100, 0.45), (10.0, 200, 0.4)])
+    alone, gossip = arm("alone x2", 2, [(0.0, 0, 1.0), (10.0, 100, 0.5)]), arm("gossip x2", 2, [(0.0, 0, 1.0), (10.0, 90, 0.46)])
+    got = vr.at_equal_steps([single, alone, gossip], "single", "alone x2", "gossip x2")
+    assert got == {"lead": pytest.approx(0.5 / 0.45, abs=1e-4), "closed": pytest.approx(0.04 / 0.05, abs=1e-4)}
+    assert vr.gain_captured({"single": 0.4, "alone x2": 0.5, "gossip x2": 0.46},
+                            {"x": ("gossip x2", "single", "alone x2")}) == {"x": pytest.approx(0.4)}
+    missing = vr.at_equal_steps([single, alone], "single", "alone x2", "gossip x2")
+    assert missing == {"lead": None, "closed": None}
+    short = arm("single", 1, [(0.0, 0, 1.0), (5.0, 50, 0.45)])  # stopped before the peers' step count
+    assert vr.at_equal_steps([short, alone, gossip], "single", "alone x2", "gossip x2") == {"lead": None, "closed": None}

@@ -11,6 +11,7 @@ never has the project installed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -52,11 +54,35 @@ class Record:
     averaged: list[tuple[float, int, float]] = field(default_factory=list)
     """(seconds, samples, held-out loss of the averaged weights) at the same evaluations as `curve`."""
 
-    def write(self, path: Path, clock: "Clock") -> None:
+    def write(self, path: Path, clock: "Clock", final: torch.Tensor | None = None) -> None:
+        """The record, and beside it (`final_params_path`) the process's last parameters when given,
+        written first: a record's presence says both are complete."""
         self.cpu_s = cpu_seconds_self() - clock.cpu0
+        if final is not None:
+            save_file({"flat": final.detach().float().contiguous()}, str(final_params_path(path)))
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self)))
         tmp.rename(path)  # readers never see half a record
+
+
+def final_params_path(record: Path) -> Path:
+    return record.with_suffix(".final.safetensors")
+
+
+def mean_final_params(records: Sequence[Path]) -> torch.Tensor | None:
+    """The mean of an arm's processes' last parameters (None unless every process wrote them):
+    the model the arm's peers agree on, whose loss against theirs is what their disagreement costs."""
+    paths = [final_params_path(p) for p in records]
+    if not paths or not all(p.exists() for p in paths):
+        return None
+    return torch.stack([load_file(str(p))["flat"] for p in paths]).mean(0)
+
+
+def held_out_loss(w: "Workload", flat: torch.Tensor) -> float:
+    """The held-out loss of parameters `flat` of workload `w`'s model (the set every arm is scored on)."""
+    model = w.build_model()
+    nn.utils.vector_to_parameters(flat, model.parameters())
+    return w.task(0).eval_loss(model)
 
 
 def cpu_seconds_self() -> float:
@@ -70,8 +96,11 @@ class Clock:
     Every worker writes `ready.<rank>`, then waits for the parent's `go` file holding the start
     time: start-up (imports, DHT, handshakes) is outside the budget, for every arm alike."""
 
-    def __init__(self, run_dir: Path, rank: int, budget_s: float, evals: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, budget_s: float, evals: int,
+                 on_go: Callable[[], None] | None = None) -> None:
+        """`on_go`: called at the common start (a gossip worker starts its per-thread CPU meter there)."""
         self.run_dir, self.rank, self.budget_s = run_dir, rank, budget_s
+        self.on_go = on_go
         self.eval_every = budget_s / max(evals, 1)
         self.t0 = 0.0
         self.cpu0 = 0.0
@@ -85,6 +114,8 @@ class Clock:
         self.t0 = float(go.read_text())
         time.sleep(max(0.0, self.t0 - time.time()))
         self.cpu0 = cpu_seconds_self()
+        if self.on_go is not None:
+            self.on_go()
 
     def elapsed(self) -> float:
         return time.time() - self.t0
@@ -169,7 +200,7 @@ def plain_worker(w: Workload, run_dir: Path, rank: int, budget_s: float, evals: 
         train_step(model, opt, task, rec, w, slow_factor)
         average.observe(model, rec.steps)
     evaluate(rec, clock.elapsed(), task, model, average)
-    rec.write(run_dir / f"rank{rank}.json", clock)
+    rec.write(run_dir / f"rank{rank}.json", clock, nn.utils.parameters_to_vector(model.parameters()))
 
 
 # ---------------------------------------------------------------------------- one arm
@@ -182,6 +213,8 @@ class ArmResult:
     """Average cores other processes kept busy during the arm (the noise behind its numbers)."""
     own_cpu_s: float
     failed: str = ""
+    mean_model_loss: float = math.nan
+    """Held-out loss of the mean of the processes' last parameters (NaN: not scored)."""
 
 
 class ProcessGroup:
@@ -214,10 +247,11 @@ class ProcessGroup:
 
 
 def run_arm(name: str, launch: Callable[[ProcessGroup, Path], int], run_dir: Path, budget_s: float,
-            startup_timeout_s: float = 180.0) -> ArmResult:
+            startup_timeout_s: float = 180.0, score: Callable[[torch.Tensor], float] | None = None) -> ArmResult:
     """Start an arm (`launch` spawns its workers and returns how many), release them together,
     collect their records, and always kill the group. The load is measured from the go signal
-    to the last record, so start-up and tear-down do not count as anyone's noise."""
+    to the last record, so start-up and tear-down do not count as anyone's noise. `score`, when
+    given, scores the mean of the processes' last parameters (after the group is gone)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     group = ProcessGroup()
     try:
@@ -248,7 +282,9 @@ def run_arm(name: str, launch: Callable[[ProcessGroup, Path], int], run_dir: Pat
     finally:
         group.kill()
     own = meter.seconds()
-    return ArmResult(name, records, wall, others_load(busy, own, load_wall), own)
+    mean = mean_final_params(paths) if score is not None else None
+    return ArmResult(name, records, wall, others_load(busy, own, load_wall), own,
+                     mean_model_loss=math.nan if mean is None else score(mean))
 
 
 def _why(run_dir: Path, dead: list) -> str:
@@ -256,8 +292,10 @@ def _why(run_dir: Path, dead: list) -> str:
     return f"exit codes {dead or 'none (timed out)'}; " + " | ".join(tails)
 
 
-def run_arms(arms: Sequence[tuple[str, Callable[[ProcessGroup, Path], int]]], prefix: str, budget_s: float) -> list[ArmResult]:
-    """Each arm in turn; one that cannot start is reported failed, saying why, and the rest go on."""
+def run_arms(arms: Sequence[tuple[str, Callable[[ProcessGroup, Path], int]]], prefix: str, budget_s: float,
+             score: Callable[[torch.Tensor], float] | None = None) -> list[ArmResult]:
+    """Each arm in turn; one that cannot start is reported failed, saying why, and the rest go on.
+    `score`: see `run_arm`."""
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix=prefix))
@@ -266,7 +304,7 @@ def run_arms(arms: Sequence[tuple[str, Callable[[ProcessGroup, Path], int]]], pr
     for i, (name, launch) in enumerate(arms):
         print(f"arm {name} ...", file=sys.stderr, flush=True)
         try:
-            results.append(run_arm(name, launch, root / f"arm{i}", budget_s))
+            results.append(run_arm(name, launch, root / f"arm{i}", budget_s, score=score))
         except RuntimeError as exc:
             results.append(ArmResult(name, [], 0.0, float("nan"), 0.0, failed=str(exc)))
     return results

@@ -44,8 +44,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
-from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, run_arms,  # noqa: E402
-                       single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, held_out_loss,  # noqa: E402
+                       run_arms, single_arm_launcher, train_step)
 from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import plot_equal_samples, report  # noqa: E402
 
@@ -79,7 +79,7 @@ def ddp_worker(w: Workload, run_dir: Path, rank: int, world: int, port: int, bud
             break
         train_step(model, opt, task, rec, w, slow_factor)
         average.observe(model.module, rec.steps)
-    rec.write(run_dir / f"rank{rank}.json", clock)
+    rec.write(run_dir / f"rank{rank}.json", clock, nn.utils.parameters_to_vector(model.module.parameters()))
     dist.destroy_process_group()
 
 
@@ -133,7 +133,7 @@ def run(a: argparse.Namespace) -> None:
         if unknown:
             raise SystemExit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARM_KINDS)}")
         arms = [arm for arm in arms if arm_kind(arm[0]) in keep]
-    results = run_arms(arms, "vs_ddp_", b)
+    results = run_arms(arms, "vs_ddp_", b, score=lambda flat: held_out_loss(w, flat))
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
     print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"

@@ -79,7 +79,7 @@ class WorkloadTrainer(Trainer):
     """The workload behind the peer's Trainer seam; waits for the common start on its first step
     and sets `stop` once the budget is spent.
 
-    Its averaged weights are the peer's own (`averaged_source`, the node's `average.current`) in
+    Its averaged weights are the peer's own (`score_averaged_from`, the node's `average.current`) in
     the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
 
     capabilities = Capabilities()
@@ -96,11 +96,16 @@ class WorkloadTrainer(Trainer):
         self._started = False
         self._at_end = evals_at_end
         self.average = IterateAverage(self.model)
-        self.averaged_source: Callable[[], torch.Tensor | None] | None = None
-        """Set in the gossip arm: the peer's averaged weights (None before its first publish)."""
+        self._averaged_source: Callable[[], torch.Tensor | None] | None = None
+
+    def score_averaged_from(self, source: Callable[[], torch.Tensor | None]) -> None:
+        """In the gossip arm: score the peer's own averaged weights, `source()` (None before its
+        first publish), instead of this trainer's iterate average."""
+        self._averaged_source = source
+
     def _evaluate(self) -> None:
-        if self.averaged_source is not None:
-            averaged = self.averaged_source()
+        if self._averaged_source is not None:
+            averaged = self._averaged_source()
             evaluate(self.rec, self.clock.elapsed(), self.task, self.model, self.average,
                      averaged if averaged is not None else self.get_flat_params())
         else:
@@ -117,7 +122,7 @@ class WorkloadTrainer(Trainer):
         if self.clock.eval_due():
             self._evaluate()
         loss = train_step(self.model, self.opt, self.task, self.rec, self.w, self.slow_factor)
-        if self.averaged_source is None:
+        if self._averaged_source is None:
             self.average.observe(self.model, self.rec.steps)
         if self.clock.over():
             self._evaluate()
@@ -162,7 +167,8 @@ def worker(a: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     w = load_workload(a.workload_json)
-    clock, stop, cpu = Clock(a.run_dir, a.rank, a.budget, a.evals), threading.Event(), ThreadCPU()
+    stop, cpu = threading.Event(), ThreadCPU()
+    clock = Clock(a.run_dir, a.rank, a.budget, a.evals, on_go=cpu.start)
     end: dict[str, Any] = {}
     peer: GossipPeer | None = None
 
@@ -180,13 +186,6 @@ def worker(a: argparse.Namespace) -> None:
                               "step_scale": m.get("step_scale") or 1.0}
 
     trainer = WorkloadTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)
-    original_wait = clock.wait_for_go
-
-    def wait_then_sample() -> None:
-        original_wait()
-        cpu.start()
-
-    clock.wait_for_go = wait_then_sample  # type: ignore[method-assign]
     loop_cfg = LoopConfig(log_every_s=1e9)
     if a.alone:
         run_loop(trainer, loop_cfg, stop=stop, emit=lambda s: None)
@@ -199,13 +198,13 @@ def worker(a: argparse.Namespace) -> None:
             current = peer.node.average.current if peer is not None and peer.node is not None else None
             return None if current is None else current[0]
 
-        trainer.averaged_source = peer_average
+        trainer.score_averaged_from(peer_average)
         peer.run(stop)
     threads = end.get("threads", {})
     trainer.rec.extra = {**end.get("metrics", {}), "train_cpu_s": threads.get("training", 0.0),
                          "gossip_cpu_s": threads.get("gossip-net", 0.0) + threads.get("gossip-node", 0.0),
                          "threads_cpu_s": threads}
-    trainer.rec.write(a.run_dir / f"rank{a.rank}.json", clock)
+    trainer.rec.write(a.run_dir / f"rank{a.rank}.json", clock, trainer.get_flat_params())
 
 
 def _median(values: list[float]) -> float | None:

@@ -48,6 +48,8 @@ def summary_row(arm: ArmResult, target: float) -> dict:
            "samples/s": samples / arm.wall_s, "t to target s": time_to(curve, target),
            "last eval at s": max(r["curve"][-1][0] for r in arm.records),
            "others' load (cores)": arm.others_cores, "cpu s": arm.own_cpu_s}
+    if math.isfinite(arm.mean_model_loss):
+        row["mean model loss"] = arm.mean_model_loss  # the mean of its processes' last parameters
     for key in ("bytes_sent", "bytes_received", "exchanges", "mixes", "mixed_staleness_median", "gossip_cpu_s",
                 "train_cpu_s", "worker_cpu_s", "mix_s", "step_scale", "epochs"):
         vals = [r["extra"][key] for r in arm.records if r.get("extra", {}).get(key) is not None]
@@ -205,5 +207,7 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
             captured[f"{prefix}{method.split()[0]}_gap_closed_of_{ref}_at_equal_steps"] = found["closed"]
             print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} {found['lead']}, "
                   f"share of that lead {method} closes {found['closed']}")
+    mean_models = {r.name: round(r.mean_model_loss, 6) for r in results if math.isfinite(r.mean_model_loss)}
     print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, **captured, "t_to_other_final": crossings,
+                                  "mean_model_loss": mean_models,
                                   "averaged_t_to_other_final": averaged_crossings, **extra}, sort_keys=True))

@@ -200,3 +200,30 @@ def test_at_equal_steps_reads_the_reference_after_the_lone_peers_steps_not_at_th
     assert missing == {"lead": None, "closed": None}
     short = arm("single", 1, [(0.0, 0, 1.0), (5.0, 50, 0.45)])  # stopped before the peers' step count
     assert vr.at_equal_steps([short, alone, gossip], "single", "alone x2", "gossip x2") == {"lead": None, "closed": None}
+
+
+def test_an_arms_mean_model_is_the_mean_of_every_process_last_parameters_and_scores_as_one(tmp_path) -> None:
+    import torch
+    from torch import nn
+
+    w = vw.MLPWorkload(hidden=8, batch_size=4, eval_samples=16)
+    models = [w.build_model(seed=s) for s in (0, 1)]
+    flats = [nn.utils.parameters_to_vector(m.parameters()).detach() for m in models]
+    clock = vc.Clock(tmp_path, 0, 1.0, 1)
+    paths = [tmp_path / f"rank{r}.json" for r in (0, 1)]
+    assert vc.mean_final_params(paths) is None  # nothing written yet
+    vc.Record(0).write(paths[0], clock, flats[0])
+    assert vc.mean_final_params(paths) is None, "one process's parameters are not the arm's mean"
+    vc.Record(1).write(paths[1], clock, flats[1])
+    mean = vc.mean_final_params(paths)
+    assert torch.equal(mean, (flats[0] + flats[1]) / 2)
+    assert json.loads(paths[1].read_text())["rank"] == 1
+    assert vc.held_out_loss(w, flats[0]) == pytest.approx(w.task(0).eval_loss(models[0]))
+    assert vc.held_out_loss(w, mean) != pytest.approx(vc.held_out_loss(w, flats[0]))
+
+
+def test_the_table_shows_the_mean_model_only_where_an_arm_was_scored() -> None:
+    rec = {"curve": [(0.0, 0, 1.0), (1.0, 8, 0.5)], "averaged": [(1.0, 8, 0.4)], "samples": 8, "extra": {}}
+    scored = vr.summary_row(vc.ArmResult("g", [rec], 1.0, 0.0, 1.0, mean_model_loss=0.45), target=0.5)
+    assert scored["mean model loss"] == 0.45
+    assert "mean model loss" not in vr.summary_row(vc.ArmResult("h", [rec], 1.0, 0.0, 1.0), target=0.5)

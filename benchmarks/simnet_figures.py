@@ -28,10 +28,11 @@ class Figure:
         return value >= self.limit if self.op == ">=" else value > self.limit
 
 
-def final_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
-    """final_loss(a) / final_loss(b); infinite when run a diverged and b did not."""
+def final_ratio(a: str, b: str, of: str = "final_loss") -> Callable[[dict, dict], float | None]:
+    """summary `of` of run a (its `final_loss`, or `final_loss_of_mean`: its peers' mean model's)
+    over run b's final_loss; infinite when run a diverged and b did not."""
     def read(summary: dict, _timing: dict) -> float | None:
-        fa, fb = summary["runs"][a]["final_loss"], summary["runs"][b]["final_loss"]
+        fa, fb = summary["runs"][a].get(of), summary["runs"][b]["final_loss"]
         if fa is None or fb is None or not math.isfinite(fb) or fb == 0:
             return None
         return math.inf if not math.isfinite(fa) else fa / fb
@@ -39,14 +40,9 @@ def final_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
 
 
 def mean_model_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
-    """final_loss_of_mean(a) / final_loss(b): run a's peers' mean model against run b; above
-    final_ratio(a, b) by nothing when the peers agree, by their consensus error when they do not."""
-    def read(summary: dict, _timing: dict) -> float | None:
-        fa, fb = summary["runs"][a].get("final_loss_of_mean"), summary["runs"][b]["final_loss"]
-        if fa is None or fb is None or not math.isfinite(fb) or fb == 0:
-            return None
-        return math.inf if not math.isfinite(fa) else fa / fb
-    return read
+    """Run a's peers' mean model against run b: above final_ratio(a, b) by nothing when the peers
+    agree, by what their disagreement costs when they do not."""
+    return final_ratio(a, b, of="final_loss_of_mean")
 
 
 def time_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:

@@ -224,11 +224,11 @@ def with_target(data: dict[str, Any], target: float | None, runs: list[str] | No
     return out
 
 
-def run_seed(name: str, seed: int, emit: Callable[[str], None], variants: Sequence[dict[str, Any]] = (),
-             runs: Sequence[str] | None = None) -> tuple[dict, dict, list]:
-    """One seed of a scenario, with its own target where the scenario has a reference run; `variants`
-    add runs (simnet_variants.py), `runs` keeps only those named (and the variants, and the reference)."""
-    data = select_runs(with_variants(scenario_data(name), list(variants)), name, runs)
+def run_seed(name: str, seed: int, emit: Callable[[str], None], data: dict[str, Any] | None = None
+             ) -> tuple[dict, dict, list]:
+    """One seed of a scenario (`data`: its table as `scenario_table` built it; default the built-in
+    one), with its own target where the scenario has a reference run."""
+    data = scenario_data(name) if data is None else data
     if name in TARGET_RULES:
         run, factor = TARGET_RULES[name]
         emit(f"seed {seed}: {run} over the full duration, to set the target")
@@ -242,15 +242,27 @@ def run_seed(name: str, seed: int, emit: Callable[[str], None], variants: Sequen
     return summary, timing, records
 
 
+def scenario_table(name: str, variants: Sequence[dict[str, Any]] = (), runs: Sequence[str] | None = None
+                   ) -> dict[str, Any]:
+    """The built-in scenario's table with `variants` added (simnet_variants.py) and only the runs
+    named in `runs` kept (None: all; the variants and the reference run always), checked by the
+    scenario loader, which names a misspelt setting before anything runs."""
+    data = with_variants(scenario_data(name), list(variants))
+    names = [variant_name(i) for i in range(1, len(variants) + 1)]
+    data = select_runs(data, name, None if runs is None else [*runs, *names])
+    scenario_from_dict(data, f"scenario {name!r} with --variant/--runs", seed=0)
+    return data
+
+
 def select_runs(data: dict[str, Any], name: str, runs: Sequence[str] | None) -> dict[str, Any]:
-    """`data` with only the runs named in `runs` (None: all), the variants and the reference run."""
+    """`data` with only the runs named in `runs` (None: all) and the reference run."""
     if runs is None:
         return data
     keep = {*runs, *(TARGET_RULES[name][:1] if name in TARGET_RULES else ())}
     known = {r["name"] for r in data["runs"]}
     if unknown := sorted(set(runs) - known):
         raise ValueError(f"--runs: {', '.join(unknown)} not in scenario {name!r} (its runs: {', '.join(sorted(known))})")
-    out = {**data, "runs": [r for r in data["runs"] if r["name"] in keep or r["name"].startswith("variant")]}
+    out = {**data, "runs": [r for r in data["runs"] if r["name"] in keep]}
     out["compare"] = [pair for pair in data.get("compare", []) if all(run in keep for run in pair)]
     return out
 
@@ -269,8 +281,6 @@ def variant_figures(name: str, variants: Sequence[str]) -> list[Figure]:
         figures.append(Figure(f"{run} [{text}]/{ref} final loss", final_ratio(run, ref)))
         figures.append(Figure(f"{run} [{text}]'s mean model/{ref} final loss", mean_model_ratio(run, ref)))
     return figures
-
-
 
 
 def spread(values: list[float | None]) -> dict[str, Any]:
@@ -314,16 +324,14 @@ def main() -> None:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     runs = None if args.runs is None else [r.strip() for r in args.runs.split(",") if r.strip()]
-    try:
-        variants = [parse_variant(v) for v in args.variant]
-        data = select_runs(with_variants(scenario_data(args.scenario), variants), args.scenario, runs)
-        scenario_from_dict(data, f"scenario {args.scenario!r} with --variant/--runs", seed=0)  # names a bad field now
-    except ValueError as exc:
-        sys.exit(str(exc))
     if args.scenario == "tts":
         import gossip_tts.simnet_models  # noqa: F401  (registers tts-tiny)
     if args.scenario not in builtin_scenarios():
         sys.exit(f"{args.scenario} is not a built-in scenario here")
+    try:
+        data = scenario_table(args.scenario, [parse_variant(v) for v in args.variant], runs)
+    except ValueError as exc:
+        sys.exit(str(exc))
 
     def emit(line: str) -> None:
         print(f"[{args.scenario}] {line}", file=sys.stderr, flush=True)
@@ -333,7 +341,7 @@ def main() -> None:
     values: dict[str, list[float | None]] = {f.name: [] for f in figures}
     t0 = time.perf_counter()
     for seed in seeds:
-        summary, timing, records = run_seed(args.scenario, seed, emit, variants, runs)
+        summary, timing, records = run_seed(args.scenario, seed, emit, data)
         emit(f"seed {seed} done after {time.perf_counter() - t0:.0f} s real\n{table(summary, timing)}")
         for fig in figures:
             values[fig.name].append(read_figure(fig, summary, timing))

@@ -151,7 +151,9 @@ def at_equal_steps(results: Sequence[ArmResult], reference: str, alone: str, met
     if not all(name in arms for name in (reference, alone, method)):
         return {"lead": None, "closed": None}
     per_process = sum(r["samples"] for r in arms[alone].records) / len(arms[alone].records)
-    ref = loss_at_samples([c for c in mean_curve(arms[reference].records, curve) if math.isfinite(c[2])], per_process)
+    n_ref = len(arms[reference].records)  # mean_curve sums samples over the reference's processes
+    ref = loss_at_samples([(t, s / n_ref, loss) for t, s, loss in mean_curve(arms[reference].records, curve)
+                           if math.isfinite(loss)], per_process)
     lone, own = final_loss(arms[alone].records, curve), final_loss(arms[method].records, curve)
     if ref is None or not all(math.isfinite(v) for v in (lone, own)) or lone <= ref:
         return {"lead": None if ref is None or ref <= 0 else round(lone / ref, 4), "closed": None}

@@ -58,12 +58,14 @@ def test_a_misspelt_field_is_named_by_the_scenario_loader() -> None:
 
 
 def test_runs_keeps_the_named_runs_the_reference_and_the_variants() -> None:
-    data = with_variants(simnet_seeds.scenario_data("single"), [parse_variant("gossip.step_scale=2")])
-    kept = simnet_seeds.select_runs(data, "single", ["gossip"])
+    kept = simnet_seeds.scenario_table("single", [parse_variant("gossip.step_scale=2")], ["gossip"])
     assert [r["name"] for r in kept["runs"]] == ["single", "gossip", "variant1"]
     assert kept["compare"] == [["gossip", "single"]]
+    assert [r["name"] for r in simnet_seeds.select_runs(kept, "single", ["gossip"])["runs"]] == ["single", "gossip"]
     with pytest.raises(ValueError, match="gosip not in scenario 'single'"):
-        simnet_seeds.select_runs(data, "single", ["gosip"])
+        simnet_seeds.scenario_table("single", [], ["gosip"])
+    with pytest.raises(ValueError, match="step_scal"):
+        simnet_seeds.scenario_table("single", [parse_variant("gossip.step_scal=2")], None)
 
 
 def test_figures_of_runs_left_out_read_none_and_the_mean_model_ratio_is_exact() -> None:

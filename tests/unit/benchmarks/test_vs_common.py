@@ -227,3 +227,15 @@ def test_the_table_shows_the_mean_model_only_where_an_arm_was_scored() -> None:
     scored = vr.summary_row(vc.ArmResult("g", [rec], 1.0, 0.0, 1.0, mean_model_loss=0.45), target=0.5)
     assert scored["mean model loss"] == 0.45
     assert "mean model loss" not in vr.summary_row(vc.ArmResult("h", [rec], 1.0, 0.0, 1.0), target=0.5)
+
+
+def test_at_equal_steps_reads_a_multi_process_reference_per_process() -> None:
+    """A DDP reference of two processes: its curve's samples are summed over both, the lone peers'
+    steps are per process, so 100 samples each is the reference's 200 in all."""
+    def arm(name: str, procs: int, curve: list[tuple[float, int, float]]) -> vc.ArmResult:
+        return vc.ArmResult(name, [{"curve": curve, "averaged": curve, "samples": curve[-1][1]}] * procs, 10.0, 0.0, 1.0)
+
+    ddp = arm("ddp x2", 2, [(0.0, 0, 1.0), (5.0, 100, 0.45), (10.0, 200, 0.4)])
+    alone, gossip = arm("alone x2", 2, [(0.0, 0, 1.0), (10.0, 100, 0.5)]), arm("gossip x2", 2, [(0.0, 0, 1.0), (10.0, 90, 0.46)])
+    got = vr.at_equal_steps([ddp, alone, gossip], "ddp x2", "alone x2", "gossip x2")
+    assert got == {"lead": pytest.approx(0.5 / 0.45, abs=1e-4), "closed": pytest.approx(0.04 / 0.05, abs=1e-4)}

@@ -144,6 +144,19 @@ class EchoDiT(nn.Module):
                 nn.init.zeros_(p)
         nn.init.zeros_(self.out_proj.weight)
 
+    def shard_units(self) -> list[tuple[nn.Module, tuple[str, ...]]]:
+        """What a sharded group (FSDP2) gathers one unit at a time, inner units before the blocks
+        holding them, each with the methods besides `forward` that run it: every DiT block, its
+        attention first (`encode_conditions` calls each one's `condition_kv` before any block
+        runs), then every block of the text and speaker encoders. The model itself is the last
+        unit, which the caller wraps."""
+        units: list[tuple[nn.Module, tuple[str, ...]]] = []
+        for block in self.blocks:
+            units += [(block.attn, ("condition_kv",)), (block, ())]
+        for encoder in (self.text_encoder.encoder, self.speaker_encoder.encoder):
+            units += [(block, ()) for block in encoder.blocks]
+        return units
+
     def encode_conditions(
         self, text_ids: Tensor, text_mask: Tensor, ref: Tensor, ref_mask: Tensor
     ) -> Conditions:

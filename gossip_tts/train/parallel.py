@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Mapping
 if TYPE_CHECKING:
     import torch
 
+    from gossip_tts.model.dit import EchoDiT
+
 STRATEGIES = ("ddp", "fsdp2")
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -112,7 +114,7 @@ def rank_seed(seed: int, rank: int) -> int:
     return seed if rank == 0 else (seed + 1_000_003 * rank) % (2**63)
 
 
-def wrap_model(model: "torch.nn.Module", group: Group | None) -> "torch.nn.Module":
+def wrap_model(model: "EchoDiT", group: Group | None) -> "torch.nn.Module":
     """What the forward pass calls: the model, DDP around it, or the model sharded in place by FSDP2."""
     if group is None:
         return model
@@ -136,16 +138,11 @@ def wrap_model(model: "torch.nn.Module", group: Group | None) -> "torch.nn.Modul
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDPJointAttention\) returned a view")
 
     mesh = init_device_mesh(group.device.type, (group.world_size,))
-    # One unit per block (of the DiT and of both encoders), gathered only while it runs. The DiT
-    # computes every block's condition K/V before the blocks run (`attn.condition_kv`), so each
-    # attention is its own unit with that method registered to gather it too.
-    for module in list(model.modules()):
-        for block in getattr(module, "blocks", None) or ():
-            for child in block.children():
-                if hasattr(child, "condition_kv"):
-                    fully_shard(child, mesh=mesh)
-                    register_fsdp_forward_method(child, "condition_kv")
-            fully_shard(block, mesh=mesh)
+    # One unit per block, gathered only while it runs (the model names them: `shard_units`).
+    for unit, methods in model.shard_units():
+        fully_shard(unit, mesh=mesh)
+        for method in methods:
+            register_fsdp_forward_method(unit, method)
     fully_shard(model, mesh=mesh)
     return model
 

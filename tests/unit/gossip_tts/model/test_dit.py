@@ -213,3 +213,19 @@ def test_bf16_weights_without_autocast_accept_float32_inputs() -> None:
     got = half(*args)  # raised "expected m1 and m2 to have the same dtype" before the speaker reference was cast
     assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
     assert (got.float() - want).norm() / want.norm() < 0.05
+
+
+@pytest.mark.parametrize("preset", ["tiny", "echo-tiny"])
+def test_shard_units_name_every_block_once_each_attention_before_its_block_with_condition_kv(preset: str) -> None:
+    model = EchoDiT(model_config(preset, D))
+    units = model.shard_units()
+    modules = [m for m, _ in units]
+    assert len({id(m) for m in modules}) == len(modules), "a unit named twice"
+    blocks = [*model.blocks, *model.text_encoder.encoder.blocks, *model.speaker_encoder.encoder.blocks]
+    assert {id(b) for b in blocks} <= {id(m) for m in modules}
+    for block in model.blocks:  # the attention, with the method encode_conditions calls, then its block
+        at = modules.index(block.attn)
+        assert units[at][1] == ("condition_kv",) and callable(getattr(block.attn, "condition_kv"))
+        assert modules.index(block) == at + 1
+    assert {id(m) for m in modules} == {id(b) for b in blocks} | {id(b.attn) for b in model.blocks}
+    assert all(methods == () for m, methods in units if m not in [b.attn for b in model.blocks])

@@ -2,6 +2,7 @@
 
     python benchmarks/simnet_seeds.py --scenario stragglers [--seeds 0,1,2,3,4] [--out DIR]
     python benchmarks/simnet_seeds.py --scenario single --seeds 5,6,7 --runs gossip --variant 'session.pulls_per_publish=4'
+    python benchmarks/simnet_seeds.py --scenario single --seeds 10,11 --runs gossip --world 'model_args.samples_per_shard=8192'
 
 One seed is one draw of the problem (teacher, shards, speeds, graph, churn), so a single
 seed can flatter or hurt any method. For each seed this runs the scenario and extracts its
@@ -21,6 +22,8 @@ scenario's cost ratio is real CPU time and depends on the machine's load (printe
 `--variant 'session.pulls_per_publish=4;gossip.step_scale_power=0.5'` adds a run, the scenario's
 gossip run with those settings changed, and its figures (simnet_variants.py); `--runs gossip`
 keeps only the runs named (the reference run always), so a tuning grid is one command.
+`--world 'model_args.samples_per_shard=8192'` changes the world for every run, the reference
+included: the figures then answer for that setting instead of the scenario's own.
 
 With --out DIR: DIR/seed<S>/ gets each seed's metrics.jsonl, summary.json and timing.json
 (no plots), and DIR/seeds.json the figures.
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
 from simnet_figures import (Figure, cost_ratio, final_ratio, load_average, mean_model_ratio, pair,  # noqa: E402
                             read_figure, run_value, target_of, time_over_duration, time_ratio)
-from simnet_variants import BASE_RUN, parse_variant, variant_name, with_variants  # noqa: E402
+from simnet_variants import BASE_RUN, parse_variant, variant_name, with_variants, with_world  # noqa: E402
 
 from simnet.runs.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
 from simnet.runs.runner import run_records  # noqa: E402
@@ -242,15 +245,17 @@ def run_seed(name: str, seed: int, emit: Callable[[str], None], data: dict[str, 
     return summary, timing, records
 
 
-def scenario_table(name: str, variants: Sequence[dict[str, Any]] = (), runs: Sequence[str] | None = None
-                   ) -> dict[str, Any]:
-    """The built-in scenario's table with `variants` added (simnet_variants.py) and only the runs
-    named in `runs` kept (None: all; the variants and the reference run always), checked by the
-    scenario loader, which names a misspelt setting before anything runs."""
-    data = with_variants(scenario_data(name), list(variants))
+def scenario_table(name: str, variants: Sequence[dict[str, Any]] = (), runs: Sequence[str] | None = None,
+                   world: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The built-in scenario's table with `world` merged into its world (every run's), `variants`
+    added (simnet_variants.py) and only the runs named in `runs` kept (None: all; the variants and
+    the reference run always), checked by the scenario loader, which names a misspelt setting
+    before anything runs."""
+    data = scenario_data(name) if world is None else with_world(scenario_data(name), world)
+    data = with_variants(data, list(variants))
     names = [variant_name(i) for i in range(1, len(variants) + 1)]
     data = select_runs(data, name, None if runs is None else [*runs, *names])
-    scenario_from_dict(data, f"scenario {name!r} with --variant/--runs", seed=0)
+    scenario_from_dict(data, f"scenario {name!r} with --world/--variant/--runs", seed=0)
     return data
 
 
@@ -319,6 +324,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write each seed's results and seeds.json here")
     ap.add_argument("--variant", action="append", default=[], metavar="[SECTION.]FIELD=VALUE[;...]",
                     help="an extra run: the scenario's gossip run with these settings changed (repeatable)")
+    ap.add_argument("--world", default=None, metavar="[SECTION.]FIELD=VALUE[;...]",
+                    help="change the scenario's world for every run, the reference run included")
     ap.add_argument("--runs", default=None, help="comma-separated runs to keep (default all; the reference run "
                     "that sets a seed's target and the variants are always kept)")
     args = ap.parse_args()
@@ -329,7 +336,8 @@ def main() -> None:
     if args.scenario not in builtin_scenarios():
         sys.exit(f"{args.scenario} is not a built-in scenario here")
     try:
-        data = scenario_table(args.scenario, [parse_variant(v) for v in args.variant], runs)
+        world = None if args.world is None else parse_variant(args.world, "--world")
+        data = scenario_table(args.scenario, [parse_variant(v) for v in args.variant], runs, world)
     except ValueError as exc:
         sys.exit(str(exc))
 
@@ -337,6 +345,8 @@ def main() -> None:
         print(f"[{args.scenario}] {line}", file=sys.stderr, flush=True)
 
     print(describe(), flush=True)
+    if args.world is not None:
+        print(f"the world of every run changed: {args.world}", flush=True)
     figures = FIGURES[args.scenario] + variant_figures(args.scenario, args.variant)
     values: dict[str, list[float | None]] = {f.name: [] for f in figures}
     t0 = time.perf_counter()

@@ -8,6 +8,12 @@ Each variant copies the scenario's `gossip` run and sets SECTION.FIELD to VALUE 
 edited scenario file. VALUE is read as a TOML value (`4`, `0.5`, `false`, `"fp32"`); a bare word
 that is not one is taken as a string (`compression=fp32`). The scenario loader then checks every
 field by name, as it checks a scenario file.
+
+    --world 'model_args.samples_per_shard=8192'
+
+changes the world itself, for every run of the scenario (the reference run that sets each seed's
+target included): a question about the setting rather than about the rule, such as how much of
+a miss the size of each peer's data accounts for.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import copy
 import tomllib
 from typing import Any
 
-__all__ = ["parse_variant", "with_variants", "variant_name"]
+__all__ = ["parse_variant", "with_variants", "with_world", "variant_name"]
 
 BASE_RUN = "gossip"
 
@@ -30,23 +36,23 @@ def _value(raw: str) -> Any:
         return raw
 
 
-def parse_variant(text: str) -> dict[str, Any]:
+def parse_variant(text: str, flag: str = "--variant") -> dict[str, Any]:
     """`'session.pulls_per_publish=4;gossip.step_scale_power=0.5'` -> {section: {field: value}}
     (a FIELD without a section: {field: value}); `;` separates the settings because specs such as
-    `staleness` hold commas."""
+    `staleness` hold commas. `flag` names the option in error messages."""
     out: dict[str, Any] = {}
     for item in text.split(";"):
         key, eq, raw = item.strip().partition("=")
         section, dot, field = key.strip().rpartition(".")
         if not (eq and field and (section or not dot) and "." not in section):
-            raise ValueError(f"--variant {text!r}: {item.strip()!r} is not [SECTION.]FIELD=VALUE")
+            raise ValueError(f"{flag} {text!r}: {item.strip()!r} is not [SECTION.]FIELD=VALUE")
         try:
             value = _value(raw.strip())
         except ValueError as exc:
-            raise ValueError(f"--variant {text!r}: {key.strip()}: {exc}") from None
+            raise ValueError(f"{flag} {text!r}: {key.strip()}: {exc}") from None
         table = out.setdefault(section, {}) if section else out
         if not isinstance(table, dict) or (not section and isinstance(out.get(field), dict)):
-            raise ValueError(f"--variant {text!r}: {key.strip()!r} is set both as a section and as a value")
+            raise ValueError(f"{flag} {text!r}: {key.strip()!r} is set both as a section and as a value")
         table[field] = value
     return out
 
@@ -75,4 +81,17 @@ def with_variants(data: dict[str, Any], variants: list[dict[str, Any]]) -> dict[
                 raise ValueError(f"variant {i}: {key!r} is not a table of settings in the {BASE_RUN!r} run")
             settings[key] = {**current, **value} if isinstance(value, dict) and current else value
         out["runs"].append(run)
+    return out
+
+
+def with_world(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """`data` with `settings` (as `parse_variant` reads them) merged into its `[world]` table, section by
+    section: every run sees them, except where its own `set` says otherwise."""
+    out = copy.deepcopy(data)
+    world = out.setdefault("world", {})
+    for key, value in settings.items():
+        current = world.get(key)
+        if isinstance(value, dict) and current is not None and not isinstance(current, dict):
+            raise ValueError(f"--world: {key!r} is not a table of settings in the scenario's world")
+        world[key] = {**current, **value} if isinstance(value, dict) and current else value
     return out

@@ -183,6 +183,8 @@ def worker(a: argparse.Namespace) -> None:
                               "mixes_clipped": m.total("mix_clipped_total"),
                               "snapshots_sent": m.total("snapshots_sent_total"),
                               "worker_cpu_s": m.total("worker_cpu_seconds_total"),
+                              "worker_cpu_s_by_task": {labels.get("task", ""): v for name, labels, v in m.series()
+                                                       if name == "worker_cpu_seconds_total"},
                               "step_scale": m.get("step_scale") or 1.0}
 
     trainer = WorkloadTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)

@@ -58,6 +58,17 @@ def summary_row(arm: ArmResult, target: float) -> dict:
     return row
 
 
+def worker_cpu_by_task(arm: ArmResult) -> dict[str, float]:
+    """Seconds of the gossip worker's CPU per peer, by job (publish_pending, handle_request, ...), the
+    largest first: where the protocol CPU of an arm went (empty for an arm without peers)."""
+    per_task: dict[str, list[float]] = {}
+    for r in arm.records:
+        for task, seconds in r.get("extra", {}).get("worker_cpu_s_by_task", {}).items():
+            per_task.setdefault(task, []).append(float(seconds))
+    means = {task: sum(v) / len(arm.records) for task, v in per_task.items()}
+    return dict(sorted(means.items(), key=lambda kv: -kv[1]))
+
+
 def markdown_table(rows: Sequence[dict]) -> str:
     cols: list[str] = []
     for row in rows:
@@ -186,6 +197,8 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
     for r in results:
         if r.failed:
             print(f"\n{r.name} FAILED: {r.failed}")
+        elif by_task := worker_cpu_by_task(r):
+            print(f"\n{r.name}: gossip worker CPU s/peer by job: " + ", ".join(f"{t} {s:.3g}" for t, s in by_task.items()))
     loss = {r.name: final_loss(r.records) for r in results if r.records}
     averaged = {r.name: final_loss(r.records, "averaged") for r in results if r.records}
     crossings = crossing_times({r.name: mean_curve(r.records) for r in results if r.records}, loss, pairs)

@@ -80,3 +80,22 @@ def test_figures_of_runs_left_out_read_none_and_the_mean_model_ratio_is_exact() 
     assert names == ["variant1 [gossip.step_scale=2]: time to target / D",
                      "variant1 [gossip.step_scale=2]/single final loss",
                      "variant1 [gossip.step_scale=2]'s mean model/single final loss"]
+
+
+def test_world_settings_reach_every_run_the_reference_included() -> None:
+    from simnet.runs.config import merge
+
+    data = simnet_seeds.scenario_table("single", [parse_variant("gossip.step_scale=2")], ["gossip"],
+                                       world=parse_variant("model_args.samples_per_shard=64;duration_s=9", "--world"))
+    assert data["world"]["model_args"] == {"heterogeneity": 0.0, "samples_per_shard": 64}, "the world's own kept"
+    assert data["world"]["duration_s"] == 9
+    single = next(r for r in data["runs"] if r["name"] == "single")
+    assert merge(data["world"], single["set"])["model_args"] == {"heterogeneity": 0.0, "samples_per_shard": 64,
+                                                                 "n_shards": 8, "held_shards": 8}
+    assert simnet_seeds.scenario_data("single")["world"]["model_args"] == {"heterogeneity": 0.0}, "the table was changed"
+    with pytest.raises(ValueError, match="--world 'model_args': 'model_args' is not"):
+        parse_variant("model_args", "--world")
+    with pytest.raises(ValueError, match="'duration_s' is not a table"):
+        simnet_seeds.scenario_table("single", world={"duration_s": {"x": 1}})
+    with pytest.raises(ValueError, match="gossip.*pull_onl"):
+        simnet_seeds.scenario_table("single", world=parse_variant("gossip.pull_onl=false", "--world"))

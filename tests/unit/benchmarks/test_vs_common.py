@@ -72,6 +72,15 @@ def test_summary_row_reports_failures_and_per_peer_gossip_figures() -> None:
     assert row["t to target s"] == 10.0 and row["bytes_sent /peer"] == 20.0
 
 
+def test_worker_cpu_by_task_is_per_peer_largest_first_and_empty_without_peers() -> None:
+    recs = [{"extra": {"worker_cpu_s_by_task": {"publish_pending": 2.0, "handle_request": 1.0}}},
+            {"extra": {"worker_cpu_s_by_task": {"publish_pending": 4.0, "summarize_node": 3.0}}}]
+    got = vr.worker_cpu_by_task(vc.ArmResult("g", recs, 10.0, 0.5, 4.0))
+    assert got == {"publish_pending": 3.0, "summarize_node": 1.5, "handle_request": 0.5}
+    assert list(got) == ["publish_pending", "summarize_node", "handle_request"]
+    assert vr.worker_cpu_by_task(vc.ArmResult("ddp", [{"extra": {}}], 10.0, 0.5, 4.0)) == {}
+
+
 def test_markdown_table_unions_columns_and_marks_missing_cells() -> None:
     table = vr.markdown_table([{"arm": "a", "loss": 0.123456}, {"arm": "b", "bytes": 1.5e7}])
     lines = table.splitlines()

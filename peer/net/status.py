@@ -40,8 +40,9 @@ REFRESH_S = 2.0
 """Seconds between background refreshes of the node summary (neighbour gauge, consensus)."""
 SUMMARY_WAIT_S = 2.0
 """How long a status request waits for the node worker before using the last summary."""
-CONSENSUS_MIN_S = 10.0
-"""Fewest seconds between two consensus-distance computations."""
+CONSENSUS_MIN_S = 30.0
+"""Fewest seconds between two consensus-distance computations: a gauge people read, and one
+computation reads every parameter of every copy held (docs/benchmarks.md#protocol-cpu-by-job)."""
 CONSENSUS_DUTY = 0.05
 """Most of the node worker's time the consensus distance may take: it reads every parameter
 of every neighbour copy, which at the 800m preset takes seconds that exchanges wait for."""

@@ -37,7 +37,7 @@ import socket
 import sys
 import typing
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
@@ -115,25 +115,22 @@ def run(a: argparse.Namespace) -> None:
           f"{n} processes/arm, budget {b:.0f} s wall clock/arm, gossip codec {a.compression or 'the peer default'}, "
           + ("the single process holding every clip, no straggler arms" if a.split else f"straggler x{a.slow_factor}"),
           flush=True)
-    arms: list[tuple[str, Callable]] = [
-        ("single", single_arm_launcher(whole, b, e)),
-        (f"ddp x{n}", ddp_launcher(w, n, b, e, 1.0)),
-        (f"ddp x{n} straggler", ddp_launcher(w, n, b, e, a.slow_factor)),
-        (f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
-        (f"gossip x{n} straggler", gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor, gossip=codec)),
-        (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
+    arms = [
+        Arm("single", "single", single_arm_launcher(whole, b, e)),
+        Arm("ddp", f"ddp x{n}", ddp_launcher(w, n, b, e, 1.0)),
+        Arm("ddp-straggler", f"ddp x{n} straggler", ddp_launcher(w, n, b, e, a.slow_factor)),
+        Arm("gossip", f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
+        Arm("gossip-straggler", f"gossip x{n} straggler",
+            gossip_arm_launcher(w, n, b, e, slow_factor=a.slow_factor, gossip=codec)),
+        Arm("alone", f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True)),
     ]
-    variants = {f"gossip x{n} [{v}]": v for v in a.variant}
-    arms += [(name, gossip_arm_launcher(w, n, b, e, gossip={**codec, **gossip_fields(v)})) for name, v in variants.items()]
+    arms += [Arm(VARIANT, f"gossip x{n} [{v}]", gossip_arm_launcher(w, n, b, e, gossip={**codec, **gossip_fields(v)}))
+             for v in a.variant]
     if a.split:
-        arms = [arm for arm in arms if not arm[0].endswith("straggler")]
+        arms = [arm for arm in arms if arm.kind not in STRAGGLER_KINDS]
     if a.arms:
-        keep = set(a.arms.split(",")) | {"variant"}
-        unknown = keep - set(ARM_KINDS) - {"variant"}
-        if unknown:
-            raise SystemExit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARM_KINDS)}")
-        arms = [arm for arm in arms if arm_kind(arm[0]) in keep]
-    results = run_arms(arms, "vs_ddp_", b, score=lambda flat: held_out_loss(w, flat))
+        arms = select_arms(arms, a.arms)
+    results = run_arms([(arm.name, arm.launch) for arm in arms], "vs_ddp_", b, score=lambda flat: held_out_loss(w, flat))
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
     print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
     g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
@@ -143,19 +140,30 @@ def run(a: argparse.Namespace) -> None:
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
            {"peers": n, "budget_s": b, "split": a.split},
            {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}"),
-            **{f"{name}_gain_captured_of_ddp": (name, d, f"alone x{n}") for name in variants}},
+            **{f"{arm.name}_gain_captured_of_ddp": (arm.name, d, f"alone x{n}") for arm in arms if arm.kind == VARIANT}},
            equal_steps=(s, f"alone x{n}", g) if a.split else None)
 
 
 ARM_KINDS = ("single", "ddp", "ddp-straggler", "gossip", "gossip-straggler", "alone")
+"""What `--arms` names; every arm is one of these or a `--variant`."""
+STRAGGLER_KINDS = ("ddp-straggler", "gossip-straggler")
+VARIANT = "variant"
 
 
-def arm_kind(name: str) -> str:
-    """"ddp x4 straggler" -> "ddp-straggler"; a `--variant` arm -> "variant"."""
-    if "[" in name:
-        return "variant"
-    words = name.split()
-    return words[0] + ("-straggler" if words[-1] == "straggler" else "")
+class Arm(NamedTuple):
+    kind: str
+    """One of ARM_KINDS, or VARIANT."""
+    name: str
+    """As the table prints it ("ddp x4 straggler")."""
+    launch: Callable[[ProcessGroup, Path], int]
+
+
+def select_arms(arms: list[Arm], wanted: str) -> list[Arm]:
+    """The arms of the kinds named in `wanted` (comma-separated ARM_KINDS), every variant kept."""
+    keep = {k.strip() for k in wanted.split(",") if k.strip()}
+    if unknown := keep - set(ARM_KINDS):
+        raise SystemExit(f"--arms: unknown {sorted(unknown)}; choose from {', '.join(ARM_KINDS)}")
+    return [arm for arm in arms if arm.kind in keep or arm.kind == VARIANT]
 
 
 def gossip_fields(variant: str) -> dict[str, object]:

@@ -12,12 +12,20 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import vs_ddp  # noqa: E402
 
 
-@pytest.mark.parametrize("name, kind", [("single", "single"), ("ddp x4", "ddp"), ("ddp x4 straggler", "ddp-straggler"),
-                                        ("gossip x2", "gossip"), ("gossip x2 straggler", "gossip-straggler"),
-                                        ("alone x2", "alone"), ("gossip x2 [gossip_every=4]", "variant")])
-def test_every_arm_name_has_the_kind_arms_selects_it_by(name: str, kind: str) -> None:
-    assert vs_ddp.arm_kind(name) == kind
-    assert kind in vs_ddp.ARM_KINDS or kind == "variant"
+def _arms() -> list:
+    kinds = [*vs_ddp.ARM_KINDS, vs_ddp.VARIANT]
+    return [vs_ddp.Arm(kind, f"arm {i}", lambda group, run_dir: 0) for i, kind in enumerate(kinds)]
+
+
+def test_arms_are_selected_by_their_kind_and_every_variant_stays() -> None:
+    kept = vs_ddp.select_arms(_arms(), "single, gossip,alone")
+    assert [arm.kind for arm in kept] == ["single", "gossip", "alone", vs_ddp.VARIANT]
+    assert [arm.kind for arm in vs_ddp.select_arms(_arms(), "ddp-straggler")] == ["ddp-straggler", vs_ddp.VARIANT]
+
+
+def test_an_unknown_arm_kind_is_refused_naming_the_kinds() -> None:
+    with pytest.raises(SystemExit, match=r"unknown \['gosip'\]; choose from single, ddp"):
+        vs_ddp.select_arms(_arms(), "single,gosip")
 
 
 def test_a_variant_parses_numbers_booleans_and_specs_with_commas() -> None:

@@ -30,21 +30,23 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
-from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, run_arms,  # noqa: E402
-                       single_arm_launcher, train_step)
+from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, arg_parser, evaluate, held_out_loss,  # noqa: E402
+                       run_arms, single_arm_launcher, train_step)
 from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import report  # noqa: E402
 
 VENV = Path("/tmp/gossip-tts-hivemind-venv")
-INSTALL_STEPS = (["torch==2.13.0"], ["hivemind==1.1.12"], ["numpy<2.4"])
-"""In this order: torch first so hivemind does not pull a CUDA build; numpy last to undo its upgrade."""
+INSTALL_STEPS = (["torch==2.13.0"], ["hivemind==1.1.12", "safetensors"], ["numpy<2.4"])
+"""In this order: torch first so hivemind does not pull a CUDA build; numpy last to undo its upgrade.
+safetensors: the workers share vs_common, which writes each process's last parameters with it."""
 MADDR_FILE = "maddrs.json"
 
 
 def ensure_venv(venv: Path) -> tuple[Path | None, str]:
     """The venv's python once hivemind imports there, or None and why (pip's own last words)."""
     python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import hivemind, numpy; assert tuple(map(int, numpy.__version__.split('.')[:2])) < (2, 4)"]
+    probe = [str(python), "-c",
+             "import hivemind, numpy, safetensors; assert tuple(map(int, numpy.__version__.split('.')[:2])) < (2, 4)"]
     if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
         return python, f"reused {venv}"
     if not python.exists():
@@ -92,7 +94,7 @@ def hivemind_worker(a: argparse.Namespace) -> None:
         average.observe(model, rec.steps)
     evaluate(rec, clock.elapsed(), task, model, average)
     rec.extra = {"epochs": float(opt.local_epoch)}
-    rec.write(a.run_dir / f"rank{a.rank}.json", clock)
+    rec.write(a.run_dir / f"rank{a.rank}.json", clock, torch.nn.utils.parameters_to_vector(model.parameters()))
     opt.shutdown()
     dht.shutdown()
 
@@ -142,7 +144,7 @@ def run(a: argparse.Namespace) -> None:
             (f"hivemind x{n} target_group_size={n}", hivemind_launcher(python, why, w, n, b, e, True, a.target_batch_size)),
             (f"gossip x{n}", gossip_arm_launcher(w, n, b, e, gossip=codec)),
             (f"alone x{n}", gossip_arm_launcher(w, n, b, e, alone=True))]
-    results = run_arms(arms, "vs_hivemind_", b)
+    results = run_arms(arms, "vs_hivemind_", b, score=lambda flat: held_out_loss(w, flat))
     g = f"gossip x{n}"
     report(results, a.target, {"loss_gossip_over_hivemind_defaults": (g, f"hivemind x{n} defaults"),
                                "loss_gossip_over_hivemind_group": (g, f"hivemind x{n} target_group_size={n}"),

@@ -74,12 +74,7 @@ def with_variants(data: dict[str, Any], variants: list[dict[str, Any]]) -> dict[
     for i, variant in enumerate(variants, 1):
         run = copy.deepcopy(base)
         run["name"] = variant_name(i)
-        settings = run.setdefault("set", {})
-        for key, value in variant.items():
-            current = settings.get(key)
-            if isinstance(value, dict) and current is not None and not isinstance(current, dict):
-                raise ValueError(f"variant {i}: {key!r} is not a table of settings in the {BASE_RUN!r} run")
-            settings[key] = {**current, **value} if isinstance(value, dict) and current else value
+        _merge_into(run.setdefault("set", {}), variant, f"variant {i}", f"the {BASE_RUN!r} run")
         out["runs"].append(run)
     return out
 
@@ -88,10 +83,14 @@ def with_world(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]
     """`data` with `settings` (as `parse_variant` reads them) merged into its `[world]` table, section by
     section: every run sees them, except where its own `set` says otherwise."""
     out = copy.deepcopy(data)
-    world = out.setdefault("world", {})
-    for key, value in settings.items():
-        current = world.get(key)
-        if isinstance(value, dict) and current is not None and not isinstance(current, dict):
-            raise ValueError(f"--world: {key!r} is not a table of settings in the scenario's world")
-        world[key] = {**current, **value} if isinstance(value, dict) and current else value
+    _merge_into(out.setdefault("world", {}), settings, "--world", "the scenario's world")
     return out
+
+
+def _merge_into(table: dict[str, Any], settings: dict[str, Any], who: str, where: str) -> None:
+    """Merge `settings` into `table`, a section's fields over the fields it already has."""
+    for key, value in settings.items():
+        current = table.get(key)
+        if isinstance(value, dict) and current is not None and not isinstance(current, dict):
+            raise ValueError(f"{who}: {key!r} is not a table of settings in {where}")
+        table[key] = {**current, **value} if isinstance(value, dict) and current else value

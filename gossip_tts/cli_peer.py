@@ -117,7 +117,7 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     else:
         _nothing_saved()
     try:
-        preflight.prepare_data(cfg, emit)
+        cfg = preflight.prepare_data(cfg, emit)
         emit("building the model and reading the first batch…")
         from gossip_tts.peer_app import run
 

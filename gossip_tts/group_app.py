@@ -33,13 +33,16 @@ def launch(nproc: int, argv: Sequence[str], emit: Callable[[str], None]) -> None
     os.execv(cmd[0], cmd)
 
 
-def share_setup(group: "Group", train_cfg: Any) -> None:
-    """Rank 0's data-order seed (derived from its key) and sources reach every rank."""
+def shared_train_config(group: "Group", train_cfg: Any) -> Any:
+    """`train_cfg` with rank 0's data-order seed (derived from its key) and sources, on every rank."""
+    from dataclasses import replace
+
     import torch.distributed as dist
 
     box = [(train_cfg.seed, list(train_cfg.sources))] if group.rank == 0 else [None]
     dist.broadcast_object_list(box, src=0, device=group.device)
-    train_cfg.seed, train_cfg.sources = box[0]
+    seed, sources = box[0]
+    return replace(train_cfg, seed=seed, sources=sources)
 
 
 def comm_for(group: "Group") -> Any:
@@ -57,8 +60,7 @@ def run_follower(cfg: Any, group: "Group") -> int:
     if threading_is_main():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    share_setup(group, cfg.train)
-    trainer = TTSTrainer(cfg.train, group=group, data=cfg.data)
+    trainer = TTSTrainer(shared_train_config(group, cfg.train), group=group, data=cfg.data)
     try:
         return follow(trainer, comm_for(group), verify=cfg.parallel.verify_sync)
     finally:

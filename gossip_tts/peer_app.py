@@ -6,6 +6,7 @@ import hashlib
 import logging
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from gossip_tts import group_app
@@ -30,6 +31,12 @@ def default_sources(cache_dir: Path | None, emit=print) -> list[str]:
     train_dir, _val_dir = ensure_builtin_corpus(cache_dir)
     emit(f"no --data given: training on the built-in corpus at {train_dir}")
     return [str(train_dir)]
+
+
+def key_seed(public_key: bytes, seed: int) -> int:
+    """The data-order seed of the peer with this key: each peer reads its own order of the data."""
+    digest = hashlib.blake2b(public_key + seed.to_bytes(8, "little", signed=True), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
 
 
 def load_identity(cfg: PeerAppConfig, emit=print) -> Identity:
@@ -65,11 +72,11 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
     stop = stop or threading.Event()
     stop_on_sigterm(stop, emit)
     if not cfg.train.sources:
-        cfg.train.sources = default_sources(cfg.cache_dir, emit)
+        cfg = cfg.with_train(sources=default_sources(cfg.cache_dir, emit))
     identity = load_identity(cfg, emit)
     swarm = None
     if cfg.seed_from_key:
-        cfg.train.seed = int.from_bytes(hashlib.blake2b(identity.public_key + cfg.train.seed.to_bytes(8, "little", signed=True), digest_size=4).digest(), "little")
+        cfg = cfg.with_train(seed=key_seed(identity.public_key, cfg.train.seed))
     trainer = None
     try:
         if swarm_id_of(cfg.train.sources) is not None:  # --data swarm:/swarm-key:: fetch a first shard before the model reads one
@@ -77,8 +84,10 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
                 raise ValueError("--data swarm:HASH / swarm-key:PUBKEY is not supported with --nproc > 1 yet: fetch the shards with a "
                                  "one-process peer, then give their folder as --data")
             swarm = start_swarm_data(cfg, identity, stop, emit)
+            if swarm is not None:  # the trainer reads the store's listing, which grows as shards arrive
+                cfg = cfg.with_train(sources=[str(swarm.store.listing)])
         if group is not None:
-            group_app.share_setup(group, cfg.train)
+            cfg = replace(cfg, train=group_app.shared_train_config(group, cfg.train))
             emit(f"group of {group.world_size} processes ({group.strategy}, {group.backend}): rank 0 gossips for all")
         tts = TTSTrainer(cfg.train, group=group, data=cfg.data, stop=stop if group is None else None)
         trainer = tts if group is None else GroupTrainer(tts, group_app.comm_for(group), verify=cfg.parallel.verify_sync)

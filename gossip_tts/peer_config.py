@@ -7,7 +7,7 @@ took seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gossip_tts.data.limits import DataLimits
@@ -38,3 +38,8 @@ class PeerAppConfig:
     """Derive the data-order seed from the peer id, so that every peer reads its own order."""
     cache_dir: Path | None = None
     """Where the built-in corpus is generated when no --data is given."""
+
+    def with_train(self, **changes: object) -> "PeerAppConfig":
+        """A copy with these `TrainConfig` fields changed (validated again): how a run resolves
+        its sources and seed without writing into the settings it was given."""
+        return replace(self, train=replace(self.train, **changes))

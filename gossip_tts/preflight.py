@@ -129,11 +129,12 @@ class DirectoryLock:
             self._file = None
 
 
-def prepare_data(cfg: Any, emit: Callable[[str], None]) -> None:
-    """Resolve the built-in corpus now, saying so first: building it takes seconds on first use."""
+def prepare_data(cfg: Any, emit: Callable[[str], None]) -> Any:
+    """`cfg` with the built-in corpus resolved as its sources when it names none, saying so first:
+    building it takes seconds on first use."""
     if cfg.train.sources:
-        return
+        return cfg
     from gossip_tts.peer_app import default_sources
 
     emit("preparing the built-in corpus (built once into the cache, about 10 s the first time)…")
-    cfg.train.sources = default_sources(cfg.cache_dir, emit)
+    return cfg.with_train(sources=default_sources(cfg.cache_dir, emit))

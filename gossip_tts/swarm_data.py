@@ -175,8 +175,8 @@ class SwarmData:
 
 def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Event,
                      emit: Callable[[str], None]) -> SwarmData | None:
-    """For `--data swarm:HASH`: get the manifest, open the store, start fetching, wait for a first
-    shard, and point the trainer at the store's listing. None for any other --data."""
+    """For `--data swarm:HASH`: get the manifest, open the store, start fetching and wait for a first
+    shard; the trainer then reads `store.listing`. None for any other --data."""
     corpus = swarm_id_of(cfg.train.sources)
     if corpus is None:
         return None
@@ -203,8 +203,7 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
     except BaseException:
         data.close()
         raise
-    cfg.train.sources = [str(data.store.listing)]
-    provide_listing(cfg.train.sources[0], data.store.pass_listing)  # each pass reads what is held as it starts
+    provide_listing(str(data.store.listing), data.store.pass_listing)  # each pass reads what is held as it starts
     return data
 
 

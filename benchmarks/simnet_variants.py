@@ -22,6 +22,8 @@ import copy
 import tomllib
 from typing import Any
 
+from simnet.runs.config import merge
+
 __all__ = ["parse_variant", "with_variants", "with_world", "variant_name"]
 
 BASE_RUN = "gossip"
@@ -74,7 +76,7 @@ def with_variants(data: dict[str, Any], variants: list[dict[str, Any]]) -> dict[
     for i, variant in enumerate(variants, 1):
         run = copy.deepcopy(base)
         run["name"] = variant_name(i)
-        _merge_into(run.setdefault("set", {}), variant, f"variant {i}", f"the {BASE_RUN!r} run")
+        run["set"] = _merged(run.get("set", {}), variant, f"variant {i}", f"the {BASE_RUN!r} run")
         out["runs"].append(run)
     return out
 
@@ -82,15 +84,14 @@ def with_variants(data: dict[str, Any], variants: list[dict[str, Any]]) -> dict[
 def with_world(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """`data` with `settings` (as `parse_variant` reads them) merged into its `[world]` table, section by
     section: every run sees them, except where its own `set` says otherwise."""
-    out = copy.deepcopy(data)
-    _merge_into(out.setdefault("world", {}), settings, "--world", "the scenario's world")
-    return out
+    return {**data, "world": _merged(data.get("world", {}), settings, "--world", "the scenario's world")}
 
 
-def _merge_into(table: dict[str, Any], settings: dict[str, Any], who: str, where: str) -> None:
-    """Merge `settings` into `table`, a section's fields over the fields it already has."""
+def _merged(table: dict[str, Any], settings: dict[str, Any], who: str, where: str) -> dict[str, Any]:
+    """`table` with `settings` merged in as a run's `set` merges over the world (simnet's own
+    `merge`), refusing a section given for a setting that is a single value there."""
     for key, value in settings.items():
         current = table.get(key)
         if isinstance(value, dict) and current is not None and not isinstance(current, dict):
             raise ValueError(f"{who}: {key!r} is not a table of settings in {where}")
-        table[key] = {**current, **value} if isinstance(value, dict) and current else value
+    return merge(table, settings)

@@ -176,15 +176,14 @@ def worker(a: argparse.Namespace) -> None:
         end["threads"] = cpu.stop()
         if peer is not None:
             m = peer.metrics
+            by_task = {labels.get("task", ""): v for name, labels, v in m.series() if name == "worker_cpu_seconds_total"}
             end["metrics"] = {"bytes_sent": m.total("bytes_sent_total"), "bytes_received": m.total("bytes_received_total"),
                               "exchanges": m.total("exchanges_total"), "mixes": m.total("mixes_total"),
                               "mix_s": sum(m.recent("boundary_seconds")), "neighbours": m.get("neighbours"),
                               "mixed_staleness_median": _median(m.recent("mixed_staleness_steps")),
                               "mixes_clipped": m.total("mix_clipped_total"),
                               "snapshots_sent": m.total("snapshots_sent_total"),
-                              "worker_cpu_s": m.total("worker_cpu_seconds_total"),
-                              "worker_cpu_s_by_task": {labels.get("task", ""): v for name, labels, v in m.series()
-                                                       if name == "worker_cpu_seconds_total"},
+                              "worker_cpu_s": sum(by_task.values()), "worker_cpu_s_by_task": by_task,
                               "step_scale": m.get("step_scale") or 1.0}
 
     trainer = WorkloadTrainer(w, a.rank, clock, stop, at_end, a.slow_factor)

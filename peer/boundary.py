@@ -16,6 +16,7 @@ import torch
 
 from peer.core.cadence import PublishCadence
 from peer.core.mixer import Mixer
+from peer.core.partner_steps import StepInbox
 from peer.core.view import ViewSlot
 from peer.metrics import Metrics
 from peer.trainer import StepStats, Trainer
@@ -33,18 +34,23 @@ class PendingPublish:
     C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
     the newest copy is kept, and at most one publish job waits on the node worker: when
     publishing is slower than the training steps that ask for it, publishes coalesce instead
-    of piling up in front of the exchanges. The lock guards these reference swaps, never any work.
+    of piling up in front of the exchanges. What came from outside our own steps (`outside`,
+    for partner steps) adds up over coalesced copies. The lock guards these reference swaps and
+    that add, never any other work.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._item: tuple[torch.Tensor, int] | None = None
+        self._item: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
         self._job_queued = False
 
-    def put(self, x: torch.Tensor, step: int) -> None:
-        """Training thread: hand over a copy taken at a step boundary."""
+    def put(self, x: torch.Tensor, step: int, outside: torch.Tensor | None = None) -> None:
+        """Training thread: hand over a copy taken at a step boundary, with what mixing and
+        partners' steps added since the previous hand-over (None: not tracked)."""
         with self._lock:
-            self._item = (x, step)
+            if self._item is not None and outside is not None and self._item[2] is not None:
+                outside = outside.add_(self._item[2])  # the older copy was never published
+            self._item = (x, step, outside)
 
     def needs_job(self) -> bool:
         """Driver: True when no publish job is waiting (the caller then queues one)."""
@@ -52,8 +58,9 @@ class PendingPublish:
             queued, self._job_queued = self._job_queued, True
         return not queued
 
-    def take(self) -> tuple[torch.Tensor, int] | None:
-        """Worker, as a publish job starts: the newest copy, or None when it was already taken."""
+    def take(self) -> tuple[torch.Tensor, int, torch.Tensor | None] | None:
+        """Worker, as a publish job starts: (the newest copy, its step, what came from outside since
+        the last publish), or None when it was already taken."""
         with self._lock:
             item, self._item = self._item, None
             self._job_queued = False
@@ -63,17 +70,21 @@ class PendingPublish:
 class BoundaryHook:
     """The training thread's step-boundary work: mix from the view, hand over a publish copy.
 
-    Called on the training thread only. It reads the node's `view_slot` (immutable views)
-    and writes `pending` (a reference swap under a lock that guards nothing else): neither
-    can block behind node work. `notify(step, publish_due)` tells the driver's session.
+    Called on the training thread only. It reads the node's `view_slot` (immutable views),
+    drains `steps` (partners' steps the node took) and writes `pending`, each under a lock
+    that guards a reference swap or one add: none can block behind node work.
+    `notify(step, publish_due)` tells the driver's session.
     """
 
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
                  notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
-                 clock: Callable[[], float]) -> None:
-        """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`)."""
+                 clock: Callable[[], float], steps: StepInbox | None = None) -> None:
+        """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`);
+        `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
-        self.metrics, self.cadence, self.clock = metrics, cadence, clock
+        self.metrics, self.cadence, self.clock, self.steps = metrics, cadence, clock, steps
+        self._outside: torch.Tensor | None = None
+        """What mixing and partners' steps added since the last hand-over (tracked with `steps`)."""
         self.step_scale = mixer.cfg.step_scale_rule()
         self._scale_set = 1.0  # what the trainer was last told (a trainer starts at its own rate)
         self.last_mixed = 0
@@ -98,12 +109,21 @@ class BoundaryHook:
             trainer.set_step_scale(scale)
             self._scale_set = scale
             self.metrics.set("step_scale", scale)
+        add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
+        if self.steps is not None and (partner := self.steps.take()) is not None:
+            if add is not None:
+                add(partner)
+            else:
+                trainer.set_flat_params(trainer.get_flat_params().add_(partner))
+            self._count_outside(partner)
+            self.metrics.inc("partner_steps_applied_total")
         if self.mixer.has_news(view):
-            add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
-            mixed, report = self.mixer.mix(None if add else trainer.get_flat_params(), view, k, now)
+            x = None if add else trainer.get_flat_params()
+            mixed, report = self.mixer.mix(x, view, k, now)
             if report.mixed:
                 self.last_mixed = report.mixed
                 (add or trainer.set_flat_params)(mixed)
+                self._count_outside(mixed if x is None else mixed - x)
                 self.metrics.inc("mixes_total", report.mixed)
                 if report.clipped:
                     self.metrics.inc("mix_clipped_total", report.clipped)
@@ -116,5 +136,15 @@ class BoundaryHook:
         due = self.cadence.due(k, now)
         if due:  # a copy: the worker compresses it while training goes on
             self.cadence.published(k, now)
-            self.pending.put(trainer.get_flat_params(), stats.step)
+            x = trainer.get_flat_params()
+            outside = None
+            if self.steps is not None:
+                outside = self._outside if self._outside is not None else torch.zeros_like(x)
+            self.pending.put(x, stats.step, outside)
+            self._outside = None
         self.notify(stats.step, due)
+
+    def _count_outside(self, delta: torch.Tensor) -> None:
+        """Add `delta` (a change not of our own steps, already applied) to what the next hand-over reports."""
+        if self.steps is not None:
+            self._outside = delta.clone() if self._outside is None else self._outside.add_(delta)

@@ -82,7 +82,8 @@ class GossipPeer:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
         assert self.node is not None and self.worker is not None and self.driver is not None
         return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls_per_publish), self.node.view_slot, self.worker.pending,
-                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time)
+                            self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time,
+                            self.node.partner_steps.taken())
 
     @property
     def address(self) -> str:

@@ -33,8 +33,9 @@ __all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "peek_f
            "frame_digest", "MAGIC", "VERSION", "PREFIX_SIZE", "SIGNATURE_SIZE"]
 
 MAGIC = b"GTTS"
-VERSION = 2
-"""2: headers name their receiver, its epoch and a ticket it issued (`protocol.replay`)."""
+VERSION = 3
+"""2: headers name their receiver, its epoch and a ticket it issued (`protocol.replay`); 3: an update
+frame may also carry its sender's own training steps (`messages.STEP_TENSOR`)."""
 _PREFIX = struct.Struct(">4sH32sIQ")
 PREFIX_SIZE = _PREFIX.size  # 50
 SIGNATURE_SIZE = 64

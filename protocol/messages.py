@@ -23,11 +23,14 @@ from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
 from .identity import Identity
 from .limits import Limits
 
-__all__ = ["make_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
+__all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
            "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
-           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
+           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
 
 UPDATE_TENSOR = "delta"
+STEP_TENSOR = "step"
+"""An update frame's optional second tensor: the sender's own training steps since its previous
+publish, without what it mixed in (peer.core.partner_steps)."""
 SNAPSHOT_TENSOR = "vector"
 BUNDLE_MAGIC = b"GTTB"
 _COUNT = struct.Struct(">4sI")
@@ -41,19 +44,22 @@ def _check_vector(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name} has non-finite values; receivers would refuse it")
 
 
-def _vector_frame(identity: Identity, kind: FrameKind, name: str, codec: CodecBase,
-                  x: torch.Tensor, *, swarm: str, fingerprint: str, seq: int, step: int,
-                  timestamp: float, extra: dict | None,
-                  limits: Limits | None) -> tuple[bytes, torch.Tensor]:
-    _check_vector(name, x)
-    x = x.detach().cpu()
-    packed, recon = codec.compress(x, codec_seed(identity.public_key, seq, name))
+def _vector_frame(identity: Identity, kind: FrameKind, vectors: dict[str, torch.Tensor], codec: CodecBase, *,
+                  swarm: str, fingerprint: str, seq: int, step: int, timestamp: float, extra: dict | None,
+                  limits: Limits | None) -> tuple[bytes, dict[str, torch.Tensor]]:
+    """A frame of one or more same-sized 1-D vectors, each compressed with `codec` under its own
+    seed; returns (frame bytes, each vector's reconstruction as receivers decode it)."""
+    packed_all, recons, specs = {}, {}, []
+    for name, x in vectors.items():
+        _check_vector(name, x)
+        x = x.detach().cpu()
+        packed, recons[name] = codec.compress(x, codec_seed(identity.public_key, seq, name))
+        packed_all.update({f"{name}/{k}": v for k, v in packed.items()})
+        specs.append(TensorSpec(name, (x.numel(),), "float32"))
     header = FrameHeader(swarm=swarm, fingerprint=fingerprint, sender=identity.public_key,
                          kind=kind, seq=seq, step=step, timestamp=float(timestamp),
-                         codec=codec.spec, tensors=(TensorSpec(name, (x.numel(),), "float32"),),
-                         extra=dict(extra or {}))
-    frame = encode_frame(identity, header, {f"{name}/{k}": v for k, v in packed.items()}, limits)
-    return frame, recon
+                         codec=codec.spec, tensors=tuple(specs), extra=dict(extra or {}))
+    return encode_frame(identity, header, packed_all, limits), recons
 
 
 def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
@@ -65,17 +71,31 @@ def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: 
     The codec seed comes from (sender, seq), so random-k sends no index bytes.
     """
     codec = parse_codec(codec) if isinstance(codec, str) else codec
-    return _vector_frame(identity, FrameKind.UPDATE, UPDATE_TENSOR, codec, delta, swarm=swarm,
-                         fingerprint=fingerprint, seq=seq, step=step, timestamp=timestamp,
-                         extra=extra, limits=limits)
+    frame, recons = _vector_frame(identity, FrameKind.UPDATE, {UPDATE_TENSOR: delta}, codec, swarm=swarm,
+                                  fingerprint=fingerprint, seq=seq, step=step, timestamp=timestamp,
+                                  extra=extra, limits=limits)
+    return frame, recons[UPDATE_TENSOR]
+
+
+def make_step_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
+                           timestamp: float, codec: TensorCodec | str, delta: torch.Tensor,
+                           own_step: torch.Tensor, extra: dict | None = None,
+                           limits: Limits | None = None) -> tuple[bytes, torch.Tensor, torch.Tensor]:
+    """An update that also carries the sender's own training steps (`STEP_TENSOR`), both in one
+    signed frame with the same codec: (frame bytes, the delta's reconstruction, the step's)."""
+    codec = parse_codec(codec) if isinstance(codec, str) else codec
+    frame, recons = _vector_frame(identity, FrameKind.UPDATE, {UPDATE_TENSOR: delta, STEP_TENSOR: own_step}, codec,
+                                  swarm=swarm, fingerprint=fingerprint, seq=seq, step=step, timestamp=timestamp,
+                                  extra=extra, limits=limits)
+    return frame, recons[UPDATE_TENSOR], recons[STEP_TENSOR]
 
 
 def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                         timestamp: float, vector: torch.Tensor, extra: dict | None = None,
                         limits: Limits | None = None) -> bytes:
     """An exact fp32 snapshot of a flat vector (the public copy x̂)."""
-    return _vector_frame(identity, FrameKind.SNAPSHOT, SNAPSHOT_TENSOR, parse_codec("identity"),
-                         vector, swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
+    return _vector_frame(identity, FrameKind.SNAPSHOT, {SNAPSHOT_TENSOR: vector}, parse_codec("identity"),
+                         swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
                          timestamp=timestamp, extra=extra, limits=limits)[0]
 
 
@@ -93,7 +113,7 @@ def make_control_frame(identity: Identity, *, kind: FrameKind, swarm: str, finge
 
 
 def read_vector(frame: Frame) -> torch.Tensor:
-    """The single 1-D logical tensor of an update or snapshot frame."""
+    """The single 1-D logical tensor of a snapshot frame (or of an update without `STEP_TENSOR`)."""
     if len(frame.tensors) != 1:
         raise ValueError(f"expected one tensor, frame has {sorted(frame.tensors)}")
     (tensor,) = frame.tensors.values()
@@ -104,7 +124,7 @@ def read_vector(frame: Frame) -> torch.Tensor:
 
 def flat_model_spec(numel: int) -> dict[str, tuple[tuple[int, ...], str]]:
     """`VerifyPolicy.model_spec` for update and snapshot frames of an N-parameter vector."""
-    return {UPDATE_TENSOR: ((numel,), "float32"), SNAPSHOT_TENSOR: ((numel,), "float32")}
+    return {name: ((numel,), "float32") for name in (UPDATE_TENSOR, STEP_TENSOR, SNAPSHOT_TENSOR)}
 
 
 def model_spec_of(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -45,7 +45,7 @@ class GossipConfig:
     period then pulls each peer as often as any partner does, not once per exchange it forces.
     False lets every copy with news pull (the control)."""
     step_scale_max: float = 4.0
-    """The most the step size is multiplied by for the swarm this peer mixes with
+    """With `partner_steps` off: the most the step size is multiplied by for the swarm this peer mixes with
     (async_opt.step_scale): the multiplier follows (1 + (n_eff − 1) / `gossip_every`) **
     `step_scale_power`, where n_eff is how many models one publish period's mixing averages
     (1 alone, m + 1 for an exact mean of m pulled copies). Averaging replicas' steps moves the model less than one step on their
@@ -57,6 +57,16 @@ class GossipConfig:
     """Publish periods over which the multiplier may rise from 1 to `step_scale_max` (it falls at once)."""
     step_scale: float = 0.0
     """A fixed step-size multiplier instead of the measured one (0: measured)."""
+    partner_steps: float = 0.0
+    """Weight of a pulled partner's own training steps in ours (async_opt.partner_steps): each
+    update frame also carries its sender's steps, and a peer adds this share of its partners'
+    to its parameters, as if it had also stepped on their batches. It takes the place of the
+    measured step-size multiplier (`step_scale_max`), which stays 1 while this is on: both at once
+    overshoot. 0.7 is the value measured (docs/mixing.md#partner-steps); off by default until every
+    byzantine scenario has been re-run with it. 0 sends and takes none."""
+    partner_step_clip: float = 2.0
+    """What one partner's steps may add per publish period of ours, as a multiple of the median
+    norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets."""
     max_neighbours: int = 8
     """Neighbour copies kept in memory. When full, a copy only ever pushed at us is dropped before
     one we pulled (least recently heard first within each): in a swarm larger than this, the
@@ -130,6 +140,9 @@ class GossipConfig:
             raise ValueError("clip_min_neighbours must be >= 1 and clip_max_relative > 0")
         if not 0 < self.clip_own_multiplier < float("inf") or self.clip_own_window < 1:
             raise ValueError("clip_own_multiplier must be finite and > 0, clip_own_window >= 1")
+        if not (0.0 <= self.partner_steps <= 1.0) or not (0 < self.partner_step_clip < float("inf")):
+            raise ValueError(f"partner_steps must be in [0, 1] (0: off) and partner_step_clip finite and > 0, "
+                             f"got {self.partner_steps!r}, {self.partner_step_clip!r}")
         self.step_scale_rule()  # refuses a bad bound, power, warm-up or pinned value with its own message
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
@@ -168,12 +181,15 @@ class GossipConfig:
         """A fresh step-size rule with these settings (the step-boundary hook owns one)."""
         from async_opt import SwarmStepScale
 
+        def rule(maximum: float) -> "SwarmStepScale":
+            return SwarmStepScale(maximum, self.step_scale_power, warmup_periods=self.step_scale_warmup_periods,
+                                  steps_per_period=self.gossip_every, pinned=self.step_scale if self.step_scale else None)
+
         try:
-            return SwarmStepScale(self.step_scale_max, self.step_scale_power,
-                                  warmup_periods=self.step_scale_warmup_periods, steps_per_period=self.gossip_every,
-                                  pinned=self.step_scale if self.step_scale else None)
+            measured = rule(self.step_scale_max)  # checks every setting, whether or not it is used
         except ValueError as err:
             raise ValueError(f"step_scale settings: {err}") from None
+        return rule(1.0) if self.partner_steps > 0 else measured  # partner steps are the larger step
 
     def publish_cadence(self) -> "PublishCadence":
         """A fresh publish cadence with these settings (`gossip_every`, `publish_catch_up`): the one

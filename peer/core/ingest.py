@@ -13,10 +13,21 @@ every frame refused here (`frames_refused_total{reason}`).
 from __future__ import annotations
 
 from protocol import (
-    Frame, FrameKind, FrameRefused, RefusalReason, VerifyPolicy, decode_frame, peek_frame_sender,
+    Frame, FrameKind, FrameRefused, Limits, RefusalReason, VerifyPolicy, decode_frame, peek_frame_sender,
 )
 from protocol.frame import SIGNATURE_SIZE
-from protocol.messages import SNAPSHOT_TENSOR, UPDATE_TENSOR
+from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
+
+FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
+
+
+def limits_for(numel: int) -> Limits:
+    """Frame limits sized to this model: one exact fp32 snapshot plus a control frame fits, and an
+    update with its sender's steps (two vectors); anything much larger is refused before it is
+    read (the protocol defaults admit 1e9 params)."""
+    snapshot = 4 * numel + (1 << 20)
+    return Limits(max_frame_bytes=2 * snapshot, max_decompressed_bytes=2 * snapshot)
+
 
 MAX_GAP_UPDATES = 32
 """Update frames one bundle carries at most; a longer gap is filled with one exact snapshot.
@@ -24,7 +35,8 @@ Past this many, decoding the updates costs more than decoding a snapshot
 (docs/benchmarks.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
-_TENSOR = {FrameKind.UPDATE: UPDATE_TENSOR, FrameKind.SNAPSHOT: SNAPSHOT_TENSOR}
+_TENSORS = {FrameKind.UPDATE: ([UPDATE_TENSOR], [UPDATE_TENSOR, STEP_TENSOR]), FrameKind.SNAPSHOT: ([SNAPSHOT_TENSOR],)}
+"""The tensors each kind of frame an exchange carries may hold, in order."""
 
 
 def screen(raw_frames: list[bytes], sender: bytes, *, bound: bool) -> tuple[list[bytes], list[str]]:
@@ -62,9 +74,8 @@ def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Fram
     h = frame.header
     if h.extra.get("epoch") != epoch:
         raise FrameRefused(RefusalReason.BAD_HEADER, "frame of another epoch than its control frame names")
-    name = _TENSOR.get(h.kind)
-    if name is None or list(frame.tensors) != [name]:
+    if list(frame.tensors) not in _TENSORS.get(h.kind, ()):
         raise FrameRefused(RefusalReason.BAD_HEADER,
-                           f"a {h.kind.value} frame with tensors {sorted(frame.tensors)[:2]}: an exchange carries "
-                           f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r})")
+                           f"a {h.kind.value} frame with tensors {sorted(frame.tensors)[:3]}: an exchange carries "
+                           f"updates ({UPDATE_TENSOR!r}, optionally {STEP_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r})")
     return frame

@@ -34,47 +34,24 @@ from async_opt import PublicCopy, safe_norm
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import MAX_GAP_UPDATES, open_frame, screen
+from peer.core.ingest import FRAME_OVERHEAD, MAX_GAP_UPDATES, limits_for, open_frame, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
+from peer.core.partner_steps import PartnerSteps
 from peer.core.snapshots import AnswerBudget, SnapshotCache
 from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
-    Frame,
-    FrameHeader,
-    FrameKind,
-    FrameRefused,
-    Identity,
-    Limits,
-    RefusalReason,
-    TicketBook,
-    VerifyPolicy,
-    bundle_digest,
-    decode_frame,
-    epoch_from,
-    flat_model_spec,
-    make_update_frame,
-    model_fingerprint,
-    next_epoch,
-    pack_bundle,
-    parse_codec,
-    read_vector,
-    unpack_bundle,
+    Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
+    bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
+    model_fingerprint, next_epoch, pack_bundle, parse_codec, read_vector, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
+from protocol.messages import STEP_TENSOR, UPDATE_TENSOR
 
-FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
-
-
-def limits_for(numel: int) -> Limits:
-    """Frame limits sized to this model: one exact fp32 snapshot plus a control frame fits,
-    anything much larger is refused before it is read (the protocol defaults admit 1e9 params)."""
-    snapshot = 4 * numel + (1 << 20)
-    return Limits(max_frame_bytes=2 * snapshot, max_decompressed_bytes=snapshot)
 
 
 class GossipNode:
@@ -127,6 +104,9 @@ class GossipNode:
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
         self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm, public_moves=()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
+        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
+                                          cfg.max_neighbours, cfg.clip_power)
+        """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
 
     @property
     def peer_id(self) -> str:
@@ -138,8 +118,12 @@ class GossipNode:
         return self.tickets.epoch
 
     # ------------------------------------------------------------------ own updates
-    def publish(self, x: torch.Tensor, step: int, now: float) -> int:
+    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None) -> int:
         """CHOCO-SGD publish: q = C(x − x̂); x̂ += D(q); the signed frame goes to the outbox.
+
+        `outside`: what mixing and partners' steps added to the parameters since the previous
+        publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
+        steps (peer.core.partner_steps).
 
         Raises ValueError (and changes nothing) when `x` is not finite: there is nothing
         sane to send, and the caller decides what that means.
@@ -150,12 +134,16 @@ class GossipNode:
         self.step = int(step)
         seq = self.public.seq + 1
         frames: list[bytes] = []
+        carried = self.partner_steps.to_send(x, self.last_x, outside)
+        kw = dict(swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step, timestamp=now,
+                  codec=self.codec, extra={"epoch": self.epoch})
 
         def compress(delta: torch.Tensor) -> torch.Tensor:
-            frame, recon = make_update_frame(
-                self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step,
-                timestamp=now, codec=self.codec, delta=delta, extra={"epoch": self.epoch},
-            )
+            if carried is None:
+                frame, recon = make_update_frame(self.identity, delta=delta, **kw)
+            else:
+                frame, recon, sent = make_step_update_frame(self.identity, delta=delta, own_step=carried, **kw)
+                self.partner_steps.sent(carried, sent)
             frames.append(frame)
             return recon
 
@@ -184,11 +172,13 @@ class GossipNode:
         self.outbox.clear()
         for n in self.neighbours.values():
             n.acked_seq = -1
+        self.partner_steps.reset()
         self._publish_view()
         self.average.reset(x, self.step)
 
     def forget(self, key: bytes) -> None:
         """Drop a neighbour's copy (it was evicted)."""
+        self.partner_steps.forget(key)
         if self.neighbours.pop(key, None) is not None:
             self._publish_view()
 
@@ -300,9 +290,11 @@ class GossipNode:
             if n.acked_seq >= latest:
                 return []
             frames = self.outbox.since(n.acked_seq)
-            # A long gap costs more as updates than as one exact snapshot (to send, and to decode).
+            # A long gap costs more as updates than as one exact snapshot (to send, and to decode),
+            # unless they carry our steps, which a snapshot would lose: then up to two snapshots' worth.
+            snapshots = 2 if self.partner_steps.enabled else 1
             if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
-                    sum(map(len, frames)) < 4 * self.numel + FRAME_OVERHEAD):
+                    sum(map(len, frames)) < snapshots * 4 * self.numel + FRAME_OVERHEAD):
                 return frames
             gap_fill = frames is not None  # a snapshot in place of updates we hold: no budget
         if withheld is not None and (reason := withheld(gap_fill)) is not None:
@@ -334,6 +326,7 @@ class GossipNode:
         n = self._neighbour(sender)
         if control.epoch != n.epoch:  # a new run of that peer: whatever we held of it is void
             n.reset_copy(control.epoch)
+            self.partner_steps.forget(sender)
         n.listen, n.step, n.last_heard = control.listen, header.step, now
         n.acked_epoch, n.acked_seq = control.have_epoch, control.have_seq
         self.held_tickets.keep(sender, control.epoch, control.offer)
@@ -351,7 +344,14 @@ class GossipNode:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
-            changed |= self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
+            applied = self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
+            if applied and (steps := frame.tensors.get(STEP_TENSOR)) is not None:
+                self.partner_steps.received(sender, steps, pulled=pulled, chosen_before=n.pulled > 0,
+                                            seq=self.public.seq)
+            changed |= applied
+        if pulled and (taken := self.partner_steps.take_from(sender, self.public.seq))[0]:
+            self.metrics.inc("partner_steps_taken_total")
+            self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
         if changed:
             self._versions += 1
             n.version = self._versions
@@ -362,7 +362,7 @@ class GossipNode:
 
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
-        vector = read_vector(frame)
+        vector = read_vector(frame) if frame.header.kind == FrameKind.SNAPSHOT else frame.tensors[UPDATE_TENSOR]
         h = frame.header
         # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
         published_at = min(h.timestamp, 2 * now - h.timestamp)
@@ -392,8 +392,9 @@ class GossipNode:
         n = self.neighbours.get(key)
         if n is None:
             if len(self.neighbours) >= self.cfg.max_neighbours:  # copies only pushed at us go first
-                del self.neighbours[min(self.neighbours, key=lambda k: (self.neighbours[k].pulled > 0,
-                                                                        self.neighbours[k].last_heard))]
+                gone = min(self.neighbours, key=lambda k: (self.neighbours[k].pulled > 0, self.neighbours[k].last_heard))
+                del self.neighbours[gone]
+                self.partner_steps.forget(gone)
             n = self.neighbours[key] = Neighbour()
         self.metrics.set("neighbours", len(self.neighbours))
         return n

@@ -81,7 +81,7 @@ class SimPeer(SimServer):
         session_cfg = dataclasses.replace(self.session_cfg, join=join)
         self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
-                                 self.metrics, cfg.publish_cadence(), self.world.clock)
+                                 self.metrics, cfg.publish_cadence(), self.world.clock, self.node.partner_steps.taken())
         self.on_start(self.world.book.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()
@@ -190,13 +190,13 @@ class SimPeer(SimServer):
         item = self.pending.take()
         if item is None:
             return 0.0, None
-        node, (x, step) = self._node(), item
+        node, (x, step, outside) = self._node(), item
         error: str | None = None
         try:
-            node.publish(x, step, self.world.clock())
+            node.publish(x, step, self.world.clock(), outside)
         except ValueError as exc:
             error = str(exc)
-        cost = self.world.cost.publish(node.numel, node.last_publish_bytes)
+        cost = self.world.cost.publish(node.numel * self._vectors(), node.last_publish_bytes)
         return cost, lambda: self.dispatch(self._sess().publish_done(step, self.world.now(), error))
 
     def _sess(self) -> Session:
@@ -240,7 +240,7 @@ class SimPeer(SimServer):
             err = f"refused: {exc.reason.value}"
             return self.world.cost.ingest(len(data), 0, node.numel), lambda: self.dispatch(
                 self._sess().exchange_done(a.token, self.world.now(), error=err))
-        cost = self.world.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel)
+        cost = self.world.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel * self._vectors())
         return cost, lambda: self.dispatch(self._sess().exchange_done(
             a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0))
 

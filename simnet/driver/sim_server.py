@@ -47,6 +47,10 @@ class SimServer:
     def _node(self) -> GossipNode:
         raise NotImplementedError
 
+    def _vectors(self) -> int:
+        """Parameter-sized vectors an update frame carries: the delta, and our steps when we share them."""
+        return 2 if self._node().partner_steps.enabled else 1
+
     def dispatch(self, actions: list[Action]) -> None:
         raise NotImplementedError
 
@@ -89,7 +93,7 @@ class SimServer:
                 return self.world.cost.ingest(len(body), 0, node.numel), lambda: self._answer(src, None, "HTTP 400", reply)
             except ValueError:  # our own state cannot be encoded: HTTP 500
                 return self.world.cost.op_s, lambda: self._answer(src, None, "HTTP 500", reply)
-            cost = self.world.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel)
+            cost = self.world.cost.ingest(len(body), result.frames_in - 1 - result.refused, node.numel * self._vectors())
             cost += self.world.cost.build(len(data))
 
             def then() -> None:

@@ -71,7 +71,8 @@ def test_the_trainer_steps_larger_as_its_pulls_average_more_models_and_at_its_ow
     step-size rule how many models it averaged. Two fresh dense pulls per publish: a mean of 3."""
     from peer.core.view import CopyView
 
-    cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, step_scale_warmup_periods=4)
+    cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, step_scale_warmup_periods=4,
+                       partner_steps=0.0)  # the measured multiplier: partner steps take its place
     slot, metrics, tr = ViewSlot(MixView(torch.zeros(4))), Metrics(), Flat()
     hook = BoundaryHook(Mixer(cfg, 2), slot, PendingPublish(), lambda step, due: None, metrics,
                         cfg.publish_cadence(), lambda: 0.0)

@@ -39,7 +39,7 @@ def test_layout_of_the_fixed_prefix() -> None:
     frame = make_control_frame(A, kind=FrameKind.HELLO, swarm=SWARM, fingerprint=FP, seq=0,
                                step=0, timestamp=NOW, extra={"listen": "127.0.0.1:4000"})
     magic, version, sender, hlen, plen = struct.unpack_from(">4sH32sIQ", frame)
-    assert (magic, version, sender) == (b"GTTS", 2, A.public_key)
+    assert (magic, version, sender) == (b"GTTS", 3, A.public_key)
     assert PREFIX_SIZE == 50 and len(frame) == 50 + hlen + plen + 64
     assert frame[50:50 + hlen] == (
         b'{"codec":"identity","extra":{"listen":"127.0.0.1:4000"},"fingerprint":"' + FP.encode()
@@ -158,7 +158,8 @@ def test_peek_frame_length() -> None:
     cases = [(frame[:PREFIX_SIZE - 1], Limits(), RefusalReason.TRUNCATED),
              (b"XTTS" + frame[4:PREFIX_SIZE], Limits(), RefusalReason.BAD_MAGIC),
              (frame[:4] + b"\0\1" + frame[6:PREFIX_SIZE], Limits(), RefusalReason.BAD_VERSION),
-             (frame[:4] + b"\0\3" + frame[6:PREFIX_SIZE], Limits(), RefusalReason.BAD_VERSION),
+             (frame[:4] + b"\0\2" + frame[6:PREFIX_SIZE], Limits(), RefusalReason.BAD_VERSION),
+             (frame[:4] + b"\0\4" + frame[6:PREFIX_SIZE], Limits(), RefusalReason.BAD_VERSION),
              (frame[:PREFIX_SIZE], Limits(max_frame_bytes=len(frame) - 1, max_header_bytes=500), RefusalReason.TOO_LARGE),
              (frame[:PREFIX_SIZE], Limits(max_header_bytes=10), RefusalReason.TOO_LARGE)]
     for prefix, limits, reason in cases:

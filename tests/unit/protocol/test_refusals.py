@@ -23,7 +23,7 @@ from protocol import (Frame, FrameHeader, FrameKind, FrameRefused, Identity, Lim
                       RefusalReason, TensorSpec, VerifyPolicy, decode_frame,
                       make_snapshot_frame, make_update_frame,
                       model_fingerprint)
-from protocol.frame import MAGIC, PREFIX_SIZE, frame_digest
+from protocol.frame import MAGIC, PREFIX_SIZE, VERSION, frame_digest
 from protocol.header import canonical_json
 
 R = RefusalReason
@@ -50,7 +50,7 @@ def split(frame: bytes) -> tuple[bytes, bytes, bytes, bytes]:
 
 
 def resign(header: bytes, payload: bytes, *, identity: Identity = A, sender: bytes | None = None,
-           magic: bytes = MAGIC, version: int = 2) -> bytes:
+           magic: bytes = MAGIC, version: int = VERSION) -> bytes:
     body = struct.pack(">4sH32sIQ", magic, version, sender or identity.public_key,
                        len(header), len(payload)) + header + payload
     return body + identity.sign(frame_digest(body))
@@ -117,12 +117,12 @@ def test_bad_magic() -> None:
 
 def test_bad_version() -> None:
     frame = update()
-    for old in (0, 1):  # version 1: frames not bound to their receiver
+    for old in (0, 1, 2):  # 1: frames not bound to their receiver; 2: updates without their sender's steps
         assert refuse(resign(*split(frame)[1:3], version=old)) is R.BAD_VERSION
-    assert refuse(resign(*split(frame)[1:3], version=3)) is R.BAD_VERSION
-    with pytest.raises(FrameRefused, match="older than this peer's 2.*upgrade the sender"):
-        accept(resign(*split(frame)[1:3], version=1))
-    accept(resign(*split(frame)[1:3], version=2))
+    assert refuse(resign(*split(frame)[1:3], version=4)) is R.BAD_VERSION
+    with pytest.raises(FrameRefused, match="older than this peer's 3.*upgrade the sender"):
+        accept(resign(*split(frame)[1:3], version=2))
+    accept(resign(*split(frame)[1:3], version=3))
 
 
 def test_too_large_frame_exactly_at_limit_is_accepted() -> None:

@@ -1,0 +1,165 @@
+"""Partner steps through the real node and step boundary: who may move us, by how much, and what
+counts as our own steps (peer.core.partner_steps)."""
+
+import torch
+
+from peer.boundary import BoundaryHook, PendingPublish
+from peer.core.cadence import PublishCadence
+from peer.core.gossip_config import GossipConfig
+from peer.core.ingest import open_frame
+from peer.core.mixer import Mixer
+from peer.core.node import GossipNode
+from peer.core.partner_steps import PartnerSteps
+from peer.metrics import Metrics
+from peer.trainer import Capabilities, StepStats
+from protocol import (FrameHeader, FrameKind, FrameRefused, Identity, IdentityCodec, RefusalReason, TensorSpec,
+                      encode_frame, flat_model_spec)
+from tests.unit.exchange_helpers import exchange
+
+DIM, NOW = 8, 1_000_000.0
+SPEC = {"w": ((DIM,), "float32")}
+
+
+def node(i: int, **cfg) -> GossipNode:
+    gossip = GossipConfig(swarm="t", compression="identity", partner_steps=0.5, partner_step_clip=2.0, **cfg)
+    return GossipNode(gossip, Identity.generate(bytes([i + 1]) * 32), SPEC, torch.zeros(DIM), now=NOW,
+                      metrics=Metrics())
+
+
+def step_to(n: GossipNode, own: torch.Tensor) -> None:
+    """`n` trained by `own` since its last publish (nothing came from outside) and publishes."""
+    n.publish(n.last_x + own, n.step + 1, NOW, torch.zeros(DIM))
+
+
+def paired(pulled_by: GossipNode, partner: GossipNode) -> None:
+    """`pulled_by` has pulled `partner` (ticket, its snapshot, then news of what it holds): the
+    partner is one it chose, and sends it updates from now on."""
+    for _ in range(3):
+        exchange(pulled_by, partner, NOW)
+    assert pulled_by.neighbours[partner.identity.public_key].pulled > 0
+
+
+def test_the_steps_of_a_partner_we_pull_reach_our_inbox_at_the_weight():
+    a, b = node(0), node(1)
+    step_to(b, torch.full((DIM,), 0.1))  # b's own step norm sets its bound: 2 × 0.28 per period
+    step_to(a, torch.full((DIM,), 0.3))
+    paired(b, a)
+    assert b.partner_steps.inbox.take() is None  # a snapshot carries no steps
+    own = torch.linspace(-0.1, 0.1, DIM)
+    step_to(a, own)
+    exchange(b, a, NOW)
+    assert torch.allclose(b.partner_steps.inbox.take(), 0.5 * own)
+    assert b.metrics.get("partner_steps_taken_total") == 1
+
+
+def test_pushed_steps_wait_for_our_next_pull_and_a_neighbour_we_never_chose_moves_nothing():
+    a, b, c = node(0), node(1), node(2)
+    step_to(b, torch.full((DIM,), 0.1))
+    paired(b, a)
+    step_to(a, torch.full((DIM,), 0.05))
+    step_to(c, torch.full((DIM,), 0.05))
+    exchange(a, b, NOW)  # a pulls b: a's new update reaches b in a's request
+    paired(c, b)
+    step_to(c, torch.full((DIM,), 0.05))
+    exchange(c, b, NOW)  # c pushes its update at b, which never chose c
+    for n in (a, c):  # both updates reached b's copies
+        assert b.neighbours[n.identity.public_key].copy.seq == n.public.seq
+    assert b.partner_steps.inbox.take() is None
+    exchange(b, a, NOW)  # b's own pull of a: nothing new in the answer, a's waiting steps are taken
+    assert torch.allclose(b.partner_steps.inbox.take(), torch.full((DIM,), 0.025))
+
+
+def test_a_liars_steps_are_shortened_to_our_own_bound():
+    a, b = node(0), node(1)
+    mine = torch.full((DIM,), 0.1)
+    step_to(b, mine)
+    paired(b, a)
+    step_to(a, torch.full((DIM,), 1e6))
+    exchange(b, a, NOW)
+    taken = b.partner_steps.inbox.take()
+    bound = 2.0 * mine.norm()  # the clip multiple × our median step norm, for one period
+    liar = torch.full((DIM,), 1e6).norm()
+    # clip_power 2: as a copy far past the clipping radius pulls, the farther the less
+    assert torch.isclose(taken.norm(), 0.5 * bound * bound / liar) and (taken > 0).all()
+    assert b.metrics.get("partner_steps_clipped_total") == 1
+
+
+def test_our_steps_exclude_what_came_from_outside_and_the_codec_loses_nothing_for_good():
+    steps = PartnerSteps(weight=0.5, clip_multiplier=2.0, window=4)
+    last, x = torch.zeros(4), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    outside = torch.tensor([0.5, 0.0, 0.0, 0.0])
+    carried = steps.to_send(x, last, outside)
+    assert torch.equal(carried, torch.tensor([0.5, 2.0, 3.0, 4.0]))
+    kept = torch.tensor([0.0, 0.0, 3.0, 4.0])  # what a top-2 codec sends
+    steps.sent(carried, kept)
+    later = steps.to_send(x, x, torch.zeros(4))  # no new steps: the residual goes out next
+    assert torch.equal(kept + later, torch.tensor([0.5, 2.0, 3.0, 4.0]))
+    assert steps.to_send(x, last, None) is None  # the caller could not say what was its own
+    assert PartnerSteps(0.0, 2.0, 4).to_send(x, last, outside) is None  # off
+
+
+def test_adopting_a_state_forgets_every_step_sent_or_waiting():
+    a, b = node(0), node(1)
+    step_to(b, torch.full((DIM,), 0.1))
+    paired(b, a)
+    step_to(a, torch.full((DIM,), 0.05))
+    exchange(a, b, NOW)  # waits at b
+    b.adopt(torch.ones(DIM), 7)
+    exchange(b, a, NOW)
+    assert b.partner_steps.inbox.take() is None  # and b knows no own step norm yet: nothing may be added
+
+
+def test_an_update_frame_without_steps_is_still_taken_and_a_snapshot_with_steps_is_refused():
+    a, b = node(0), node(1)
+    plain = GossipNode(GossipConfig(swarm="t", compression="identity"), a.identity, SPEC, torch.zeros(DIM), now=NOW)
+    plain.publish(torch.ones(DIM), 1, NOW, torch.zeros(DIM))  # partner steps off: no second tensor
+    paired(b, plain)
+    assert torch.equal(b.neighbours[plain.identity.public_key].copy.x_hat, torch.ones(DIM))
+    header = FrameHeader(swarm="t", fingerprint=b.fingerprint, sender=a.identity.public_key, kind=FrameKind.SNAPSHOT,
+                         seq=1, step=1, timestamp=NOW, codec="identity", extra={"epoch": a.epoch},
+                         tensors=(TensorSpec("vector", (DIM,), "float32"), TensorSpec("step", (DIM,), "float32")))
+    packed = {f"{name}/{k}": v for name in ("vector", "step") for k, v in IdentityCodec().compress(torch.ones(DIM))[0].items()}
+    raw = encode_frame(a.identity, header, packed, b.limits)
+    try:
+        open_frame(raw, b.policy, NOW, a.epoch)
+    except FrameRefused as exc:
+        assert exc.reason is RefusalReason.BAD_HEADER and "snapshot" in str(exc)
+    else:
+        raise AssertionError("a snapshot carrying steps was taken")
+    assert flat_model_spec(DIM)["step"] == ((DIM,), "float32")
+
+
+class AddingTrainer:
+    capabilities = Capabilities(add_in_place=True)
+
+    def __init__(self) -> None:
+        self.x, self.step_count = torch.zeros(4), 0
+
+    def get_flat_params(self) -> torch.Tensor:
+        return self.x.clone()
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        self.x += delta
+
+    def set_step_scale(self, scale: float) -> None:
+        pass
+
+
+def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_summed_over_coalesced_copies():
+    steps = PartnerSteps(weight=0.5, clip_multiplier=2.0, window=4)
+    pending = PendingPublish()
+    cfg = GossipConfig(swarm="t", partner_steps=0.5)
+    from peer.core.view import MixView, ViewSlot
+
+    hook = BoundaryHook(Mixer(cfg), ViewSlot(MixView(torch.zeros(4))), pending, lambda step, due: None, Metrics(),
+                        PublishCadence(1, 0.0), lambda: 0.0, steps.taken())
+    tr = AddingTrainer()
+    steps.inbox.add(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    tr.step_count, tr.x = 1, tr.x + 0.25  # the trainer's own step
+    hook(tr, StepStats(1, 0.5, 8))
+    steps.inbox.add(torch.tensor([0.0, 2.0, 0.0, 0.0]))
+    tr.step_count = 2
+    hook(tr, StepStats(2, 0.5, 8))  # a second copy before the first was published: they coalesce
+    x, step, outside = pending.take()
+    assert step == 2 and torch.equal(x, torch.tensor([1.25, 2.25, 0.25, 0.25]))
+    assert torch.equal(outside, torch.tensor([1.0, 2.0, 0.0, 0.0]))  # the trainer's own step is not outside

@@ -104,7 +104,7 @@ def single_figures(peers: int, limit: float, half_swarm: bool = False) -> list[F
         Figure("gossip: time to target / D", time_over_duration("gossip", "single"), "<=", limit),
         *half,
         Figure("alone (control, every link cut): time to target / D", time_over_duration("alone", "single"), ">", 0.5),
-        Figure("partner_steps (0.7, opt-in): time to target / D", time_over_duration("partner_steps", "single")),
+        Figure("no_partner_steps (control): time to target / D", time_over_duration("no_partner_steps", "single")),
         Figure("gossip_before (control, the rule before): time to target / D",
                time_over_duration("gossip_before", "single")),
         Figure(f"allreduce x{peers}, same step: time to target / D", time_over_duration("allreduce", "single")),

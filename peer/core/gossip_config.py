@@ -57,16 +57,18 @@ class GossipConfig:
     """Publish periods over which the multiplier may rise from 1 to `step_scale_max` (it falls at once)."""
     step_scale: float = 0.0
     """A fixed step-size multiplier instead of the measured one (0: measured)."""
-    partner_steps: float = 0.0
+    partner_steps: float = 0.7
     """Weight of a pulled partner's own training steps in ours (async_opt.partner_steps): each
     update frame also carries its sender's steps, and a peer adds this share of its partners'
     to its parameters, as if it had also stepped on their batches. It takes the place of the
     measured step-size multiplier (`step_scale_max`), which stays 1 while this is on: both at once
-    overshoot. 0.7 is the value measured (docs/mixing.md#partner-steps); off by default until every
-    byzantine scenario has been re-run with it. 0 sends and takes none."""
-    partner_step_clip: float = 2.0
+    overshoot. 0.7 rather than 1: as fast, and a liar's steps pull less (docs/mixing.md#partner-steps).
+    0 sends and takes none."""
+    partner_step_clip: float = 1.0
     """What one partner's steps may add per publish period of ours, as a multiple of the median
-    norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets."""
+    norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets;
+    past it a sum is shortened by `clip_power`. 1 rather than 2: as fast in simnet `single`, and
+    ALIE-type liars cost half as much (docs/simnet.md#partner-steps)."""
     max_neighbours: int = 8
     """Neighbour copies kept in memory. When full, a copy only ever pushed at us is dropped before
     one we pulled (least recently heard first within each): in a swarm larger than this, the

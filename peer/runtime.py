@@ -117,6 +117,7 @@ class GossipPeer:
             keys = load_trusted_keys(self.net_cfg.trusted_keys) | {self.identity.public_key}
             self.gossip_cfg = dataclasses.replace(self.gossip_cfg, allowed_keys=keys)
             self.emit(f"private swarm: talking only to the {len(keys) - 1} keys in {self.net_cfg.trusted_keys}")
+        self.gossip_cfg = self.gossip_cfg.for_trainer(self.trainer.capabilities.additive_steps)
         self.node = GossipNode(
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
             now=time.time(), metrics=self.metrics, entropy=secrets.token_bytes(16),

@@ -40,6 +40,11 @@ class Capabilities:
     """`add_to_flat_params`: a mix adds its delta in one pass instead of a copy out and back."""
     scale_lr: bool = False
     """`scale_lr`: a rollback to a good state lowers every later learning rate."""
+    additive_steps: bool = False
+    """Its optimiser's step is a fixed multiple of its gradient (plain SGD, or with momentum), so
+    another replica's steps can be added to ours as a step on that replica's batch
+    (`GossipConfig.partner_steps`). Adam-type steps are normalised per coordinate: adding a
+    partner's multiplies the step size instead (docs/mixing.md#partner-steps)."""
     collective_reads: bool = True
     """Reading the parameters or the state needs every rank of a torchrun group (FSDP2 shards);
     True is always safe, False saves the group a broadcast per read."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,8 @@ class GossipConfig:
     to its parameters, as if it had also stepped on their batches. It takes the place of the
     measured step-size multiplier (`step_scale_max`), which stays 1 while this is on: both at once
     overshoot. 0.7 rather than 1: as fast, and a liar's steps pull less (docs/mixing.md#partner-steps).
-    0 sends and takes none."""
+    Only for trainers whose steps add (`Capabilities.additive_steps`; `for_trainer`): with Adam
+    they multiply the step size. 0 sends and takes none."""
     partner_step_clip: float = 1.0
     """What one partner's steps may add per publish period of ours, as a multiple of the median
     norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets;
@@ -169,6 +171,13 @@ class GossipConfig:
 
         parse_codec(self.compression)
         parse_staleness(self.resolved_staleness)
+
+    def for_trainer(self, additive_steps: bool) -> "GossipConfig":
+        """These settings for a trainer whose steps can (or cannot) be added to another's
+        (`peer.trainer.Capabilities.additive_steps`): partner steps only where they can."""
+        if additive_steps or self.partner_steps == 0:
+            return self
+        return dataclasses.replace(self, partner_steps=0.0)
 
     def clip_radius(self) -> "NeighbourRadius":
         """A fresh clipping radius with these settings: the mixer's and the averaged weights' each

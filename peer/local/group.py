@@ -108,7 +108,8 @@ class GroupTrainer(Trainer):
     def capabilities(self) -> Capabilities:
         """The group probes when its inner trainer does; it neither mixes in place nor scales
         its rate on rollbacks (no command carries those to the other ranks)."""
-        return Capabilities(probe=self.inner.capabilities.probe, collective_reads=self.collective_reads)
+        return Capabilities(probe=self.inner.capabilities.probe, additive_steps=self.inner.capabilities.additive_steps,
+                            collective_reads=self.collective_reads)
 
     @property
     def step_count(self) -> int:

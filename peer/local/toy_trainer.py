@@ -58,7 +58,7 @@ def make_shard(cfg: LeastSquaresConfig, shard: int) -> tuple[torch.Tensor, torch
 class LeastSquaresTrainer(Trainer):
     """Minibatch SGD on 0.5·||Aw − b||² / n over one shard."""
 
-    capabilities = Capabilities(probe=True)
+    capabilities = Capabilities(probe=True, additive_steps=True)  # plain SGD
 
     def __init__(self, cfg: LeastSquaresConfig) -> None:
         self.cfg = cfg

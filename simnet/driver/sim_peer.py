@@ -73,7 +73,7 @@ class SimPeer(SimServer):
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
         self.metrics = self.world.new_metrics()  # one per incarnation, summed by the sim
-        cfg = self.gossip_cfg
+        cfg = self.gossip_cfg.for_trainer(trainer.capabilities.additive_steps)
         self.node = self._make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
                                     now=self.world.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()

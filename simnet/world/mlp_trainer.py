@@ -153,7 +153,7 @@ def initial_params(cfg: MLPConfig) -> torch.Tensor:
 class MLPTrainer(Trainer):
     """Minibatch SGD on a two-layer tanh MLP over one shard."""
 
-    capabilities = Capabilities(probe=True)
+    capabilities = Capabilities(probe=True, additive_steps=True)  # plain SGD
 
     def __init__(self, cfg: MLPConfig) -> None:
         self.cfg = cfg

@@ -163,3 +163,18 @@ def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_summed_ove
     x, step, outside = pending.take()
     assert step == 2 and torch.equal(x, torch.tensor([1.25, 2.25, 0.25, 0.25]))
     assert torch.equal(outside, torch.tensor([1.0, 2.0, 0.0, 0.0]))  # the trainer's own step is not outside
+
+
+def test_partner_steps_only_for_trainers_whose_steps_add():
+    """Adam-type steps are normalised per coordinate: adding a partner's multiplies the step size
+    (docs/benchmarks.md), so those trainers keep them off and train with the measured multiplier."""
+    from simnet.world.mlp_trainer import MLPTrainer
+    from peer.local.toy_trainer import LeastSquaresTrainer
+
+    cfg = GossipConfig(swarm="t")
+    assert cfg.for_trainer(True) is cfg and cfg.partner_steps > 0
+    off = cfg.for_trainer(False)
+    assert off.partner_steps == 0 and off.step_scale_rule().max_scale == cfg.step_scale_max
+    assert cfg.step_scale_rule().max_scale == 1.0  # with partner steps the multiplier stays 1
+    assert MLPTrainer.capabilities.additive_steps and LeastSquaresTrainer.capabilities.additive_steps  # plain SGD
+    assert not Capabilities().additive_steps  # a trainer says so, or it is taken as Adam-like

@@ -32,6 +32,11 @@ def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
         raise ValueError(f"{name}: shape {tuple(got.shape)} does not match {tuple(want.shape)}")
 
 
+def _finite_or_none(x: Tensor) -> Tensor | None:
+    """`x`, or None where a sum overflowed: a steps sum that is not finite tells us nothing."""
+    return x if math.isfinite(safe_norm(x)) else None
+
+
 class PublicCopy:
     """Own public copy ``x̂_i`` with CHOCO-SGD error feedback (Koloskova et al. 2019, Alg. 1).
 
@@ -97,10 +102,15 @@ class NeighbourCopy:
         x_hat: the reconstruction, or ``None`` until a snapshot arrives.
         seq: sequence number of the last publication applied.
         step: the neighbour's own step count at that publication.
+        steps_hat: the neighbour's own training steps summed since its run began, as it
+            published them (``async_opt.partner_steps``), or ``None`` where its frames carry none.
+            Kept beside ``x_hat`` by the same rules, so what it stepped between two of our reads
+            is their difference however the copy was filled in between (updates or a snapshot).
     """
 
     def __init__(self) -> None:
         self.x_hat: Tensor | None = None
+        self.steps_hat: Tensor | None = None
         self.seq: int = 0
         self.step: int = 0
 
@@ -109,13 +119,14 @@ class NeighbourCopy:
         """True once a snapshot has been set."""
         return self.x_hat is not None
 
-    def apply_update(self, seq: int, q_rec: Tensor, step: int) -> bool:
+    def apply_update(self, seq: int, q_rec: Tensor, step: int, steps: Tensor | None = None) -> bool:
         """Apply ``x̂_j ← x̂_j + q_rec`` if ``seq == self.seq + 1`` (in-order CHOCO-SGD update).
 
         Returns ``True`` when the copy is consistent afterwards: the update was applied, or
         it was a duplicate (``seq <= self.seq``) and was ignored. Returns ``False`` on a gap
         (``seq > self.seq + 1``) or when no snapshot has been set; the caller should then
-        fetch a snapshot and call :meth:`set_snapshot`.
+        fetch a snapshot and call :meth:`set_snapshot`. ``steps``: the publication's own
+        training steps, added to ``steps_hat`` (an update without them leaves it as it is).
         """
         if self.x_hat is None or seq > self.seq + 1:
             return False
@@ -123,14 +134,21 @@ class NeighbourCopy:
             return True
         _check_same_shape("apply_update: q_rec", q_rec, self.x_hat)
         self.x_hat = self.x_hat + q_rec.detach().to(dtype=self.x_hat.dtype, device=self.x_hat.device)
+        if self.steps_hat is not None and steps is not None:
+            _check_same_shape("apply_update: steps", steps, self.steps_hat)
+            self.steps_hat = _finite_or_none(self.steps_hat + steps.detach().to(dtype=self.steps_hat.dtype))
         self.seq = int(seq)
         self.step = max(self.step, int(step))
         return True
 
-    def set_snapshot(self, seq: int, x_hat: Tensor, step: int) -> None:
-        """Replace ``x̂_j`` by an exact snapshot published at ``seq`` and neighbour step ``step``."""
+    def set_snapshot(self, seq: int, x_hat: Tensor, step: int, steps: Tensor | None = None) -> None:
+        """Replace ``x̂_j`` by an exact snapshot published at ``seq`` and neighbour step ``step``
+        (and ``steps_hat`` by ``steps``, the sum of its own steps the snapshot carries, if any)."""
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
+        if steps is not None:
+            _check_same_shape("set_snapshot: steps", steps, x_hat)
         self.x_hat = x_hat.detach().clone()
+        self.steps_hat = None if steps is None else _finite_or_none(steps.detach().clone())
         self.seq = int(seq)
         self.step = int(step)

@@ -29,8 +29,9 @@ __all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame",
 
 UPDATE_TENSOR = "delta"
 STEP_TENSOR = "step"
-"""An update frame's optional second tensor: the sender's own training steps since its previous
-publish, without what it mixed in (peer.core.partner_steps)."""
+"""An update or snapshot frame's optional second tensor (peer.core.partner_steps): in an update,
+the sender's own training steps since its previous publish, without what it mixed in; in a
+snapshot, those steps summed over every update it published in this run."""
 SNAPSHOT_TENSOR = "vector"
 BUNDLE_MAGIC = b"GTTB"
 _COUNT = struct.Struct(">4sI")
@@ -91,10 +92,12 @@ def make_step_update_frame(identity: Identity, *, swarm: str, fingerprint: str, 
 
 
 def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
-                        timestamp: float, vector: torch.Tensor, extra: dict | None = None,
-                        limits: Limits | None = None) -> bytes:
-    """An exact fp32 snapshot of a flat vector (the public copy x̂)."""
-    return _vector_frame(identity, FrameKind.SNAPSHOT, {SNAPSHOT_TENSOR: vector}, parse_codec("identity"),
+                        timestamp: float, vector: torch.Tensor, steps: torch.Tensor | None = None,
+                        extra: dict | None = None, limits: Limits | None = None) -> bytes:
+    """An exact fp32 snapshot of a flat vector (the public copy x̂), and of the sender's steps sum
+    (`STEP_TENSOR`) where given."""
+    vectors = {SNAPSHOT_TENSOR: vector} if steps is None else {SNAPSHOT_TENSOR: vector, STEP_TENSOR: steps}
+    return _vector_frame(identity, FrameKind.SNAPSHOT, vectors, parse_codec("identity"),
                          swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
                          timestamp=timestamp, extra=extra, limits=limits)[0]
 

@@ -22,9 +22,9 @@ FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature:
 
 
 def limits_for(numel: int) -> Limits:
-    """Frame limits sized to this model: one exact fp32 snapshot plus a control frame fits, and an
-    update with its sender's steps (two vectors); anything much larger is refused before it is
-    read (the protocol defaults admit 1e9 params)."""
+    """Frame limits sized to this model: a frame of two exact fp32 vectors fits (a snapshot with its
+    sender's steps sum; an update with its steps), plus a control frame; anything much larger is
+    refused before it is read (the protocol defaults admit 1e9 params)."""
     snapshot = 4 * numel + (1 << 20)
     return Limits(max_frame_bytes=2 * snapshot, max_decompressed_bytes=2 * snapshot)
 
@@ -35,7 +35,8 @@ Past this many, decoding the updates costs more than decoding a snapshot
 (docs/benchmarks.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
-_TENSORS = {FrameKind.UPDATE: ([UPDATE_TENSOR], [UPDATE_TENSOR, STEP_TENSOR]), FrameKind.SNAPSHOT: ([SNAPSHOT_TENSOR],)}
+_TENSORS = {FrameKind.UPDATE: ([UPDATE_TENSOR], [UPDATE_TENSOR, STEP_TENSOR]),
+            FrameKind.SNAPSHOT: ([SNAPSHOT_TENSOR], [SNAPSHOT_TENSOR, STEP_TENSOR])}
 """The tensors each kind of frame an exchange carries may hold, in order."""
 
 
@@ -77,5 +78,5 @@ def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Fram
     if list(frame.tensors) not in _TENSORS.get(h.kind, ()):
         raise FrameRefused(RefusalReason.BAD_HEADER,
                            f"a {h.kind.value} frame with tensors {sorted(frame.tensors)[:3]}: an exchange carries "
-                           f"updates ({UPDATE_TENSOR!r}, optionally {STEP_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r})")
+                           f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r}), each optionally with {STEP_TENSOR!r}")
     return frame

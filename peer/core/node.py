@@ -45,11 +45,11 @@ from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
     bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
-    model_fingerprint, next_epoch, pack_bundle, parse_codec, read_vector, unpack_bundle,
+    model_fingerprint, next_epoch, pack_bundle, parse_codec, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
-from protocol.messages import STEP_TENSOR, UPDATE_TENSOR
+from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
 
@@ -290,11 +290,11 @@ class GossipNode:
             if n.acked_seq >= latest:
                 return []
             frames = self.outbox.since(n.acked_seq)
-            # A long gap costs more as updates than as one exact snapshot (to send, and to decode),
-            # unless they carry our steps, which a snapshot would lose: then up to two snapshots' worth.
-            snapshots = 2 if self.partner_steps.enabled else 1
+            # A long gap costs more as updates than as one exact snapshot (to send, and to decode);
+            # with partner steps on, both carry two vectors (a snapshot: our steps sum).
+            vectors = 2 if self.partner_steps.enabled else 1
             if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
-                    sum(map(len, frames)) < snapshots * 4 * self.numel + FRAME_OVERHEAD):
+                    sum(map(len, frames)) < vectors * 4 * self.numel + FRAME_OVERHEAD):
                 return frames
             gap_fill = frames is not None  # a snapshot in place of updates we hold: no budget
         if withheld is not None and (reason := withheld(gap_fill)) is not None:
@@ -303,7 +303,8 @@ class GossipNode:
         self.metrics.inc("snapshots_sent_total")
         return [self._snapshots.frame(self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
                                       epoch=self.epoch, seq=self.public.seq, step=self.step,
-                                      x_hat=self.public.x_hat, now=now)]
+                                      x_hat=self.public.x_hat, now=now,
+                                      steps=self.partner_steps.for_snapshot(self.numel))]
 
     def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
         """Unpack a bundle and verify its control frame: (its header, its fields, the other frames)."""
@@ -344,12 +345,8 @@ class GossipNode:
                 refused += 1
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
-            applied = self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
-            if applied and (steps := frame.tensors.get(STEP_TENSOR)) is not None:
-                self.partner_steps.received(sender, steps, pulled=pulled, chosen_before=n.pulled > 0,
-                                            seq=self.public.seq)
-            changed |= applied
-        if pulled and (taken := self.partner_steps.take_from(sender, self.public.seq))[0]:
+            changed |= self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
+        if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq))[0]:
             self.metrics.inc("partner_steps_taken_total")
             self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
         if changed:
@@ -362,20 +359,20 @@ class GossipNode:
 
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
-        vector = read_vector(frame) if frame.header.kind == FrameKind.SNAPSHOT else frame.tensors[UPDATE_TENSOR]
-        h = frame.header
+        h, steps = frame.header, frame.tensors.get(STEP_TENSOR)
+        vector = frame.tensors[SNAPSHOT_TENSOR if h.kind == FrameKind.SNAPSHOT else UPDATE_TENSOR]
         # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
         published_at = min(h.timestamp, 2 * now - h.timestamp)
         if h.kind == FrameKind.SNAPSHOT:
             if n.copy.x_hat is not None and h.seq < n.copy.seq:
                 return False
-            n.copy.set_snapshot(h.seq, vector, h.step)
+            n.copy.set_snapshot(h.seq, vector, h.step, steps)
             n.published_at = published_at
             self.metrics.inc("snapshots_received_total")
         elif h.seq <= n.copy.seq and n.copy.x_hat is not None:
             self.metrics.inc("updates_duplicate_total")
             return False
-        elif n.copy.apply_update(h.seq, vector, h.step):
+        elif n.copy.apply_update(h.seq, vector, h.step, steps):
             n.applied.append(signature)
             n.published_at = max(n.published_at, published_at)
             self.metrics.inc("updates_applied_total")

@@ -6,11 +6,15 @@ are x − (x at our last publish) − outside. They travel compressed in the upd
 (`protocol.messages.STEP_TENSOR`) with their own error feedback, so nothing the codec leaves
 out is lost, only late.
 
-Taking: a partner's steps count only once we have chosen it. Those arriving in the answer to
-our own exchange with it are taken at once; those it pushed at us in between wait (one
-parameter-sized sum per neighbour we have pulled before) and are taken at our next pull of
-it. A neighbour we never pulled moves nothing, whatever it pushes. What is taken goes,
-bounded, to the `StepInbox`, which the training thread drains at its next step boundary.
+Every frame we publish adds its steps' reconstruction to `published`, the sum of our own steps
+since our run began as receivers rebuild it; a snapshot of our public copy carries that sum too,
+so a receiver's copy of it (`NeighbourCopy.steps_hat`) survives a gap filled by a snapshot.
+
+Taking: a partner's steps count only once we have chosen it. At each answer to our own exchange
+with a partner we take the difference between its steps sum now and at our previous pull of it,
+which holds the steps it pushed at us in between; the first pull only marks where to start. A
+neighbour we never pulled moves nothing, whatever it pushes. What is taken goes, bounded, to the
+`StepInbox`, which the training thread drains at its next step boundary.
 
 Owned by the node's thread, like `GossipNode`; only `StepInbox.take` is the training thread's.
 No locks (peer/core imports no threading): the inbox is a deque, whose append and popleft are atomic.
@@ -18,6 +22,7 @@ No locks (peer/core imports no threading): the inbox is a deque, whose append an
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -57,11 +62,12 @@ class StepInbox:
         self._queue.clear()
 
 
-@dataclass
-class _Waiting:
-    steps: torch.Tensor | None = None
-    since_seq: int = 0
-    """Our public seq when we last took this neighbour's steps (or first heard of it)."""
+@dataclass(frozen=True)
+class _Taken:
+    steps_hat: torch.Tensor
+    """The partner's steps sum when we last took from it (a tensor its copy never writes into again)."""
+    seq: int
+    """Our public seq then: the bound grows with the publish periods since."""
 
 
 class PartnerSteps:
@@ -75,7 +81,10 @@ class PartnerSteps:
         self.norms = OwnStepNorms(window, clip_multiplier)
         self.inbox = StepInbox(waiting)
         self._residual: torch.Tensor | None = None
-        self._waiting: dict[bytes, _Waiting] = {}
+        self.published: torch.Tensor | None = None
+        """Our own steps summed over every frame we published in this run, as receivers rebuild
+        them (None until the first); our snapshots carry it."""
+        self._taken: dict[bytes, _Taken] = {}
 
     @property
     def enabled(self) -> bool:
@@ -100,42 +109,44 @@ class PartnerSteps:
         return own
 
     def sent(self, carried: torch.Tensor, reconstruction: torch.Tensor) -> None:
-        """Keep what the codec left out of `carried` for the next frame (error feedback)."""
+        """Keep what the codec left out of `carried` for the next frame (error feedback), and
+        add what receivers rebuild to `published`."""
         self._residual = carried.sub_(reconstruction)
+        self.published = reconstruction.clone() if self.published is None else self.published + reconstruction
+
+    def for_snapshot(self, numel: int) -> torch.Tensor | None:
+        """The steps sum a snapshot of our public copy carries (zeros before our first
+        publish), or None when partner steps are off or the sum overflowed (only a peer whose
+        steps are lies gets there; receivers void their copy of its sum alike)."""
+        if not self.enabled:
+            return None
+        if self.published is None:
+            return torch.zeros(numel)
+        return self.published if math.isfinite(safe_norm(self.published)) else None
 
     # ------------------------------------------------------------------ taking
-    def received(self, key: bytes, steps: torch.Tensor, *, pulled: bool, chosen_before: bool, seq: int) -> None:
-        """A verified update frame of `key` carried `steps`: keep them if we chose (or now pull) it."""
-        if not self.enabled or not (pulled or chosen_before):
-            return
-        w = self._waiting.get(key)
-        if w is None:
-            w = self._waiting[key] = _Waiting(since_seq=seq)
-        w.steps = steps.clone() if w.steps is None else w.steps.add_(steps)
-
-    def take_from(self, key: bytes, seq: int) -> tuple[bool, bool]:
-        """Our pull of `key` was answered: hand its waiting steps, bounded, to the inbox.
-        Returns (whether something was handed over, whether it was shortened to the bound)."""
-        w = self._waiting.get(key)
-        if w is None:
-            self._waiting[key] = _Waiting(since_seq=seq)
+    def take_from(self, key: bytes, steps_hat: torch.Tensor | None, seq: int) -> tuple[bool, bool]:
+        """Our pull of `key` was answered, and its copy's steps sum is now `steps_hat`: hand what
+        it stepped since our previous pull, bounded, to the inbox. Returns (whether something was
+        handed over, whether it was shortened to the bound)."""
+        if not self.enabled or steps_hat is None:
             return False, False
-        steps, bound = w.steps, self.norms.bound(seq - w.since_seq)
-        w.steps, w.since_seq = None, seq
-        if steps is None:
+        before, self._taken[key] = self._taken.get(key), _Taken(steps_hat, seq)
+        if before is None or before.steps_hat is steps_hat:
             return False, False
-        add, shortened = bounded_sum(steps, bound, self.weight, self.power)
+        add, shortened = bounded_sum(steps_hat - before.steps_hat, self.norms.bound(seq - before.seq),
+                                     self.weight, self.power)
         if add is not None:
             self.inbox.add(add)
         return add is not None, shortened
 
     def forget(self, key: bytes) -> None:
         """The neighbour is gone, or began a new run: what it sent before no longer counts."""
-        self._waiting.pop(key, None)
+        self._taken.pop(key, None)
 
     def reset(self) -> None:
         """We start afresh from an adopted state: nothing sent or received before applies."""
-        self._residual = None
-        self._waiting.clear()
+        self._residual = self.published = None
+        self._taken.clear()
         self.norms.clear()
         self.inbox.clear()

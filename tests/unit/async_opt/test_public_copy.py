@@ -138,3 +138,22 @@ def test_receiver_tracks_sender_exactly() -> None:
     for _ in range(10):
         pc.publish(x, compress)
     assert torch.equal(pc.x_hat, x)
+
+
+def test_a_neighbours_steps_sum_follows_its_copy_through_snapshots_and_updates() -> None:
+    """steps_hat: set by a snapshot that carries it, summed by updates that do, left by those that
+    do not, void where a sum overflows; a tensor handed out never changes."""
+    nc = NeighbourCopy()
+    nc.set_snapshot(0, t(0, 0), 0, steps=t(1, 2))
+    held = nc.steps_hat
+    nc.apply_update(1, t(1, 1), 1, steps=t(0.5, 0.5))
+    nc.apply_update(2, t(1, 1), 2)  # its sender shared no steps this time
+    assert torch.equal(nc.steps_hat, t(1.5, 2.5)) and torch.equal(held, t(1, 2))
+    nc.apply_update(3, t(1, 1), 3, steps=t(float("inf"), 0))
+    assert nc.steps_hat is None and torch.equal(nc.x_hat, t(3, 3))  # the copy itself stands
+    nc.apply_update(4, t(1, 1), 4, steps=t(1, 1))  # nothing to add to until a snapshot says
+    assert nc.steps_hat is None
+    nc.set_snapshot(4, t(4, 4), 4)
+    assert nc.steps_hat is None  # a snapshot without steps: its sender shares none
+    with pytest.raises(ValueError, match="shape"):
+        nc.set_snapshot(5, t(0, 0), 5, steps=t(1, 2, 3))

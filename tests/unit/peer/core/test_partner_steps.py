@@ -6,7 +6,7 @@ import torch
 from peer.boundary import BoundaryHook, PendingPublish
 from peer.core.cadence import PublishCadence
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import open_frame
+from peer.core.ingest import MAX_GAP_UPDATES, open_frame
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.core.partner_steps import PartnerSteps
@@ -44,7 +44,7 @@ def test_the_steps_of_a_partner_we_pull_reach_our_inbox_at_the_weight():
     step_to(b, torch.full((DIM,), 0.1))  # b's own step norm sets its bound: 2 × 0.28 per period
     step_to(a, torch.full((DIM,), 0.3))
     paired(b, a)
-    assert b.partner_steps.inbox.take() is None  # a snapshot carries no steps
+    assert b.partner_steps.inbox.take() is None  # the first pull only marks where to start
     own = torch.linspace(-0.1, 0.1, DIM)
     step_to(a, own)
     exchange(b, a, NOW)
@@ -98,7 +98,18 @@ def test_our_steps_exclude_what_came_from_outside_and_the_codec_loses_nothing_fo
     assert PartnerSteps(0.0, 2.0, 4).to_send(x, last, outside) is None  # off
 
 
-def test_adopting_a_state_forgets_every_step_sent_or_waiting():
+def test_a_steps_sum_that_overflows_is_left_out_of_snapshots():
+    """Each frame's steps are finite, but a liar's sum may not be: its snapshots then carry none
+    (a snapshot with a non-finite tensor could not even be built)."""
+    steps = PartnerSteps(weight=0.5, clip_multiplier=2.0, window=4)
+    assert torch.equal(steps.for_snapshot(2), torch.zeros(2))  # before our first publish
+    for _ in range(2):
+        steps.sent(torch.full((2,), 3e38), torch.full((2,), 3e38))
+    assert steps.for_snapshot(2) is None
+    assert PartnerSteps(weight=0.0, clip_multiplier=2.0, window=4).for_snapshot(2) is None  # off
+
+
+def test_adopting_a_state_forgets_every_step_sent_or_taken():
     a, b = node(0), node(1)
     step_to(b, torch.full((DIM,), 0.1))
     paired(b, a)
@@ -109,23 +120,40 @@ def test_adopting_a_state_forgets_every_step_sent_or_waiting():
     assert b.partner_steps.inbox.take() is None  # and b knows no own step norm yet: nothing may be added
 
 
-def test_an_update_frame_without_steps_is_still_taken_and_a_snapshot_with_steps_is_refused():
+def test_a_gap_filled_by_a_snapshot_keeps_every_step_it_covers():
+    """At many peers a partner is pulled seldom and its gap is filled by a snapshot: the snapshot
+    carries its steps sum, so the steps of the whole gap are taken, not lost with the updates."""
     a, b = node(0), node(1)
-    plain = GossipNode(GossipConfig(swarm="t", compression="identity"), a.identity, SPEC, torch.zeros(DIM), now=NOW)
+    step_to(b, torch.full((DIM,), 0.1))
+    paired(b, a)
+    for _ in range(MAX_GAP_UPDATES + 1):  # more than one bundle carries as updates
+        step_to(a, torch.full((DIM,), 0.001))
+    exchange(b, a, NOW)
+    assert b.metrics.get("snapshots_received_total") == 2  # the first copy, then this gap
+    taken = b.partner_steps.inbox.take()
+    assert torch.allclose(taken, torch.full((DIM,), 0.5 * 0.001 * (MAX_GAP_UPDATES + 1)))
+    assert torch.equal(b.neighbours[a.identity.public_key].copy.steps_hat, a.partner_steps.published)
+
+
+def test_frames_without_steps_still_count_and_frames_with_other_tensors_are_refused():
+    a, b = node(0), node(1)
+    plain = GossipNode(GossipConfig(swarm="t", compression="identity", partner_steps=0), a.identity, SPEC, torch.zeros(DIM), now=NOW)
     plain.publish(torch.ones(DIM), 1, NOW, torch.zeros(DIM))  # partner steps off: no second tensor
     paired(b, plain)
-    assert torch.equal(b.neighbours[plain.identity.public_key].copy.x_hat, torch.ones(DIM))
-    header = FrameHeader(swarm="t", fingerprint=b.fingerprint, sender=a.identity.public_key, kind=FrameKind.SNAPSHOT,
-                         seq=1, step=1, timestamp=NOW, codec="identity", extra={"epoch": a.epoch},
-                         tensors=(TensorSpec("vector", (DIM,), "float32"), TensorSpec("step", (DIM,), "float32")))
-    packed = {f"{name}/{k}": v for name in ("vector", "step") for k, v in IdentityCodec().compress(torch.ones(DIM))[0].items()}
-    raw = encode_frame(a.identity, header, packed, b.limits)
-    try:
-        open_frame(raw, b.policy, NOW, a.epoch)
-    except FrameRefused as exc:
-        assert exc.reason is RefusalReason.BAD_HEADER and "snapshot" in str(exc)
-    else:
-        raise AssertionError("a snapshot carrying steps was taken")
+    copy = b.neighbours[plain.identity.public_key].copy
+    assert torch.equal(copy.x_hat, torch.ones(DIM)) and copy.steps_hat is None
+    for kind, names in ((FrameKind.SNAPSHOT, ("step", "vector")), (FrameKind.SNAPSHOT, ("vector", "delta")),
+                        (FrameKind.UPDATE, ("delta", "step", "vector"))):
+        header = FrameHeader(swarm="t", fingerprint=b.fingerprint, sender=a.identity.public_key, kind=kind,
+                             seq=1, step=1, timestamp=NOW, codec="identity", extra={"epoch": a.epoch},
+                             tensors=tuple(TensorSpec(name, (DIM,), "float32") for name in names))
+        packed = {f"{name}/{k}": v for name in names for k, v in IdentityCodec().compress(torch.ones(DIM))[0].items()}
+        try:
+            open_frame(encode_frame(a.identity, header, packed, b.limits), b.policy, NOW, a.epoch)
+        except FrameRefused as exc:
+            assert exc.reason is RefusalReason.BAD_HEADER and kind.value in str(exc)
+        else:
+            raise AssertionError(f"a {kind.value} frame with tensors {names} was taken")
     assert flat_model_spec(DIM)["step"] == ((DIM,), "float32")
 
 

@@ -81,7 +81,7 @@ class GossipPeer:
     def make_hook(self) -> StepHook:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
         assert self.node is not None and self.worker is not None and self.driver is not None
-        return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls_per_publish), self.node.view_slot, self.worker.pending,
+        return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time,
                             self.node.partner_steps.taken())
 
@@ -118,6 +118,7 @@ class GossipPeer:
             self.gossip_cfg = dataclasses.replace(self.gossip_cfg, allowed_keys=keys)
             self.emit(f"private swarm: talking only to the {len(keys) - 1} keys in {self.net_cfg.trusted_keys}")
         self.gossip_cfg = self.gossip_cfg.for_trainer(self.trainer.capabilities.additive_steps)
+        self.session_cfg = self.session_cfg.for_partner_steps(self.gossip_cfg.partner_steps > 0)
         self.node = GossipNode(
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),
             now=time.time(), metrics=self.metrics, entropy=secrets.token_bytes(16),

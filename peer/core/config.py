@@ -7,8 +7,15 @@ exactly as a real one does. See docs/architecture.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+
+PULLS_MIXING_ONLY = 2
+"""Pulls per publish where a pull only mixes copies: more arrived no sooner (docs/mixing.md#how-many-pulls)."""
+PULLS_WITH_PARTNER_STEPS = 4
+"""Pulls per publish where each pull also brings a partner's steps, a step on its batch: more pulls
+are more batches per step (docs/mixing.md#how-many-pulls)."""
 
 
 @dataclass
@@ -20,11 +27,12 @@ class SessionConfig:
     full fp32 snapshot of the 100m preset over a 100 Mb/s link (~35 MB, ~3 s) with margin."""
     connect_timeout_s: float = 5.0
     """Of `request_timeout_s`, how long a TCP connect may take (a dead host fails fast)."""
-    pulls_per_publish: int = 2
+    pulls_per_publish: int | None = None
     """Exchanges started at each publish, each with a different partner (as slots allow): the m
     of the mixing row, where each pulled copy weighs 2/(1 + m) of a pair average
     (`peer.core.mixer`). One partner per period caps how fast a swarm agrees, however large it
-    is; every pull costs an update's bytes each way (docs/mixing.md)."""
+    is; every pull costs an update's bytes each way. None: decided by `for_partner_steps`,
+    `PULLS_WITH_PARTNER_STEPS` where this peer takes its partners' steps, else `PULLS_MIXING_ONLY`."""
     max_in_flight: int = 4
     """Exchanges running at once, each with a different neighbour: one neighbour that stopped
     answering then holds one slot until its timeout, not the whole peer. At least
@@ -81,13 +89,16 @@ class SessionConfig:
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("pulls_per_publish", "max_in_flight", "max_partners", "max_failures", "max_peers",
+        if self.pulls_per_publish is not None and self.pulls_per_publish < 1:
+            raise ValueError(f"pulls_per_publish must be >= 1 (or None: decided by partner steps), "
+                             f"got {self.pulls_per_publish!r}")
+        for name in ("max_in_flight", "max_partners", "max_failures", "max_peers",
                      "max_candidates", "join_max_asked"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if not (self.stall_rtt_factor >= 1 and math.isfinite(self.stall_rtt_factor)):
             raise ValueError(f"stall_rtt_factor must be a finite number >= 1, got {self.stall_rtt_factor!r}")
-        if self.pulls_per_publish > min(self.max_in_flight, self.max_partners):
+        if self.pulls_per_publish is not None and self.pulls_per_publish > min(self.max_in_flight, self.max_partners):
             raise ValueError(f"pulls_per_publish ({self.pulls_per_publish}) must be <= max_in_flight "
                              f"({self.max_in_flight}) and max_partners ({self.max_partners})")
         if self.hello_sample < 0:
@@ -98,3 +109,20 @@ class SessionConfig:
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         self.connect_timeout_s = min(self.connect_timeout_s, self.request_timeout_s)
+
+    @property
+    def pulls(self) -> int:
+        """`pulls_per_publish`, or where it was left to `for_partner_steps` and nobody asked it, the
+        count for a peer that only mixes."""
+        return self.pulls_per_publish if self.pulls_per_publish is not None else self._default_pulls(False)
+
+    def for_partner_steps(self, takes_them: bool) -> "SessionConfig":
+        """These settings with `pulls_per_publish` decided, where it was left open, by whether this
+        peer takes its partners' steps (`GossipConfig.partner_steps`, after `for_trainer`)."""
+        if self.pulls_per_publish is not None:
+            return self
+        return dataclasses.replace(self, pulls_per_publish=self._default_pulls(takes_them))
+
+    def _default_pulls(self, takes_them: bool) -> int:
+        pulls = PULLS_WITH_PARTNER_STEPS if takes_them else PULLS_MIXING_ONLY
+        return min(pulls, self.max_in_flight, self.max_partners)

@@ -152,7 +152,7 @@ class Session:
         if not publish_due:
             return []
         out: list[Action] = [Publish()]
-        for _ in range(self.cfg.pulls_per_publish):
+        for _ in range(self.cfg.pulls):
             if not (self.exchanges.slot_free(now) and self.accepting):
                 break
             address = self.exchanges.choose(self.table, self.rng)

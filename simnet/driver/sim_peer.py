@@ -78,9 +78,9 @@ class SimPeer(SimServer):
                                     now=self.world.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
         self.worker = SimWorker(self.world.sched, lambda: self.life)
-        session_cfg = dataclasses.replace(self.session_cfg, join=join)
+        session_cfg = dataclasses.replace(self.session_cfg, join=join).for_partner_steps(cfg.partner_steps > 0)
         self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
-        self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls_per_publish), self.node.view_slot, self.pending, self.on_boundary,
+        self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls), self.node.view_slot, self.pending, self.on_boundary,
                                  self.metrics, cfg.publish_cadence(), self.world.clock, self.node.partner_steps.taken())
         self.on_start(self.world.book.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:

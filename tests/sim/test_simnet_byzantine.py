@@ -185,7 +185,9 @@ def test_pushy_liars_that_exchange_with_everyone_every_period_buy_no_more_pulls(
             {"name": "pushy_alie", "set": {"attack": {"kind": "alie", "z": 1.0, "pushy": True}}},
             {"name": "pushy_steer", "set": {"attack": {"kind": "steer", "growth": 1.25, "pushy": True}}}]
     s = simulate(world, runs, [["pushy_alie", "clean"], ["pushy_steer", "clean"]])
-    assert s["runs"]["pushy_alie"]["totals"]["exchanges_ok"] > 1.2 * s["runs"]["alie"]["totals"]["exchanges_ok"]
+    # Each pushy liar starts max_partners (8) exchanges a publish where an honest peer starts 4:
+    # two of ten peers at twice the count add ~20% to the swarm's exchanges.
+    assert s["runs"]["pushy_alie"]["totals"]["exchanges_ok"] > 1.1 * s["runs"]["alie"]["totals"]["exchanges_ok"]
     for name in ("pushy_alie", "pushy_steer"):
         assert s["ratios"][f"{name}/clean"]["final_loss"] <= 1.05, s["ratios"][f"{name}/clean"]
         assert s["runs"][name]["diverged_peers"] == 0

@@ -269,6 +269,17 @@ def test_more_pulls_than_slots_or_partners_is_refused(bad):
         SessionConfig(**bad)
 
 
+def test_pulls_left_unset_follow_partner_steps_and_a_set_count_stays():
+    """Each pull brings a partner's batch where partner steps are taken: 4 there, 2 where a pull
+    only mixes; never more than the slots and partners allow; a count the user set is kept."""
+    unset = SessionConfig()
+    assert unset.pulls_per_publish is None and unset.pulls == 2  # read before anyone decided
+    assert unset.for_partner_steps(True).pulls_per_publish == 4
+    assert unset.for_partner_steps(False).pulls_per_publish == 2
+    assert SessionConfig(max_in_flight=3).for_partner_steps(True).pulls_per_publish == 3
+    assert SessionConfig(pulls_per_publish=1).for_partner_steps(True).pulls_per_publish == 1
+
+
 def test_a_refused_bootstrap_address_is_named_once_with_its_reason_and_in_the_join_verdict():
     s = Session(SessionConfig(join=True, join_wait_s=1.0, join_timeout_s=5.0), peer_id=ME, rng=random.Random(0))
     start = s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0)

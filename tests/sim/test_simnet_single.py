@@ -7,6 +7,7 @@ lasts D) within D / 3, i.e. 8 peers are worth 3 machines: seed 0 gets there with
 steps, and not without them (`no_partner_steps`, the control; seeds 0-4 in docs/simnet.md,
 "single"). The mixing rule reaches the target in under half the time the rule
 before it takes (`gossip_before`, the control), and every link cut (`alone`) never gets there.
+`single16`, the same with 16 peers, must get there within D / 4, and without partner steps does not.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from simnet.world.models import mlp_evaluator, mlp_factory
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import simnet_seeds  # noqa: E402
 
+FIGURES = {f.name: f for f in simnet_seeds.FIGURES["single"]}
 ONE = {"n_peers": 1, "duration_s": 3.0, "eval_every_s": 1.0, "speed": {"base_step_s": 0.1},
        "model_args": {"heterogeneity": 0.0}}
-FIGURES = {f.name: f for f in simnet_seeds.FIGURES["single"]}
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +82,25 @@ def test_the_mixing_rule_gets_there_in_under_half_the_time_of_the_rule_before(se
     assert before is None or now < 0.5 * before, (now, before)
 
 
-def test_eight_peers_reach_the_single_process_final_loss_in_a_third_of_its_time(seed0):
-    gossip = FIGURES["gossip: time to target / D"]
-    assert gossip.holds(gossip.read(seed0, {})), seed0["runs"]["gossip"]
+@pytest.fixture(scope="module")
+def seed0_of16() -> dict:
+    """`single16` on seed 0, only the runs the tests below read (and the reference run)."""
+    data = simnet_seeds.scenario_table("single16", runs=["gossip", "no_partner_steps"])
+    summary, _timing, _records = simnet_seeds.run_seed("single16", 0, lambda line: None, data)
+    return summary
 
 
-def test_partner_steps_arrive_sooner_than_the_same_rule_without_them(seed0):
-    """The control: without partner steps (the measured multiplier instead) seed 0 misses D / 3."""
-    runs = seed0["runs"]
+@pytest.mark.parametrize("scenario, fixture", [("single", "seed0"), ("single16", "seed0_of16")])
+def test_the_peers_reach_the_single_process_final_loss_within_the_target(scenario, fixture, request):
+    """8 peers within D / 3, 16 peers within D / 4."""
+    summary = request.getfixturevalue(fixture)
+    gossip = {f.name: f for f in simnet_seeds.FIGURES[scenario]}["gossip: time to target / D"]
+    assert gossip.holds(gossip.read(summary, {})), summary["runs"]["gossip"]
+
+
+@pytest.mark.parametrize("fixture", ["seed0", "seed0_of16"])
+def test_partner_steps_arrive_sooner_than_the_same_rule_without_them(fixture, request):
+    """The control: without partner steps (the measured multiplier instead) seed 0 misses the target."""
+    runs = request.getfixturevalue(fixture)["runs"]
     now, without = runs["gossip"]["time_to_target_s"], runs["no_partner_steps"]["time_to_target_s"]
     assert without is None or now < 0.8 * without, (now, without)

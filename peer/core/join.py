@@ -21,6 +21,7 @@ from peer.core.config import SessionConfig
 from protocol import (
     FrameKind, FrameRefused, Identity, RefusalReason, VerifyPolicy, decode_frame, make_snapshot_frame, read_vector,
 )
+from protocol.messages import SNAPSHOT_TENSOR
 
 STATE_KIND = "state"
 """The header mark of a snapshot served as a peer's state (GET /v1/state)."""
@@ -145,8 +146,11 @@ def sign_state(identity: Identity, swarm: str, fingerprint: str, seq: int, step:
 
 def read_state(data: bytes, policy: VerifyPolicy, now: float) -> tuple[torch.Tensor, int]:
     """Verify a state (`sign_state`); returns (parameters, the sender's step). FrameRefused for any
-    other frame, an update or an exchange snapshot included."""
+    other frame, an update, an exchange snapshot or a state holding more than the parameters included."""
     frame = decode_frame(data, policy, now=now)
     if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != STATE_KIND:
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
+    if list(frame.tensors) != [SNAPSHOT_TENSOR]:  # the model spec admits a steps tensor beside it
+        raise FrameRefused(RefusalReason.BAD_HEADER, f"a state holds {SNAPSHOT_TENSOR!r} alone, "
+                                                     f"not {sorted(frame.tensors)[:3]}")
     return read_vector(frame), frame.header.step

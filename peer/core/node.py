@@ -359,7 +359,9 @@ class GossipNode:
 
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
-        h, steps = frame.header, frame.tensors.get(STEP_TENSOR)
+        h = frame.header
+        # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
+        steps = frame.tensors.get(STEP_TENSOR) if self.partner_steps.enabled else None
         vector = frame.tensors[SNAPSHOT_TENSOR if h.kind == FrameKind.SNAPSHOT else UPDATE_TENSOR]
         # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
         published_at = min(h.timestamp, 2 * now - h.timestamp)

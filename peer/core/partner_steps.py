@@ -112,7 +112,10 @@ class PartnerSteps:
         """Keep what the codec left out of `carried` for the next frame (error feedback), and
         add what receivers rebuild to `published`."""
         self._residual = carried.sub_(reconstruction)
-        self.published = reconstruction.clone() if self.published is None else self.published + reconstruction
+        if self.published is None:
+            self.published = reconstruction.clone()
+        else:  # in place: only `for_snapshot` reads it, on this thread, into a frame built at once
+            self.published.add_(reconstruction)
 
     def for_snapshot(self, numel: int) -> torch.Tensor | None:
         """The steps sum a snapshot of our public copy carries (zeros before our first

@@ -48,7 +48,8 @@ class SimServer:
         raise NotImplementedError
 
     def _vectors(self) -> int:
-        """Parameter-sized vectors an update frame carries: the delta, and our steps when we share them."""
+        """Parameter-sized vectors an update or snapshot frame carries: the delta or copy, and our
+        steps (a snapshot: their sum) when we share them."""
         return 2 if self._node().partner_steps.enabled else 1
 
     def dispatch(self, actions: list[Action]) -> None:

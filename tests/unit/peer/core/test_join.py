@@ -113,6 +113,10 @@ def test_only_a_snapshot_signed_as_a_state_is_read_as_one() -> None:
                                             vector=x)
     with pytest.raises(FrameRefused, match="not a signed state"):
         read_state(exchange_snapshot, policy, 1000.0)
+    with_steps = make_snapshot_frame(identity, swarm="s", fingerprint="f", seq=2, step=42, timestamp=1000.0,
+                                     vector=x, steps=x, extra={"kind": "state"})
+    with pytest.raises(FrameRefused, match="alone"):  # refused and counted, not a ValueError
+        read_state(with_steps, policy, 1000.0)
 
 
 def test_the_step_counted_on_from_is_at_most_the_median_claim_so_one_far_claim_cannot_set_it() -> None:

@@ -135,6 +135,20 @@ def test_a_gap_filled_by_a_snapshot_keeps_every_step_it_covers():
     assert torch.equal(b.neighbours[a.identity.public_key].copy.steps_hat, a.partner_steps.published)
 
 
+def test_a_peer_that_takes_no_partner_steps_keeps_none_of_a_neighbours():
+    """A neighbour's steps sum would cost a parameter-sized vector beside its copy: a peer with
+    partner steps off (an Adam trainer) keeps the copy and drops the sum."""
+    a = node(0)
+    off = GossipNode(GossipConfig(swarm="t", compression="identity", partner_steps=0), Identity.generate(bytes([9]) * 32),
+                     SPEC, torch.zeros(DIM), now=NOW)
+    step_to(a, torch.full((DIM,), 0.1))
+    paired(off, a)
+    step_to(a, torch.full((DIM,), 0.1))
+    exchange(off, a, NOW)
+    copy = off.neighbours[a.identity.public_key].copy
+    assert torch.allclose(copy.x_hat, torch.full((DIM,), 0.2)) and copy.steps_hat is None
+
+
 def test_frames_without_steps_still_count_and_frames_with_other_tensors_are_refused():
     a, b = node(0), node(1)
     plain = GossipNode(GossipConfig(swarm="t", compression="identity", partner_steps=0), a.identity, SPEC, torch.zeros(DIM), now=NOW)

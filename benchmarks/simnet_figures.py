@@ -39,6 +39,16 @@ def final_ratio(a: str, b: str, of: str = "final_loss") -> Callable[[dict, dict]
     return read
 
 
+def worst_ratio(runs: tuple[str, ...], b: str) -> Callable[[dict, dict], float | None]:
+    """The largest final_ratio(a, b) over `runs` (those present): the worst of several attacks
+    against one control."""
+    def read(summary: dict, timing: dict) -> float | None:
+        ratios = [final_ratio(a, b)(summary, timing) for a in runs if a in summary["runs"]]
+        known = [r for r in ratios if r is not None]
+        return max(known) if known else None
+    return read
+
+
 def mean_model_ratio(a: str, b: str) -> Callable[[dict, dict], float | None]:
     """Run a's peers' mean model against run b: above final_ratio(a, b) by nothing when the peers
     agree, by what their disagreement costs when they do not."""

@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe  # noqa: E402
 from simnet_figures import (Figure, cost_ratio, final_ratio, load_average, mean_model_ratio, pair,  # noqa: E402
-                            read_figure, run_value, target_of, time_over_duration, time_ratio)
+                            read_figure, run_value, target_of, time_over_duration, time_ratio, worst_ratio)
 from simnet_variants import BASE_RUN, parse_variant, variant_name, with_variants, with_world  # noqa: E402
 
 from simnet.runs.report import build_summary, build_timing, clean, table, write_outputs  # noqa: E402
@@ -118,6 +118,11 @@ def single_figures(peers: int, limit: float, half_swarm: bool = False) -> list[F
     ]
 
 
+DEFENDED_ATTACKS = ("clipped", "alie", "nan", "pushy_alie", "pushy_steer", "steer", "edge", "flip_alone", "future",
+                    "future_alie", "join_liar", "join_far", "sybil", "leech")
+"""The byzantine runs whose honest peers keep every defence (the controls left out)."""
+
+
 FIGURES: dict[str, list[Figure]] = {
     "stragglers": baseline_figures(limits=True),
     "wan": baseline_figures(limits=False),
@@ -170,6 +175,9 @@ FIGURES: dict[str, list[Figure]] = {
                "<=", 1.05),
         Figure("pair_clean/pair_alone final loss (an honest pair keeps its gain)",
                final_ratio("pair_clean", "pair_alone"), "<=", 0.95),
+        Figure("attackers_cut/clean final loss (control: the same honest peers, the attackers cut off)",
+               final_ratio("attackers_cut", "clean")),
+        Figure("worst defended attack / attackers_cut final loss", worst_ratio(DEFENDED_ATTACKS, "attackers_cut")),
         Figure("sybil_trusting/clean final loss (control)", final_ratio("sybil_trusting", "clean")),
         Figure("sybil_trusting snapshots to made-up addresses",
                run_value("sybil_trusting", "totals", "snapshots_to_made_up")),

@@ -67,7 +67,8 @@ class GossipSim:
         self.world_cfg, self.seed = world, seed
         self.sched = Scheduler()
         topo = Topology(world.topology, n, seed)
-        self.links = SimLinks(world.links, topo, Partitions(world.partitions, topo), self.sched, seed)
+        attackers = frozenset(world.attack.attackers(n, seed))
+        self.links = SimLinks(world.links, topo, Partitions(world.partitions, topo, attackers), self.sched, seed)
         self.attack = world.attack
         entry = get_model(world.model)
         self._factory = entry.factory
@@ -79,7 +80,6 @@ class GossipSim:
                               cost=world.cost, speed=SpeedModel(world.speed, n, seed), book=self.book,
                               new_metrics=self._new_metrics)
         """What every simulated peer is handed (it never sees this swarm)."""
-        attackers = world.attack.attackers(n, seed)
         gossip_cfg, session_cfg = world.gossip_config(), world.session_config()
         self.peers = [build_peer(self.world, i, identity_for(seed, i), gossip_cfg, session_cfg, world.attack,
                                  attacker=i in attackers) for i in range(n)]

@@ -67,22 +67,30 @@ class PartitionConfig:
     """Peer indices of each side; peers named nowhere form one more group."""
     clusters: bool = False
     """Cut along the topology's clusters instead (each cluster its own side)."""
+    attackers: bool = False
+    """Cut the run's attackers (world.attack, chosen per seed) off from everyone else: the same
+    honest peers as the attacked run, with no lie reaching them (what losing those peers costs)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_s < self.end_s:
             raise ValueError(f"partition needs 0 <= start_s < end_s, got {self.start_s}, {self.end_s}")
-        if not self.groups and not self.clusters:
-            raise ValueError("a partition needs `groups` or `clusters = true`")
+        if sum((bool(self.groups), self.clusters, self.attackers)) != 1:
+            raise ValueError("a partition needs exactly one of `groups`, `clusters = true` or `attackers = true`")
 
 
 class Partitions:
     """Answers whether a and b are cut off from each other at time t."""
 
-    def __init__(self, cfgs: list[PartitionConfig], topo: Topology) -> None:
+    def __init__(self, cfgs: list[PartitionConfig], topo: Topology, attackers: frozenset[int] = frozenset()) -> None:
+        """`attackers`: the run's attacking peers, for partitions that cut them off (none: no cut)."""
         self.spans: list[tuple[float, float, list[int]]] = []
         for cfg in cfgs:
-            side = list(topo.cluster) if cfg.clusters else [len(cfg.groups)] * topo.n
-            if not cfg.clusters:
+            if cfg.clusters:
+                side = list(topo.cluster)
+            elif cfg.attackers:
+                side = [int(i in attackers) for i in range(topo.n)]
+            else:
+                side = [len(cfg.groups)] * topo.n
                 for g, members in enumerate(cfg.groups):
                     for i in members:
                         if 0 <= i < topo.n:

@@ -200,3 +200,16 @@ def test_pushy_is_refused_on_attacks_that_publish_no_parameters():
         AttackConfig(kind="sybil", pushy=True)
     with pytest.raises(ValueError, match="pushy"):
         AttackConfig(kind="alie", pushy_undefended=True)
+
+
+def test_attackers_cut_off_reach_nobody():
+    """The `attackers_cut` control: with the attackers partitioned off, what they publish cannot
+    matter, so the honest peers end bit for bit the same under any lie (and unlike the attacked run)."""
+    world = {**WORLD, "n_peers": 6, "duration_s": 10.0, "attack": {"kind": "sign_flip", "peers": [0, 1], "scale": 10.0}}
+    cut = {"partitions": [{"start_s": 0.0, "end_s": 1000.0, "attackers": True}]}
+    s = simulate(world, [{"name": "flip_cut", "set": cut},
+                         {"name": "steer_cut", "set": {**cut, "attack": {"kind": "steer", "peers": [0, 1]}}},
+                         {"name": "flip"}], [])
+    runs = s["runs"]
+    assert runs["flip_cut"]["final_loss"] == runs["steer_cut"]["final_loss"]
+    assert runs["flip"]["final_loss"] != runs["flip_cut"]["final_loss"]

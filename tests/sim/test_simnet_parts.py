@@ -78,6 +78,22 @@ def test_partition_drops_messages_until_it_heals():
     assert net.partitions.heal_time([0, 1, 2], 1.5) == 3.0
 
 
+def test_attackers_partition_cuts_the_runs_attackers_off_and_nobody_else():
+    topo = Topology(TopologyConfig(), 5, 0)
+    parts = Partitions([PartitionConfig(start_s=0.0, end_s=10.0, attackers=True)], topo, frozenset({1, 3}))
+    assert parts.blocked(1, 0, 5.0) and parts.blocked(2, 3, 5.0)
+    assert not parts.blocked(1, 3, 5.0) and not parts.blocked(0, 4, 5.0)
+    assert not parts.blocked(1, 0, 10.0)  # healed
+    no_attack = Partitions([PartitionConfig(start_s=0.0, end_s=10.0, attackers=True)], topo)
+    assert not any(no_attack.blocked(a, b, 5.0) for a in range(5) for b in range(5))
+
+
+@pytest.mark.parametrize("spec", [{}, {"groups": [[0]], "attackers": True}, {"clusters": True, "attackers": True}])
+def test_a_partition_names_exactly_one_way_to_cut(spec):
+    with pytest.raises(ValueError, match="exactly one of"):
+        PartitionConfig(start_s=0.0, end_s=1.0, **spec)
+
+
 def test_message_loss_and_packet_loss():
     sched, net = links(latency_s=0.01, loss=0.3, loss_mode="message")
     got = []

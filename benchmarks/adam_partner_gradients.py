@@ -15,7 +15,8 @@ replicas in one process, in synchronous rounds, with exact copies (no codec, no 
 - mix + fresh gradients (w): at every step Adam takes (g + w·g_p) / (1 + w), g_p the pulled
   partner's gradient *of this very step* — more than a wire can bring;
 - mix + period-old gradients (w): g_p is the partner's mean gradient over its last period, the
-  freshest a publish could carry; used through the whole next period.
+  freshest a publish could carry; used through the whole next period (or over the period before,
+  two periods old: a pull that came back a period late).
 
 Score: held-out loss (the teacher's clean outputs) averaged over the last 8 steps and over the
 replicas; capture = (alone − arm) / (alone − ddp). Prints a table per seed and a last line
@@ -29,6 +30,7 @@ import json
 import random
 import statistics
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +53,16 @@ class Arm:
     weight: float = 0.0
     """Weight of the partner's gradient beside ours (0: none)."""
     fresh: bool = True
-    """The partner's gradient of this step (True) or its mean over its last period (False)."""
+    """The partner's gradient of this step (True) or its mean over a past period (False)."""
+    periods_old: int = 1
+    """Which past period's mean (1: the last one)."""
 
 
 ARMS = (Arm("alone"), Arm("ddp", ddp=True), Arm("mix", mix=True),
         Arm("mix + fresh gradients (w 1)", mix=True, weight=1.0),
         Arm("mix + period-old gradients (w 1)", mix=True, weight=1.0, fresh=False),
-        Arm("mix + period-old gradients (w 0.3)", mix=True, weight=0.3, fresh=False))
+        Arm("mix + period-old gradients (w 0.3)", mix=True, weight=0.3, fresh=False),
+        Arm("mix + two-periods-old gradients (w 0.3)", mix=True, weight=0.3, fresh=False, periods_old=2))
 
 
 def flat_grad(model: torch.nn.Module) -> torch.Tensor:
@@ -76,7 +81,7 @@ def run_arm(arm: Arm, w: MLPWorkload, steps: int, every: int, gamma: float) -> f
     rng = random.Random(w.seed)
     partner: list[int | None] = [None] * N_REPLICAS
     period_sum = [None] * N_REPLICAS
-    period_mean: list[torch.Tensor | None] = [None] * N_REPLICAS
+    period_means = [deque(maxlen=arm.periods_old) for _ in range(N_REPLICAS)]
     tail = []
     for t in range(steps):
         if arm.ddp:
@@ -91,8 +96,9 @@ def run_arm(arm: Arm, w: MLPWorkload, steps: int, every: int, gamma: float) -> f
                 grads.append(flat_grad(m))
             for i, (m, o) in enumerate(zip(models, opts)):
                 p = partner[i]
-                if arm.weight > 0 and p is not None:
-                    other = grads[p] if arm.fresh else period_mean[p]
+                past = period_means[p] if p is not None else ()
+                if arm.weight > 0 and p is not None and (arm.fresh or len(past) == arm.periods_old):
+                    other = grads[p] if arm.fresh else past[0]
                     set_grad(m, (grads[i] + arm.weight * other) / (1 + arm.weight))
                 o.step()
                 period_sum[i] = grads[i] if period_sum[i] is None else period_sum[i] + grads[i]
@@ -101,7 +107,8 @@ def run_arm(arm: Arm, w: MLPWorkload, steps: int, every: int, gamma: float) -> f
                 for i, m in enumerate(models):
                     partner[i] = rng.choice([j for j in range(N_REPLICAS) if j != i])
                     torch.nn.utils.vector_to_parameters(xs[i] + gamma * (xs[partner[i]] - xs[i]), m.parameters())
-                    period_mean[i], period_sum[i] = period_sum[i] / every, None
+                    period_means[i].append(period_sum[i] / every)
+                    period_sum[i] = None
         if t >= steps - TAIL_STEPS:
             tail.append(statistics.mean(tasks[0].eval_loss(m) for m in models))
     return statistics.mean(tail)

@@ -27,4 +27,5 @@ def test_partner_gradients_and_mixing_each_change_the_run() -> None:
     mix = loss(Arm("mix", mix=True))
     assert loss(Arm("alone")) != mix
     fresh, stale = loss(Arm("fresh", mix=True, weight=1.0)), loss(Arm("stale", mix=True, weight=1.0, fresh=False))
-    assert len({mix, fresh, stale}) == 3
+    older = loss(Arm("older", mix=True, weight=1.0, fresh=False, periods_old=2))
+    assert len({mix, fresh, stale, older}) == 4

@@ -43,6 +43,10 @@ def test_ctrl_c_and_sigterm_stop_cleanly_with_a_final_checkpoint(corpus, spawn, 
         p.wait_listening()
         p.wait_for(r"^step \d+ ", timeout=120)
         p.proc.send_signal(sig)
-        assert p.wait_exit(60) == 0, p.text()[-2000:]
+        try:
+            code = p.wait_exit(60)
+        except AssertionError as still_running:
+            raise AssertionError(f"after {sig.name}: {still_running}") from None
+        assert code == 0, f"after {sig.name}: {p.text()[-2000:]}"
         stopped = int(re.search(r"stopped at step (\d+)", p.text()).group(1))
         assert load_checkpoint(ckpt)[1]["step"] == stopped

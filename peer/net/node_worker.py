@@ -93,9 +93,9 @@ class NodeWorker:
         item = self.pending.take()
         if item is None:
             return None
-        x, step, outside = item
+        x, step, beside = item
         try:
-            self.node.publish(x, step, self.clock(), outside)
+            self.node.publish(x, step, self.clock(), beside)
         except ValueError as exc:  # non-finite parameters: nothing sane to publish
             return step, str(exc)
         return step, None

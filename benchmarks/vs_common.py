@@ -167,18 +167,15 @@ def straggle(step_s: float, slow_factor: float) -> None:
         time.sleep((slow_factor - 1) * step_s)
 
 
-def train_step(model: nn.Module, opt: Any, task: Task, rec: Record, w: Workload, slow_factor: float = 1.0,
-               after_backward: Callable[[], None] | None = None) -> float:
+def train_step(model: nn.Module, opt: Any, task: Task, rec: Record, w: Workload, slow_factor: float = 1.0) -> float:
     """One optimiser step on a fresh batch (any optimiser with zero_grad/step: torch's or
     hivemind's), the gradient clipped where the workload says; the straggler then sleeps.
-    `after_backward` runs between the backward pass and the clipping. Returns the batch loss."""
+    Returns the batch loss."""
     t = time.perf_counter()
     batch = task.batch()
     opt.zero_grad()
     loss = task.loss(model, batch)
     loss.backward()
-    if after_backward is not None:
-        after_backward()
     if w.grad_clip:
         nn.utils.clip_grad_norm_(model.parameters(), w.grad_clip)
     opt.step()

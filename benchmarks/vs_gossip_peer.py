@@ -30,7 +30,6 @@ import torch  # noqa: E402
 from vs_common import Clock, IterateAverage, ProcessGroup, Record, Workload, evaluate, train_step  # noqa: E402
 from vs_workloads import load_workload, workload_json  # noqa: E402
 
-from peer.partner_gradients import GradientBlend  # noqa: E402
 from peer.trainer import Capabilities, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
 
 LISTEN_RE = re.compile(r"listening on http://(\S+) ")
@@ -83,7 +82,7 @@ class WorkloadTrainer(Trainer):
     Its averaged weights are the peer's own (`score_averaged_from`, the node's `average.current`) in
     the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
 
-    capabilities = Capabilities(partner_gradients=True)
+    capabilities = Capabilities()
 
     def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
                  slow_factor: float = 1.0) -> None:
@@ -98,7 +97,6 @@ class WorkloadTrainer(Trainer):
         self._at_end = evals_at_end
         self.average = IterateAverage(self.model)
         self._averaged_source: Callable[[], torch.Tensor | None] | None = None
-        self.blend = GradientBlend()
 
     def score_averaged_from(self, source: Callable[[], torch.Tensor | None]) -> None:
         """In the gossip arm: score the peer's own averaged weights, `source()` (None before its
@@ -123,8 +121,7 @@ class WorkloadTrainer(Trainer):
             self.clock.wait_for_go()
         if self.clock.eval_due():
             self._evaluate()
-        loss = train_step(self.model, self.opt, self.task, self.rec, self.w, self.slow_factor,
-                          after_backward=lambda: self.blend.after_backward(self.params))
+        loss = train_step(self.model, self.opt, self.task, self.rec, self.w, self.slow_factor)
         if self._averaged_source is None:
             self.average.observe(self.model, self.rec.steps)
         if self.clock.over():
@@ -155,12 +152,6 @@ class WorkloadTrainer(Trainer):
 
     def load_state_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self.set_flat_params(tensors["flat"])
-
-    def gradient_sum(self) -> torch.Tensor:
-        return self.blend.gradient_sum(sum(p.numel() for p in self.params))
-
-    def blend_partner_gradient(self, gradient: torch.Tensor | None, weight: float) -> None:
-        self.blend.blend(gradient, weight)
 
     def close(self) -> None:
         pass

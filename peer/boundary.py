@@ -34,9 +34,8 @@ class PendingPublish:
     C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
     the newest copy is kept, and at most one publish job waits on the node worker: when
     publishing is slower than the training steps that ask for it, publishes coalesce instead
-    of piling up in front of the exchanges. What the frame's second tensor is built from
-    (`beside`: for partner steps what came from outside our own steps, for partner gradients our
-    raw gradient sum) adds up over coalesced copies. The lock guards these reference swaps and
+    of piling up in front of the exchanges. What came from outside our own steps (`outside`,
+    for partner steps) adds up over coalesced copies. The lock guards these reference swaps and
     that add, never any other work.
     """
 
@@ -45,14 +44,13 @@ class PendingPublish:
         self._item: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
         self._job_queued = False
 
-    def put(self, x: torch.Tensor, step: int, beside: torch.Tensor | None = None) -> None:
+    def put(self, x: torch.Tensor, step: int, outside: torch.Tensor | None = None) -> None:
         """Training thread: hand over a copy taken at a step boundary, with what mixing and
-        partners' steps added since the previous hand-over, or our gradients summed since
-        (None: neither is tracked)."""
+        partners' steps added since the previous hand-over (None: not tracked)."""
         with self._lock:
-            if self._item is not None and beside is not None and self._item[2] is not None:
-                beside = beside.add_(self._item[2])  # the older copy was never published
-            self._item = (x, step, beside)
+            if self._item is not None and outside is not None and self._item[2] is not None:
+                outside = outside.add_(self._item[2])  # the older copy was never published
+            self._item = (x, step, outside)
 
     def needs_job(self) -> bool:
         """Driver: True when no publish job is waiting (the caller then queues one)."""
@@ -61,8 +59,8 @@ class PendingPublish:
         return not queued
 
     def take(self) -> tuple[torch.Tensor, int, torch.Tensor | None] | None:
-        """Worker, as a publish job starts: (the newest copy, its step, what `put` handed over beside
-        it since the last publish), or None when it was already taken."""
+        """Worker, as a publish job starts: (the newest copy, its step, what came from outside since
+        the last publish), or None when it was already taken."""
         with self._lock:
             item, self._item = self._item, None
             self._job_queued = False
@@ -73,7 +71,7 @@ class BoundaryHook:
     """The training thread's step-boundary work: mix from the view, hand over a publish copy.
 
     Called on the training thread only. It reads the node's `view_slot` (immutable views),
-    drains `steps` (partners' steps or gradients the node took) and writes `pending`, each under a lock
+    drains `steps` (partners' steps the node took) and writes `pending`, each under a lock
     that guards a reference swap or one add: none can block behind node work.
     `notify(step, publish_due)` tells the driver's session.
     """
@@ -82,14 +80,11 @@ class BoundaryHook:
                  notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
                  clock: Callable[[], float], steps: StepInbox | None = None) -> None:
         """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`);
-        `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps or gradients)."""
+        `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
         self.metrics, self.cadence, self.clock, self.steps = metrics, cadence, clock, steps
-        self.gradients_hold = steps.gradients_hold if steps is not None else 0
         self._outside: torch.Tensor | None = None
-        """What mixing and partners' steps added since the last hand-over (tracked for partner steps)."""
-        self._blended_for: int | None = None
-        """Steps our trainer has blended the partners' gradient it holds into (None: it holds none)."""
+        """What mixing and partners' steps added since the last hand-over (tracked with `steps`)."""
         self.step_scale = mixer.cfg.step_scale_rule()
         self._scale_set = 1.0  # what the trainer was last told (a trainer starts at its own rate)
         self.last_mixed = 0
@@ -115,11 +110,7 @@ class BoundaryHook:
             self._scale_set = scale
             self.metrics.set("step_scale", scale)
         add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
-        taken = self.steps.take() if self.steps is not None else None
-        if self.gradients_hold:
-            self._blend(trainer, taken)
-        elif taken is not None:
-            partner = taken[0]
+        if self.steps is not None and (partner := self.steps.take()) is not None:
             if add is not None:
                 add(partner)
             else:
@@ -146,30 +137,14 @@ class BoundaryHook:
         if due:  # a copy: the worker compresses it while training goes on
             self.cadence.published(k, now)
             x = trainer.get_flat_params()
-            beside = None
-            if self.gradients_hold:
-                beside = trainer.gradient_sum()
-            elif self.steps is not None:
-                beside = self._outside if self._outside is not None else torch.zeros_like(x)
-            self.pending.put(x, stats.step, beside)
+            outside = None
+            if self.steps is not None:
+                outside = self._outside if self._outside is not None else torch.zeros_like(x)
+            self.pending.put(x, stats.step, outside)
             self._outside = None
         self.notify(stats.step, due)
 
-    def _blend(self, trainer: Trainer, taken: tuple[torch.Tensor, float] | None) -> None:
-        """Partner gradients: hand the trainer what the node took, or take back the one it holds
-        once it has blended it into `gradients_hold` steps (an old gradient points where our
-        parameters no longer are)."""
-        if taken is not None:
-            trainer.blend_partner_gradient(*taken)
-            self._blended_for = 0
-            self.metrics.inc("partner_gradients_blended_total")
-        elif self._blended_for is not None:
-            self._blended_for += 1
-            if self._blended_for >= self.gradients_hold:
-                trainer.blend_partner_gradient(None, 0.0)
-                self._blended_for = None
-
     def _count_outside(self, delta: torch.Tensor) -> None:
         """Add `delta` (a change not of our own steps, already applied) to what the next hand-over reports."""
-        if self.steps is not None and not self.gradients_hold:
+        if self.steps is not None:
             self._outside = delta.clone() if self._outside is None else self._outside.add_(delta)

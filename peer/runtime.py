@@ -117,8 +117,7 @@ class GossipPeer:
             keys = load_trusted_keys(self.net_cfg.trusted_keys) | {self.identity.public_key}
             self.gossip_cfg = dataclasses.replace(self.gossip_cfg, allowed_keys=keys)
             self.emit(f"private swarm: talking only to the {len(keys) - 1} keys in {self.net_cfg.trusted_keys}")
-        self.gossip_cfg = self.gossip_cfg.for_trainer(self.trainer.capabilities.additive_steps,
-                                                     self.trainer.capabilities.partner_gradients)
+        self.gossip_cfg = self.gossip_cfg.for_trainer(self.trainer.capabilities.additive_steps)
         self.session_cfg = self.session_cfg.for_partner_steps(self.gossip_cfg.partner_steps > 0)
         self.node = GossipNode(
             self.gossip_cfg, self.identity, self.trainer.param_spec(), self.trainer.get_flat_params(),

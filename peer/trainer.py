@@ -45,11 +45,6 @@ class Capabilities:
     another replica's steps can be added to ours as a step on that replica's batch
     (`GossipConfig.partner_steps`). Adam-type steps are normalised per coordinate: adding a
     partner's multiplies the step size instead (docs/mixing.md#partner-steps)."""
-    partner_gradients: bool = False
-    """`gradient_sum` and `blend_partner_gradient`: its optimiser normalises each step per
-    coordinate (Adam-type), so instead of partners' steps it takes their gradients, blended into
-    its own before each step (`GossipConfig.partner_gradients`; docs/mixing.md#partner-gradients).
-    `peer.partner_gradients.GradientBlend` does the bookkeeping for a trainer."""
     collective_reads: bool = True
     """Reading the parameters or the state needs every rank of a torchrun group (FSDP2 shards);
     True is always safe, False saves the group a broadcast per read."""
@@ -125,18 +120,6 @@ class Trainer(abc.ABC):
         """Multiply every later learning rate by `factor` (a rollback lowers it). `Capabilities.scale_lr`."""
         raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(scale_lr=True)")
 
-    def gradient_sum(self) -> torch.Tensor:
-        """Our raw gradients (before clipping or blending) summed over the steps since the previous
-        call, laid out as `get_flat_params`; the first call starts the sum and returns zeros.
-        `Capabilities.partner_gradients`."""
-        raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(partner_gradients=True)")
-
-    def blend_partner_gradient(self, gradient: torch.Tensor | None, weight: float) -> None:
-        """From the next step on, step on (g + `gradient`) / (1 + `weight`) instead of our own
-        gradient g, `gradient` being partners' mean gradients already multiplied by their weights
-        (`weight` their sum); None: our own gradient again. `Capabilities.partner_gradients`."""
-        raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(partner_gradients=True)")
-
 
 class WrappedTrainer(Trainer):
     """A trainer that forwards every call to `inner`: a wrapper overrides only what it changes."""
@@ -187,12 +170,6 @@ class WrappedTrainer(Trainer):
 
     def scale_lr(self, factor: float) -> None:
         self.inner.scale_lr(factor)
-
-    def gradient_sum(self) -> torch.Tensor:
-        return self.inner.gradient_sum()
-
-    def blend_partner_gradient(self, gradient: torch.Tensor | None, weight: float) -> None:
-        self.inner.blend_partner_gradient(gradient, weight)
 
 
 def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:

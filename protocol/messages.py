@@ -25,20 +25,13 @@ from .limits import Limits
 
 __all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
            "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
-           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "GRAD_TENSOR", "SECOND_TENSORS",
-           "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
+           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
 
 UPDATE_TENSOR = "delta"
 STEP_TENSOR = "step"
 """An update or snapshot frame's optional second tensor (peer.core.partner_steps): in an update,
 the sender's own training steps since its previous publish, without what it mixed in; in a
 snapshot, those steps summed over every update it published in this run."""
-GRAD_TENSOR = "grad"
-"""The other optional second tensor (peer.core.partner_steps, for Adam-type trainers): in an
-update, the sender's raw gradients summed over its steps since its previous publish; in a
-snapshot, summed over every update it published in this run. Its own name, so a peer that adds
-partners' steps never takes a gradient for a step, nor the other way round."""
-SECOND_TENSORS = (STEP_TENSOR, GRAD_TENSOR)
 SNAPSHOT_TENSOR = "vector"
 BUNDLE_MAGIC = b"GTTB"
 _COUNT = struct.Struct(">4sI")
@@ -88,30 +81,22 @@ def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: 
 def make_step_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                            timestamp: float, codec: TensorCodec | str, delta: torch.Tensor,
                            own_step: torch.Tensor, extra: dict | None = None,
-                           limits: Limits | None = None, name: str = STEP_TENSOR) -> tuple[bytes, torch.Tensor, torch.Tensor]:
-    """An update that also carries the sender's own training steps (`STEP_TENSOR`) or gradients
-    (`name` = `GRAD_TENSOR`), both in one signed frame with the same codec: (frame bytes, the
-    delta's reconstruction, the second tensor's)."""
-    _check_second(name)
+                           limits: Limits | None = None) -> tuple[bytes, torch.Tensor, torch.Tensor]:
+    """An update that also carries the sender's own training steps (`STEP_TENSOR`), both in one
+    signed frame with the same codec: (frame bytes, the delta's reconstruction, the step's)."""
     codec = parse_codec(codec) if isinstance(codec, str) else codec
-    frame, recons = _vector_frame(identity, FrameKind.UPDATE, {UPDATE_TENSOR: delta, name: own_step}, codec,
+    frame, recons = _vector_frame(identity, FrameKind.UPDATE, {UPDATE_TENSOR: delta, STEP_TENSOR: own_step}, codec,
                                   swarm=swarm, fingerprint=fingerprint, seq=seq, step=step, timestamp=timestamp,
                                   extra=extra, limits=limits)
-    return frame, recons[UPDATE_TENSOR], recons[name]
-
-
-def _check_second(name: str) -> None:
-    if name not in SECOND_TENSORS:
-        raise ValueError(f"a frame's second tensor is one of {SECOND_TENSORS}, got {name!r}")
+    return frame, recons[UPDATE_TENSOR], recons[STEP_TENSOR]
 
 
 def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                         timestamp: float, vector: torch.Tensor, steps: torch.Tensor | None = None,
-                        extra: dict | None = None, limits: Limits | None = None, steps_name: str = STEP_TENSOR) -> bytes:
-    """An exact fp32 snapshot of a flat vector (the public copy x̂), and of the sender's steps (or
-    gradients: `steps_name`) sum where given."""
-    _check_second(steps_name)
-    vectors = {SNAPSHOT_TENSOR: vector} if steps is None else {SNAPSHOT_TENSOR: vector, steps_name: steps}
+                        extra: dict | None = None, limits: Limits | None = None) -> bytes:
+    """An exact fp32 snapshot of a flat vector (the public copy x̂), and of the sender's steps sum
+    (`STEP_TENSOR`) where given."""
+    vectors = {SNAPSHOT_TENSOR: vector} if steps is None else {SNAPSHOT_TENSOR: vector, STEP_TENSOR: steps}
     return _vector_frame(identity, FrameKind.SNAPSHOT, vectors, parse_codec("identity"),
                          swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
                          timestamp=timestamp, extra=extra, limits=limits)[0]
@@ -131,7 +116,7 @@ def make_control_frame(identity: Identity, *, kind: FrameKind, swarm: str, finge
 
 
 def read_vector(frame: Frame) -> torch.Tensor:
-    """The single 1-D logical tensor of a snapshot frame (or of an update without a second tensor)."""
+    """The single 1-D logical tensor of a snapshot frame (or of an update without `STEP_TENSOR`)."""
     if len(frame.tensors) != 1:
         raise ValueError(f"expected one tensor, frame has {sorted(frame.tensors)}")
     (tensor,) = frame.tensors.values()
@@ -142,7 +127,7 @@ def read_vector(frame: Frame) -> torch.Tensor:
 
 def flat_model_spec(numel: int) -> dict[str, tuple[tuple[int, ...], str]]:
     """`VerifyPolicy.model_spec` for update and snapshot frames of an N-parameter vector."""
-    return {name: ((numel,), "float32") for name in (UPDATE_TENSOR, *SECOND_TENSORS, SNAPSHOT_TENSOR)}
+    return {name: ((numel,), "float32") for name in (UPDATE_TENSOR, STEP_TENSOR, SNAPSHOT_TENSOR)}
 
 
 def model_spec_of(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:

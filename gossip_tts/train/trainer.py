@@ -27,7 +27,6 @@ from gossip_tts.train.parallel import Group, add_full_into, compile_problem, cop
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.local.checkpoint import load_checkpoint
-from peer.partner_gradients import GradientBlend
 from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten
 
 MODEL_PREFIX = "model."
@@ -142,8 +141,6 @@ class TTSTrainer(Trainer):
         """The batch an offered state is scored on before it is adopted (`gossip_tts.train.probe`):
         drawn at the first probe and kept aside, so every offer meets the same test."""
         self._autocast = self.device.type == "cuda" and cfg.bf16
-        self.blend = GradientBlend()
-        """Our gradient sum out, partners' gradients in (`Capabilities.partner_gradients`)."""
         self.meter = StepMeter(self.model_cfg, self.device, peak_tflops(self.device, cfg.peak_tflops))
 
     def _make_offload(self, group: Group | None) -> MasterWeights | None:
@@ -185,10 +182,9 @@ class TTSTrainer(Trainer):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Probes, mixes in place, scales its rate on rollbacks; blends partners' gradients as one
-        process (a torchrun group's ranks would each need the same blend); its reads need every
-        rank only when FSDP2 shards the parameters (a read gathers them)."""
-        return Capabilities(probe=True, add_in_place=True, scale_lr=True, partner_gradients=self.group is None,
+        """Probes, mixes in place, scales its rate on rollbacks; its reads need every rank
+        only when FSDP2 shards the parameters (a read gathers them)."""
+        return Capabilities(probe=True, add_in_place=True, scale_lr=True,
                             collective_reads=self.group is not None and self.group.strategy == "fsdp2")
 
     def step(self) -> StepStats:
@@ -255,8 +251,6 @@ class TTSTrainer(Trainer):
         """Clip and step (on the CPU masters when offloaded); the gradient norm, NaN without clipping."""
         if self._offload:
             self._offload.grads_to_masters()
-        if self.group is None:
-            self.blend.after_backward(self._master)
         grad_norm = float("nan")
         if self.cfg.grad_clip > 0:
             grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self._master, self.cfg.grad_clip)))
@@ -298,12 +292,6 @@ class TTSTrainer(Trainer):
             offset += p.numel()
         if self._offload:
             self._offload.push_to_device()
-
-    def gradient_sum(self) -> torch.Tensor:
-        return self.blend.gradient_sum(sum(p.numel() for p in self._master))
-
-    def blend_partner_gradient(self, gradient: torch.Tensor | None, weight: float) -> None:
-        self.blend.blend(gradient, weight)
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """A detached CPU snapshot (safe to write in the background while training goes on)."""

@@ -71,14 +71,6 @@ class GossipConfig:
     norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets;
     past it a sum is shortened by `clip_power`. 1 rather than 2: as fast in simnet `single`, and
     ALIE-type liars cost half as much (docs/simnet.md#partner-steps)."""
-    partner_gradients: float = 0.0
-    """For trainers whose steps do not add (Adam-type; `Capabilities.partner_gradients`): weight of
-    a pulled partner's mean gradient beside our own in each step, g ← (g + w·ḡ) / (1 + w) summed
-    over the partners taken (peer.core.partner_steps). Update frames then carry our raw gradient
-    sums. Kept small: a gradient is as old as the wire makes it, and one a publish period old at
-    full weight overshoots (docs/mixing.md#partner-gradients). 0 sends and takes none."""
-    partner_gradient_hold: int = 2
-    """Our steps a partner's taken gradient is blended into at most, unless a newer one replaces it."""
     max_neighbours: int = 8
     """Neighbour copies kept in memory. When full, a copy only ever pushed at us is dropped before
     one we pulled (least recently heard first within each): in a swarm larger than this, the
@@ -155,9 +147,6 @@ class GossipConfig:
         if not (0.0 <= self.partner_steps <= 1.0) or not (0 < self.partner_step_clip < float("inf")):
             raise ValueError(f"partner_steps must be in [0, 1] (0: off) and partner_step_clip finite and > 0, "
                              f"got {self.partner_steps!r}, {self.partner_step_clip!r}")
-        if not (0.0 <= self.partner_gradients <= 1.0) or self.partner_gradient_hold < 1:
-            raise ValueError(f"partner_gradients must be in [0, 1] (0: off) and partner_gradient_hold >= 1, "
-                             f"got {self.partner_gradients!r}, {self.partner_gradient_hold!r}")
         self.step_scale_rule()  # refuses a bad bound, power, warm-up or pinned value with its own message
         if self.max_clock_skew_s <= 0:
             raise ValueError("max_clock_skew_s must be > 0")
@@ -183,24 +172,12 @@ class GossipConfig:
         parse_codec(self.compression)
         parse_staleness(self.resolved_staleness)
 
-    def for_trainer(self, additive_steps: bool, partner_gradients: bool = False) -> "GossipConfig":
-        """These settings for a trainer whose steps can (or cannot) be added to another's, and
-        which can (or cannot) blend in partners' gradients (`peer.trainer.Capabilities`): partner
-        steps only where steps add, partner gradients only where they do not and the trainer
-        blends; at most one of the two stays on."""
-        steps = self.partner_steps if additive_steps else 0.0
-        gradients = self.partner_gradients if partner_gradients and not additive_steps else 0.0
-        if (steps, gradients) == (self.partner_steps, self.partner_gradients):
+    def for_trainer(self, additive_steps: bool) -> "GossipConfig":
+        """These settings for a trainer whose steps can (or cannot) be added to another's
+        (`peer.trainer.Capabilities.additive_steps`): partner steps only where they can."""
+        if additive_steps or self.partner_steps == 0:
             return self
-        return dataclasses.replace(self, partner_steps=steps, partner_gradients=gradients)
-
-    def partner_steps_args(self) -> dict[str, float | int]:
-        """`peer.core.partner_steps.PartnerSteps`'s weight, bound and mode from these settings:
-        partner steps where they are on, else partner gradients (off where both are 0)."""
-        if self.partner_steps > 0 or self.partner_gradients == 0:
-            return dict(weight=self.partner_steps, clip_multiplier=self.partner_step_clip, gradients_hold=0)
-        return dict(weight=self.partner_gradients, clip_multiplier=self.partner_step_clip,
-                    gradients_hold=self.partner_gradient_hold)
+        return dataclasses.replace(self, partner_steps=0.0)
 
     def clip_radius(self) -> "NeighbourRadius":
         """A fresh clipping radius with these settings: the mixer's and the averaged weights' each

@@ -16,7 +16,7 @@ from protocol import (
     Frame, FrameKind, FrameRefused, Limits, RefusalReason, VerifyPolicy, decode_frame, peek_frame_sender,
 )
 from protocol.frame import SIGNATURE_SIZE
-from protocol.messages import SECOND_TENSORS, SNAPSHOT_TENSOR, UPDATE_TENSOR
+from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 
@@ -35,8 +35,8 @@ Past this many, decoding the updates costs more than decoding a snapshot
 (docs/benchmarks.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
-_TENSORS = {kind: ([first], *([first, second] for second in SECOND_TENSORS))
-            for kind, first in ((FrameKind.UPDATE, UPDATE_TENSOR), (FrameKind.SNAPSHOT, SNAPSHOT_TENSOR))}
+_TENSORS = {FrameKind.UPDATE: ([UPDATE_TENSOR], [UPDATE_TENSOR, STEP_TENSOR]),
+            FrameKind.SNAPSHOT: ([SNAPSHOT_TENSOR], [SNAPSHOT_TENSOR, STEP_TENSOR])}
 """The tensors each kind of frame an exchange carries may hold, in order."""
 
 
@@ -78,5 +78,5 @@ def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Fram
     if list(frame.tensors) not in _TENSORS.get(h.kind, ()):
         raise FrameRefused(RefusalReason.BAD_HEADER,
                            f"a {h.kind.value} frame with tensors {sorted(frame.tensors)[:3]}: an exchange carries "
-                           f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r}), each optionally with one of {SECOND_TENSORS}")
+                           f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r}), each optionally with {STEP_TENSOR!r}")
     return frame

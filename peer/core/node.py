@@ -49,7 +49,7 @@ from protocol import (
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
-from protocol.messages import SNAPSHOT_TENSOR, UPDATE_TENSOR
+from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
 
 ParamSpec = dict[str, tuple[tuple[int, ...], str]]
 
@@ -104,9 +104,9 @@ class GossipNode:
         self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
         self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm, public_moves=()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
-        self.partner_steps = PartnerSteps(window=cfg.clip_own_window, waiting=cfg.max_neighbours,
-                                          power=cfg.clip_power, **cfg.partner_steps_args())
-        """Our steps (or gradients) out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
+        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
+                                          cfg.max_neighbours, cfg.clip_power)
+        """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
 
     @property
     def peer_id(self) -> str:
@@ -118,12 +118,12 @@ class GossipNode:
         return self.tickets.epoch
 
     # ------------------------------------------------------------------ own updates
-    def publish(self, x: torch.Tensor, step: int, now: float, beside: torch.Tensor | None = None) -> int:
+    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None) -> int:
         """CHOCO-SGD publish: q = C(x − x̂); x̂ += D(q); the signed frame goes to the outbox.
 
-        `beside`: what mixing and partners' steps added since the previous publish, or our raw
-        gradients summed since; with it the frame also carries our own steps or gradients
-        (`GossipConfig.partner_steps`, `partner_gradients`; peer.core.partner_steps).
+        `outside`: what mixing and partners' steps added to the parameters since the previous
+        publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
+        steps (peer.core.partner_steps).
 
         Raises ValueError (and changes nothing) when `x` is not finite: there is nothing
         sane to send, and the caller decides what that means.
@@ -131,8 +131,10 @@ class GossipNode:
         x = x.detach().to(torch.float32)
         if not all_finite(x):
             raise ValueError(f"parameters at step {step} are not finite; nothing was published")
-        carried = self.partner_steps.to_send(x, self.last_x, beside, int(step) - self.step)
-        self.step, seq, frames = int(step), self.public.seq + 1, []
+        self.step = int(step)
+        seq = self.public.seq + 1
+        frames: list[bytes] = []
+        carried = self.partner_steps.to_send(x, self.last_x, outside)
         kw = dict(swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step, timestamp=now,
                   codec=self.codec, extra={"epoch": self.epoch})
 
@@ -140,8 +142,7 @@ class GossipNode:
             if carried is None:
                 frame, recon = make_update_frame(self.identity, delta=delta, **kw)
             else:
-                frame, recon, sent = make_step_update_frame(self.identity, delta=delta, own_step=carried,
-                                                            name=self.partner_steps.tensor, **kw)
+                frame, recon, sent = make_step_update_frame(self.identity, delta=delta, own_step=carried, **kw)
                 self.partner_steps.sent(carried, sent)
             frames.append(frame)
             return recon
@@ -302,7 +303,7 @@ class GossipNode:
         self.metrics.inc("snapshots_sent_total")
         return [self._snapshots.frame(self.identity, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
                                       epoch=self.epoch, seq=self.public.seq, step=self.step,
-                                      x_hat=self.public.x_hat, now=now, steps_name=self.partner_steps.tensor,
+                                      x_hat=self.public.x_hat, now=now,
                                       steps=self.partner_steps.for_snapshot(self.numel))]
 
     def _open(self, body: bytes, now: float) -> tuple[FrameHeader, Control, list[bytes]]:
@@ -345,7 +346,7 @@ class GossipNode:
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
                 continue
             changed |= self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
-        if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq, n.copy.step))[0]:
+        if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq))[0]:
             self.metrics.inc("partner_steps_taken_total")
             self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
         if changed:
@@ -359,8 +360,8 @@ class GossipNode:
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
         h = frame.header
-        # A neighbour's sum costs a parameter-sized vector: kept only of the kind we take, if any.
-        steps = frame.tensors.get(self.partner_steps.tensor) if self.partner_steps.enabled else None
+        # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
+        steps = frame.tensors.get(STEP_TENSOR) if self.partner_steps.enabled else None
         vector = frame.tensors[SNAPSHOT_TENSOR if h.kind == FrameKind.SNAPSHOT else UPDATE_TENSOR]
         # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
         published_at = min(h.timestamp, 2 * now - h.timestamp)

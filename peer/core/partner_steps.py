@@ -16,13 +16,6 @@ which holds the steps it pushed at us in between; the first pull only marks wher
 neighbour we never pulled moves nothing, whatever it pushes. What is taken goes, bounded, to the
 `StepInbox`, which the training thread drains at its next step boundary.
 
-Partner gradients (`gradients=True`, for Adam-type trainers, whose steps do not add) use the same
-road with the frame's `GRAD_TENSOR`: we send our raw gradients summed since the last publish, and a
-pull takes the partner's sum since our previous pull divided by the steps its copy says it took
-in between — its mean gradient, bounded by the median norm of our own mean gradient per step
-(a liar's step count changes only how far past the bound it lands). The training thread blends
-what it takes into its next steps' gradients (`peer.partner_gradients`).
-
 Owned by the node's thread, like `GossipNode`; only `StepInbox.take` is the training thread's.
 No locks (peer/core imports no threading): the inbox is a deque, whose append and popleft are atomic.
 """
@@ -37,39 +30,33 @@ import torch
 
 from async_opt.partner_steps import OwnStepNorms, bounded_sum
 from async_opt.mixing import safe_norm
-from protocol.messages import GRAD_TENSOR, STEP_TENSOR
 
 
 class StepInbox:
-    """Partner steps (or gradients) waiting for the training thread: the node's thread appends, the
-    training thread takes their sum. A deque's append and popleft are atomic, so neither side locks
-    or waits; at most `capacity` sums wait (a training thread that stalls loses the oldest)."""
+    """Partner steps waiting for the training thread: the node's thread appends, the training
+    thread takes their sum. A deque's append and popleft are atomic, so neither side locks or
+    waits; at most `capacity` sums wait (a training thread that stalls loses the oldest)."""
 
-    def __init__(self, capacity: int, gradients_hold: int = 0) -> None:
-        self._queue: deque[tuple[torch.Tensor, float]] = deque(maxlen=capacity)
-        self.gradients_hold = gradients_hold
-        """0: the sums are partners' steps, added to the parameters; else partners' weighted mean
-        gradients, blended into at most this many of our next steps (`Trainer.blend_partner_gradient`)."""
+    def __init__(self, capacity: int) -> None:
+        self._queue: deque[torch.Tensor] = deque(maxlen=capacity)
         self.dropped = 0
         """Sums pushed out unapplied because the queue was full (a count, for metrics and tests)."""
 
-    def add(self, steps: torch.Tensor, weight: float = 0.0) -> None:
-        """Node thread: queue `steps` (a tensor the caller no longer uses), already multiplied by
-        its `weight` (which a gradient's blend divides by)."""
+    def add(self, steps: torch.Tensor) -> None:
+        """Node thread: queue `steps` (a tensor the caller no longer uses)."""
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
-        self._queue.append((steps, weight))
+        self._queue.append(steps)
 
-    def take(self) -> tuple[torch.Tensor, float] | None:
-        """Training thread: the sum of everything queued since the last take and the sum of their
-        weights, or None."""
-        total, weight = None, 0.0
+    def take(self) -> torch.Tensor | None:
+        """Training thread: the sum of everything queued since the last take, or None."""
+        total = None
         while True:
             try:
-                steps, w = self._queue.popleft()
+                steps = self._queue.popleft()
             except IndexError:
-                return None if total is None else (total, weight)
-            total, weight = (steps if total is None else total.add_(steps)), weight + w
+                return total
+            total = steps if total is None else total.add_(steps)
 
     def clear(self) -> None:
         self._queue.clear()
@@ -81,23 +68,18 @@ class _Taken:
     """The partner's steps sum when we last took from it (a tensor its copy never writes into again)."""
     seq: int
     """Our public seq then: the bound grows with the publish periods since."""
-    step: int
-    """The partner's step count then, as its copy says (gradients are divided by the steps since)."""
 
 
 class PartnerSteps:
     """Own steps out, partners' steps in; see the module docstring."""
 
     def __init__(self, weight: float, clip_multiplier: float, window: int, waiting: int = 8,
-                 power: float = 1.0, gradients_hold: int = 0) -> None:
+                 power: float = 1.0) -> None:
         """`waiting`: sums the inbox holds for the training thread at most (one per neighbour);
-        `power`: how a sum past the bound is shortened (`GossipConfig.clip_power`);
-        `gradients_hold` > 0: partner gradients instead of steps, each taken mean blended into at
-        most that many of our steps (`GossipConfig.partner_gradient_hold`)."""
+        `power`: how a sum past the bound is shortened (`GossipConfig.clip_power`)."""
         self.weight, self.power = weight, power
-        self.gradients = gradients_hold > 0
         self.norms = OwnStepNorms(window, clip_multiplier)
-        self.inbox = StepInbox(waiting, gradients_hold)
+        self.inbox = StepInbox(waiting)
         self._residual: torch.Tensor | None = None
         self.published: torch.Tensor | None = None
         """Our own steps summed over every frame we published in this run, as receivers rebuild
@@ -108,32 +90,20 @@ class PartnerSteps:
     def enabled(self) -> bool:
         return self.weight > 0.0
 
-    @property
-    def tensor(self) -> str:
-        """The frame tensor that carries what we send and take (`protocol.messages`)."""
-        return GRAD_TENSOR if self.gradients else STEP_TENSOR
-
     def taken(self) -> StepInbox | None:
         """The inbox the training thread's step boundary drains; None when partner steps are off
         (the boundary then tracks nothing for them)."""
         return self.inbox if self.enabled else None
 
     # ------------------------------------------------------------------ sending
-    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, beside: torch.Tensor | None,
-                steps: int = 1) -> torch.Tensor | None:
-        """What the next update frame carries as our steps or gradients (residual included), or
-        None when off or the caller handed over nothing `beside` the copy: for steps, what mixing
-        and partners' steps added since the last publish; for gradients, our raw gradients summed
-        over the `steps` steps since."""
-        if not self.enabled or beside is None:
+    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, outside: torch.Tensor | None) -> torch.Tensor | None:
+        """What the next update frame carries as our steps (residual included), or None when
+        partner steps are off or the caller could not say what came from outside."""
+        if not self.enabled or outside is None:
             return None
-        if self.gradients:
-            own = beside.clone()
-            self.norms.observe(safe_norm(own) / max(1, steps))  # a mean gradient per step
-        else:
-            own = x - last_x
-            own.sub_(beside)
-            self.norms.observe(safe_norm(own))
+        own = x - last_x
+        own.sub_(outside)
+        self.norms.observe(safe_norm(own))
         if self._residual is not None:
             own.add_(self._residual)
         return own
@@ -158,25 +128,19 @@ class PartnerSteps:
         return self.published if math.isfinite(safe_norm(self.published)) else None
 
     # ------------------------------------------------------------------ taking
-    def take_from(self, key: bytes, steps_hat: torch.Tensor | None, seq: int, step: int = 0) -> tuple[bool, bool]:
-        """Our pull of `key` was answered, and its copy's steps (or gradients) sum is now
-        `steps_hat` at its step `step`: hand what it stepped since our previous pull (or its mean
-        gradient over those steps), bounded, to the inbox. Returns (whether something was handed
-        over, whether it was shortened to the bound)."""
+    def take_from(self, key: bytes, steps_hat: torch.Tensor | None, seq: int) -> tuple[bool, bool]:
+        """Our pull of `key` was answered, and its copy's steps sum is now `steps_hat`: hand what
+        it stepped since our previous pull, bounded, to the inbox. Returns (whether something was
+        handed over, whether it was shortened to the bound)."""
         if not self.enabled or steps_hat is None:
             return False, False
-        before, self._taken[key] = self._taken.get(key), _Taken(steps_hat, seq, step)
+        before, self._taken[key] = self._taken.get(key), _Taken(steps_hat, seq)
         if before is None or before.steps_hat is steps_hat:
             return False, False
-        if self.gradients:  # its mean gradient; a step count it lies about moves only where it lands past the bound
-            took = steps_hat - before.steps_hat
-            add, shortened = bounded_sum(took.div_(max(1, step - before.step)), self.norms.bound(1),
-                                         self.weight, self.power)
-        else:
-            add, shortened = bounded_sum(steps_hat - before.steps_hat, self.norms.bound(seq - before.seq),
-                                         self.weight, self.power)
+        add, shortened = bounded_sum(steps_hat - before.steps_hat, self.norms.bound(seq - before.seq),
+                                     self.weight, self.power)
         if add is not None:
-            self.inbox.add(add, self.weight)
+            self.inbox.add(add)
         return add is not None, shortened
 
     def forget(self, key: bytes) -> None:

@@ -19,7 +19,6 @@ import torch
 
 from peer.core.token_bucket import AddressBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
-from protocol.messages import STEP_TENSOR
 
 SNAPSHOT_REUSE_S = 60.0
 """How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""
@@ -37,15 +36,12 @@ class SnapshotCache:
         self._cache: tuple[int, int, float, bytes] | None = None  # (epoch, seq, built at, frame)
 
     def frame(self, identity: Identity, *, swarm: str, fingerprint: str, epoch: int, seq: int, step: int,
-              x_hat: torch.Tensor, now: float, steps: torch.Tensor | None = None,
-              steps_name: str = STEP_TENSOR) -> bytes:
-        """`steps`: our own steps (or gradients: `steps_name`) sum at `seq` (peer.core.partner_steps),
-        carried beside `x_hat`."""
+              x_hat: torch.Tensor, now: float, steps: torch.Tensor | None = None) -> bytes:
+        """`steps`: our own steps sum at `seq` (peer.core.partner_steps), carried beside `x_hat`."""
         c = self._cache
         if c is None or (c[0], c[1]) != (epoch, seq) or not 0 <= now - c[2] <= SNAPSHOT_REUSE_S:
             frame = make_snapshot_frame(identity, swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
-                                        timestamp=now, vector=x_hat, steps=steps, extra={"epoch": epoch},
-                                        steps_name=steps_name)
+                                        timestamp=now, vector=x_hat, steps=steps, extra={"epoch": epoch})
             c = self._cache = (epoch, seq, now, frame)
         return c[3]
 

@@ -93,9 +93,9 @@ class NodeWorker:
         item = self.pending.take()
         if item is None:
             return None
-        x, step, beside = item
+        x, step, outside = item
         try:
-            self.node.publish(x, step, self.clock(), beside)
+            self.node.publish(x, step, self.clock(), outside)
         except ValueError as exc:  # non-finite parameters: nothing sane to publish
             return step, str(exc)
         return step, None

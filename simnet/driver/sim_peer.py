@@ -73,7 +73,7 @@ class SimPeer(SimServer):
         self.trainer, self._training, self._tick_at, self._fetched = trainer, False, math.inf, FetchedStates()
         self._nonce = {}
         self.metrics = self.world.new_metrics()  # one per incarnation, summed by the sim
-        cfg = self.gossip_cfg.for_trainer(trainer.capabilities.additive_steps, trainer.capabilities.partner_gradients)
+        cfg = self.gossip_cfg.for_trainer(trainer.capabilities.additive_steps)
         self.node = self._make_node(cfg, self.identity, trainer.param_spec(), trainer.get_flat_params(),
                                     now=self.world.clock(), listen=self.address, metrics=self.metrics)
         self.pending = PendingPublish()
@@ -190,10 +190,10 @@ class SimPeer(SimServer):
         item = self.pending.take()
         if item is None:
             return 0.0, None
-        node, (x, step, beside) = self._node(), item
+        node, (x, step, outside) = self._node(), item
         error: str | None = None
         try:
-            node.publish(x, step, self.world.clock(), beside)
+            node.publish(x, step, self.world.clock(), outside)
         except ValueError as exc:
             error = str(exc)
         cost = self.world.cost.publish(node.numel * self._vectors(), node.last_publish_bytes)

@@ -48,7 +48,7 @@ def test_the_steps_of_a_partner_we_pull_reach_our_inbox_at_the_weight():
     own = torch.linspace(-0.1, 0.1, DIM)
     step_to(a, own)
     exchange(b, a, NOW)
-    assert torch.allclose(b.partner_steps.inbox.take()[0], 0.5 * own)
+    assert torch.allclose(b.partner_steps.inbox.take(), 0.5 * own)
     assert b.metrics.get("partner_steps_taken_total") == 1
 
 
@@ -66,7 +66,7 @@ def test_pushed_steps_wait_for_our_next_pull_and_a_neighbour_we_never_chose_move
         assert b.neighbours[n.identity.public_key].copy.seq == n.public.seq
     assert b.partner_steps.inbox.take() is None
     exchange(b, a, NOW)  # b's own pull of a: nothing new in the answer, a's waiting steps are taken
-    assert torch.allclose(b.partner_steps.inbox.take()[0], torch.full((DIM,), 0.025))
+    assert torch.allclose(b.partner_steps.inbox.take(), torch.full((DIM,), 0.025))
 
 
 def test_a_liars_steps_are_shortened_to_our_own_bound():
@@ -76,7 +76,7 @@ def test_a_liars_steps_are_shortened_to_our_own_bound():
     paired(b, a)
     step_to(a, torch.full((DIM,), 1e6))
     exchange(b, a, NOW)
-    taken = b.partner_steps.inbox.take()[0]
+    taken = b.partner_steps.inbox.take()
     bound = 2.0 * mine.norm()  # the clip multiple × our median step norm, for one period
     liar = torch.full((DIM,), 1e6).norm()
     # clip_power 2: as a copy far past the clipping radius pulls, the farther the less
@@ -130,7 +130,7 @@ def test_a_gap_filled_by_a_snapshot_keeps_every_step_it_covers():
         step_to(a, torch.full((DIM,), 0.001))
     exchange(b, a, NOW)
     assert b.metrics.get("snapshots_received_total") == 2  # the first copy, then this gap
-    taken = b.partner_steps.inbox.take()[0]
+    taken = b.partner_steps.inbox.take()
     assert torch.allclose(taken, torch.full((DIM,), 0.5 * 0.001 * (MAX_GAP_UPDATES + 1)))
     assert torch.equal(b.neighbours[a.identity.public_key].copy.steps_hat, a.partner_steps.published)
 

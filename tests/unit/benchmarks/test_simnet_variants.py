@@ -99,3 +99,15 @@ def test_world_settings_reach_every_run_the_reference_included() -> None:
         simnet_seeds.scenario_table("single", world={"duration_s": {"x": 1}})
     with pytest.raises(ValueError, match="gossip.*pull_onl"):
         simnet_seeds.scenario_table("single", world=parse_variant("gossip.pull_onl=false", "--world"))
+
+
+def test_every_defended_attack_the_worst_figure_reads_is_a_run_of_the_byzantine_scenario() -> None:
+    """`worst_ratio` skips a run missing from a summary (so `--runs` may pick a subset): a run
+    renamed in byzantine.toml but not in DEFENDED_ATTACKS would drop out of the figure unseen."""
+    data = simnet_seeds.scenario_data("byzantine")
+    names = {run["name"] for run in data["runs"]}
+    assert set(simnet_seeds.DEFENDED_ATTACKS) <= names, set(simnet_seeds.DEFENDED_ATTACKS) - names
+    world = data["world"].get("attack", {}).get("kind", "none")  # what a run without its own attack meets
+    attacked = {run["name"] for run in data["runs"]
+                if run.get("set", {}).get("attack", {}).get("kind", world) != "none"}
+    assert set(simnet_seeds.DEFENDED_ATTACKS) <= attacked  # no control without an attack counted as one

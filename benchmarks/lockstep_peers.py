@@ -13,10 +13,11 @@ comes back a step late brings it.
 
 Beside them, with the same batches: the replicas alone, and DDP (one model stepping on the mean
 gradient of the N replicas' batches). Score: held-out loss over the last 8 steps, the replicas'
-mean; capture = (alone − gossip) / (alone − DDP), the together issue's figure, which
-vs_ddp.py measures on real processes. The gap between the two is what the machine costs: the
-protocol's CPU taken from training, and copies a pull late. Prints a table and a last line
-`result: {json}`.
+mean; capture = (alone − gossip) / (alone − DDP), the figure vs_ddp.py measures on real
+processes. Run for as many steps as a real run takes (capture falls with length: the step-size
+rule's larger step buys speed early, DDP's quieter gradient a lower floor later), the gap between
+the two is what the machine costs: the protocol's CPU taken from training, the threads' timing.
+Prints a table and a last line `result: {json}`.
 """
 
 from __future__ import annotations

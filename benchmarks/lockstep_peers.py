@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -102,14 +103,14 @@ def gossip(w: MLPWorkload, n: int, steps: int, cfg: GossipConfig, late: bool) ->
         pending.append(PendingPublish())
         hooks.append(BoundaryHook(Mixer(cfg, pulls), node.view_slot, pending[i], lambda step, due: None, Metrics(),
                                   cfg.publish_cadence(), lambda: T0, node.partner_steps.taken()))
-    rng, tail = random.Random(w.seed), []
+    rng = random.Random(w.seed)
 
     def pull_round(now: float) -> None:
         for i in range(n):
             for j in rng.sample([j for j in range(n) if j != i], min(pulls, n - 1)):
                 exchange(nodes[i], nodes[j], now)
 
-    for t in range(steps):
+    def step(t: int) -> None:
         now = T0 + t
         for rep, hook in zip(replicas, hooks):
             hook(rep, rep.step())
@@ -120,31 +121,40 @@ def gossip(w: MLPWorkload, n: int, steps: int, cfg: GossipConfig, late: bool) ->
                 node.publish(item[0], item[1], now, item[2])
         if not late:
             pull_round(now)
+
+    return tail_loss(steps, step, replicas), hooks[0].metrics.get("step_scale") or 1.0
+
+
+def tail_loss(steps: int, step: Callable[[int], None], replicas: list[Replica]) -> float:
+    """Run `step(t)` for t < `steps`; the replicas' mean held-out loss over the last TAIL_STEPS steps."""
+    tail = []
+    for t in range(steps):
+        step(t)
         if t >= steps - TAIL_STEPS:
             tail.append(statistics.mean(replicas[0].task.eval_loss(r.model) for r in replicas))
-    return statistics.mean(tail), hooks[0].metrics.get("step_scale") or 1.0
+    return statistics.mean(tail)
 
 
 def alone(w: MLPWorkload, n: int, steps: int) -> float:
-    replicas, tail = [Replica(w, r) for r in range(n)], []
-    for t in range(steps):
+    replicas = [Replica(w, r) for r in range(n)]
+
+    def step(t: int) -> None:
         for rep in replicas:
             rep.step()
-        if t >= steps - TAIL_STEPS:
-            tail.append(statistics.mean(replicas[0].task.eval_loss(r.model) for r in replicas))
-    return statistics.mean(tail)
+
+    return tail_loss(steps, step, replicas)
 
 
 def ddp(w: MLPWorkload, n: int, steps: int) -> float:
-    tasks, model = [w.task(r) for r in range(n)], w.build_model()
-    opt, tail = w.optimizer()(model.parameters()), []
-    for t in range(steps):
-        opt.zero_grad()
-        (sum(task.loss(model, task.batch()) for task in tasks) / n).backward()
-        opt.step()
-        if t >= steps - TAIL_STEPS:
-            tail.append(tasks[0].eval_loss(model))
-    return statistics.mean(tail)
+    """One replica (rank 0's held-out set) stepping on the mean loss of all n ranks' batches."""
+    model, tasks = Replica(w, 0), [w.task(r) for r in range(n)]
+
+    def step(t: int) -> None:
+        model.opt.zero_grad()
+        (sum(task.loss(model.model, task.batch()) for task in tasks) / n).backward()
+        model.opt.step()
+
+    return tail_loss(steps, step, [model])
 
 
 def main() -> None:

@@ -37,6 +37,25 @@ def final_loss(records: Sequence[dict], curve: str = "curve") -> float:
     return sum(ends) / len(ends)
 
 
+TAIL_FRACTION = 0.1
+"""The share of each process's run `tail_loss` averages over."""
+
+
+def tail_loss(records: Sequence[dict], curve: str = "curve", fraction: float = TAIL_FRACTION) -> float:
+    """Mean over processes of each one's mean evaluation in the last `fraction` of its run: the loss
+    at the budget read with less of the noise of the last few steps in it, which is most of a
+    single live reading's spread on the MLP (docs/benchmarks.md#the-square-root-rule-for-adam)."""
+    means = []
+    for r in records:
+        points = [p for p in r.get(curve) or [] if math.isfinite(p[2])]
+        if not points:
+            return math.nan
+        start = points[-1][0] * (1.0 - fraction)
+        tail = [p[2] for p in points if p[0] >= start]
+        means.append(sum(tail) / len(tail))
+    return sum(means) / len(means) if means else math.nan
+
+
 def summary_row(arm: ArmResult, target: float) -> dict:
     if arm.failed:
         return {"arm": arm.name, "failed": arm.failed[:200]}
@@ -214,6 +233,11 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
                 **{f"averaged_{key}": v for key, v in gain_captured(averaged, captures or {}).items()}}
     for key, v in captured.items():
         print(f"{key}: {v}  ((alone − method) / (alone − reference) of final losses)")
+    tails = {r.name: tail_loss(r.records) for r in results if r.records}
+    tail_captured = {f"tail_{key}": v for key, v in gain_captured(tails, captures or {}).items()}
+    for key, v in tail_captured.items():
+        print(f"{key}: {v}  (the same, of each process's mean loss over the last {TAIL_FRACTION:.0%} of its run)")
+    captured.update(tail_captured)
     if equal_steps is not None:
         ref, alone, method = equal_steps
         for prefix, curve in (("", "curve"), ("averaged_", "averaged")):

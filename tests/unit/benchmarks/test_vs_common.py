@@ -176,6 +176,29 @@ def test_averaged_final_loss_is_nan_without_records_and_its_ratio_none() -> None
     assert vr.ratios({"a": math.nan, "b": 1.0}, {"a/b": ("a", "b")}) == {"a/b": None}
 
 
+def test_tail_loss_averages_each_process_last_tenth_of_its_run_then_the_processes() -> None:
+    """Evaluations from 90% of each process's last evaluation time on count; NaN ones do not."""
+    one = {"curve": [(0.0, 0, 9.0), (89.0, 0, 5.0), (90.0, 0, 2.0), (95.0, 0, math.nan), (100.0, 0, 4.0)]}
+    two = {"curve": [(0.0, 0, 9.0), (10.0, 0, 1.0)]}  # last tenth of 10 s: from 9 s
+    assert vr.tail_loss([one]) == pytest.approx(3.0)
+    assert vr.tail_loss([one, two]) == pytest.approx(2.0)
+    assert vr.tail_loss([one], fraction=0.2) == pytest.approx((5.0 + 2.0 + 4.0) / 3)
+    assert math.isnan(vr.tail_loss([one, {"curve": []}]))
+
+
+def test_report_prints_the_tail_captures_beside_the_final_ones(capsys) -> None:
+    def arm(name: str, live: list[float]) -> vc.ArmResult:
+        return vc.ArmResult(name, [{"curve": [(float(i), 0, v) for i, v in enumerate(live)], "samples": 1}],
+                            10.0, 0.0, 1.0)
+
+    # the method's last reading is lucky; over the last tenth (t >= 9) it keeps about half of the gain
+    arms = [arm("g", [1.0] * 9 + [0.95, 0.6]), arm("d", [1.0] * 9 + [0.6, 0.6]), arm("a", [1.0] * 11)]
+    vr.report(arms, None, {}, {}, captures={"g_captured": ("g", "d", "a")})
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1].removeprefix("ratio: "))
+    assert got["g_captured"] == pytest.approx(1.0)
+    assert got["tail_g_captured"] == pytest.approx(0.5625)
+
+
 def test_gain_captured_is_the_share_of_the_reference_gain_over_alone() -> None:
     losses = {"gossip": 0.9, "ddp": 0.6, "alone": 1.0, "worse": 1.2, "nan": math.nan}
     got = vr.gain_captured(losses, {"quarter": ("gossip", "ddp", "alone"), "negative": ("worse", "ddp", "alone"),

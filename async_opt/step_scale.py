@@ -16,6 +16,11 @@ one period does not raise it), raised at most ``(max_scale − 1) / warmup_perio
 and lowered at once: a peer whose partners vanish steps at its own rate again at its next
 publish. A neighbour cannot raise it past what the mixer lets any copy weigh.
 
+With ``decay_steps`` K > 0 the part above 1 shrinks as training goes on, by K / (K + k) at step
+k: under Adam the larger step buys speed while the loss falls fast and costs loss late in a run,
+where a quieter gradient is what counts (docs/benchmarks.md#the-step-size-multiplier-helps-early-and-costs-later).
+The step is the trainer's, which a joiner takes over from the state it adopts.
+
 Pure: no clocks, no tensors; the step-boundary hook feeds it the weights the mixer used.
 """
 
@@ -51,7 +56,7 @@ class SwarmStepScale:
     (Goyal et al. 2017) applied to the models its mixing averages (module docstring)."""
 
     def __init__(self, max_scale: float, power: float = 1.0, window: int = 8, warmup_periods: int = 25,
-                 pinned: float | None = None, steps_per_period: int = 1) -> None:
+                 pinned: float | None = None, steps_per_period: int = 1, decay_steps: int = 0) -> None:
         if not (max_scale >= 1.0 and math.isfinite(max_scale)):
             raise ValueError(f"max_scale must be finite and >= 1 (1: off), got {max_scale!r}")
         if not (power > 0.0 and math.isfinite(power)):
@@ -59,10 +64,12 @@ class SwarmStepScale:
         if window < 1 or warmup_periods < 1 or steps_per_period < 1:
             raise ValueError(f"window, warmup_periods and steps_per_period must be >= 1, got {window}, "
                              f"{warmup_periods}, {steps_per_period}")
+        if decay_steps < 0:
+            raise ValueError(f"decay_steps must be >= 0 (0: no decay), got {decay_steps}")
         if pinned is not None and not (pinned > 0.0 and math.isfinite(pinned)):
             raise ValueError(f"a pinned step scale must be finite and > 0, got {pinned!r}")
         self.max_scale, self.power, self.pinned = float(max_scale), float(power), pinned
-        self.steps_per_period = steps_per_period
+        self.steps_per_period, self.decay_steps = steps_per_period, decay_steps
         self.rise = (self.max_scale - 1.0) / warmup_periods
         self._recent: deque[float] = deque(maxlen=window)
         self._value = 1.0
@@ -72,11 +79,14 @@ class SwarmStepScale:
         """The multiplier to train with now (the pinned one, when pinned)."""
         return self.pinned if self.pinned is not None else self._value
 
-    def period_ended(self, weights: Sequence[float]) -> float:
-        """Record the weights one publish period mixed (empty: none) and return the new value."""
+    def period_ended(self, weights: Sequence[float], step: int = 0) -> float:
+        """Record the weights one publish period mixed (empty: none), ending at the trainer's `step`,
+        and return the new value."""
         self._recent.append(effective_models(weights))
         ordered = sorted(self._recent)
         n_eff = ordered[(len(ordered) - 1) // 2]  # the lower median
         target = min(self.max_scale, (1.0 + (n_eff - 1.0) / self.steps_per_period) ** self.power)
+        if self.decay_steps:
+            target = 1.0 + (target - 1.0) * self.decay_steps / (self.decay_steps + max(0, step))
         self._value = target if target <= self._value else min(target, self._value + self.rise)
         return self.value

@@ -104,7 +104,7 @@ class BoundaryHook:
         self.cadence.observe(view)
         self.last_mixed = 0
         ended = self.mixer.end_period(view)
-        scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended)
+        scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended, k)
         if scale != self._scale_set:
             trainer.set_step_scale(scale)
             self._scale_set = scale

@@ -56,6 +56,9 @@ class GossipConfig:
     """See `step_scale_max`: 1 is the linear scaling rule of data parallelism."""
     step_scale_warmup_periods: int = 25
     """Publish periods over which the multiplier may rise from 1 to `step_scale_max` (it falls at once)."""
+    step_scale_decay_steps: int = 0
+    """Steps over which the multiplier's part above 1 halves, and goes on shrinking as K / (K + step)
+    (async_opt.step_scale): larger early, 1 late. 0: no decay."""
     step_scale: float = 0.0
     """A fixed step-size multiplier instead of the measured one (0: measured)."""
     partner_steps: float = 0.7
@@ -194,7 +197,8 @@ class GossipConfig:
 
         def rule(maximum: float) -> "SwarmStepScale":
             return SwarmStepScale(maximum, self.step_scale_power, warmup_periods=self.step_scale_warmup_periods,
-                                  steps_per_period=self.gossip_every, pinned=self.step_scale if self.step_scale else None)
+                                  steps_per_period=self.gossip_every, decay_steps=self.step_scale_decay_steps,
+                                  pinned=self.step_scale if self.step_scale else None)
 
         try:
             measured = rule(self.step_scale_max)  # checks every setting, whether or not it is used

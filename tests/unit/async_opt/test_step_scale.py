@@ -60,3 +60,17 @@ def test_a_pinned_multiplier_is_what_the_trainer_gets_and_bad_settings_are_refus
                 dict(step_scale_warmup_periods=0), dict(step_scale_max=math.inf)):
         with pytest.raises(ValueError, match="step_scale"):
             GossipConfig(**bad)
+
+
+def test_with_decay_steps_the_part_above_one_shrinks_as_k_over_k_plus_step():
+    """Larger early, 1 late: at step K half the measured boost is left, at 3K a quarter; the same
+    swarm without decay keeps all of it, and a bad K is refused by the config with its name."""
+    full_pair = [0.5]  # n_eff 2: the linear rule's multiplier is 2
+    kept, decayed = SwarmStepScale(4.0, warmup_periods=1), SwarmStepScale(4.0, warmup_periods=1, decay_steps=100)
+    assert [kept.period_ended(full_pair, k) for k in (0, 100, 300)] == pytest.approx([2.0, 2.0, 2.0])
+    assert [decayed.period_ended(full_pair, k) for k in (0, 100, 300)] == pytest.approx([2.0, 1.5, 1.25])
+    alone = SwarmStepScale(4.0, warmup_periods=1, decay_steps=100)
+    assert alone.period_ended([], 10) == 1.0  # a peer alone trains at its own rate, decay or not
+    with pytest.raises(ValueError, match="step_scale.*decay_steps"):
+        GossipConfig(step_scale_decay_steps=-1)
+    assert GossipConfig(step_scale_decay_steps=50, partner_steps=0.0).step_scale_rule().decay_steps == 50

@@ -88,3 +88,24 @@ def test_the_trainer_steps_larger_as_its_pulls_average_more_models_and_at_its_ow
         slot.publish(MixView(torch.full((4,), float(k)), (), 0.0, 0.0))
         hook(tr, StepStats(k, 0.5, 8))
     assert tr.scales[-1] == 1.0
+
+
+def test_the_hook_decays_the_multiplier_by_the_trainers_own_step():
+    """The same mean of 3 models with `step_scale_decay_steps` 7: at the trainer's step 7 half the
+    boost is left, 1 + 2 · 7 / (7 + 7); the step is the trainer's count, not the hook's calls."""
+    from peer.core.view import CopyView
+
+    cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, step_scale_warmup_periods=4,
+                       partner_steps=0.0, step_scale_decay_steps=7)
+    slot, metrics, tr = ViewSlot(MixView(torch.zeros(4))), Metrics(), Flat()
+    hook = BoundaryHook(Mixer(cfg, 2), slot, PendingPublish(), lambda step, due: None, metrics,
+                        cfg.publish_cadence(), lambda: 0.0)
+    for k in range(1, 8):
+        public = torch.full((4,), float(k))
+        copies = tuple(CopyView(bytes([j]) * 32, k, public + j, 0.0, pulled=k) for j in (1, 2))
+        slot.publish(MixView(public, copies, 0.0, 0.0))
+        tr.step_count = 100 + k if k == 7 else k  # a joiner's count: taken over from the state it adopted
+        hook(tr, StepStats(k, 0.5, 8))
+    # the first period ends at step 2 (the warm-up's bound, 1.75), the next at step 3: 1 + 2 · 7 / 10
+    assert tr.scales[:2] == pytest.approx([1.75, 2.4])
+    assert metrics.get("step_scale") == pytest.approx(1.0 + 2.0 * 7 / (7 + 107))

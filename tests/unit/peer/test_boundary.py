@@ -91,8 +91,9 @@ def test_the_trainer_steps_larger_as_its_pulls_average_more_models_and_at_its_ow
 
 
 def test_the_hook_decays_the_multiplier_by_the_trainers_own_step():
-    """The same mean of 3 models with `step_scale_decay_steps` 7: at the trainer's step 7 half the
-    boost is left, 1 + 2 · 7 / (7 + 7); the step is the trainer's count, not the hook's calls."""
+    """The same mean of 3 models with `step_scale_decay_steps` 7: the boost of 2 above 1 shrinks by
+    7 / (7 + k) at the trainer's step k, and k is the trainer's count (a joiner's, taken over from
+    the state it adopted, at the last boundary here), not the number of the hook's calls."""
     from peer.core.view import CopyView
 
     cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, step_scale_warmup_periods=4,

@@ -2,6 +2,7 @@
 lockstep in one process, no clock, no threads, no CPU shared with the protocol.
 
     python benchmarks/lockstep_peers.py [--peers 4] [--steps 200] [--seeds 0,1,2] [--no-late] [--variant FIELD=VALUE[;...]]
+    python benchmarks/lockstep_peers.py --peers 2 --steps 800 --ddp-steps 700 --gossip-steps 565
 
 Each replica is the head-to-head MLP (benchmarks/vs_workloads.py: 1.1M parameters, Adam, batch
 1024) behind a real `GossipNode`, `BoundaryHook` and `Mixer` with the peer's defaults: after every
@@ -17,6 +18,8 @@ mean; capture = (alone − gossip) / (alone − DDP), the figure vs_ddp.py measu
 processes. Run for as many steps as a real run takes (capture falls with length: the step-size
 rule's larger step buys speed early, DDP's quieter gradient a lower floor later), the gap between
 the two is what the machine costs: the protocol's CPU taken from training, the threads' timing.
+`--ddp-steps` and `--gossip-steps` give those arms the step counts a real run's processes got
+(each arm is scored at its own end): the CPU's share of that gap, measured without the machine.
 Prints a table and a last line `result: {json}`.
 """
 
@@ -162,24 +165,29 @@ def main() -> None:
     ap.add_argument("--peers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--ddp-steps", type=int, default=0, help="steps of the DDP arm (default: --steps)")
+    ap.add_argument("--gossip-steps", type=int, default=0, help="steps of every gossip arm (default: --steps)")
     ap.add_argument("--no-late", action="store_true", help="skip each gossip arm's late twin (copies a publish older)")
     ap.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[;...]",
                     help="an extra gossip arm with these GossipConfig fields changed (repeatable)")
     a = ap.parse_args()
+    ddp_steps, gossip_steps = a.ddp_steps or a.steps, a.gossip_steps or a.steps
+    if min(a.steps, ddp_steps, gossip_steps) < TAIL_STEPS:
+        ap.error(f"every arm needs at least {TAIL_STEPS} steps (its score is the mean over its last {TAIL_STEPS})")
     torch.set_num_threads(1)
     print(describe())
     arms = {"gossip": GossipConfig(swarm="lockstep")}
     arms.update({f"gossip [{v}]": GossipConfig(swarm="lockstep", **gossip_fields(v)) for v in a.variant})
     result: dict[str, dict[str, float]] = {}
-    print(f"\n{a.peers} replicas, {a.steps} steps\n"
+    print(f"\n{a.peers} replicas; steps: alone {a.steps}, DDP {ddp_steps}, gossip {gossip_steps}\n"
           "| seed | alone | DDP | arm | loss | capture of DDP's gain | step scale |\n|---|---|---|---|---|---|---|")
     for seed in (int(s) for s in a.seeds.split(",")):
         w = MLPWorkload(seed=seed)
-        row = {"alone": alone(w, a.peers, a.steps), "ddp": ddp(w, a.peers, a.steps)}
+        row = {"alone": alone(w, a.peers, a.steps), "ddp": ddp(w, a.peers, ddp_steps)}
         for name, cfg in arms.items():
             for late in (False,) if a.no_late else (False, True):
                 label = f"{name}, late" if late else name
-                loss, scale = gossip(w, a.peers, a.steps, cfg, late)
+                loss, scale = gossip(w, a.peers, gossip_steps, cfg, late)
                 row[label], row[f"{label} capture"] = loss, (row["alone"] - loss) / (row["alone"] - row["ddp"])
                 print(f"| {seed} | {row['alone']:.6f} | {row['ddp']:.6f} | {label} | {loss:.6f} | "
                       f"{row[f'{label} capture']:.2f} | {scale:.2f} |", flush=True)

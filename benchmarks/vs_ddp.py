@@ -22,7 +22,8 @@ the single process has a core to itself, so at the budget part of its lead is st
 
 `--arms` keeps only the arms named (single, ddp, ddp-straggler, gossip, gossip-straggler,
 alone); each `--variant FIELD=VALUE[;FIELD=VALUE]` adds a gossip arm with those GossipConfig
-fields changed, its capture of DDP's gain printed beside the default's.
+fields changed, its capture of DDP's gain (with `--split`: the share of the lead it closes, at
+the budget and at equal steps) printed beside the default's.
 
 Prints the machine, a markdown table, the equal-samples plot's path (loss against samples
 consumed by all processes; skipped without matplotlib), and a last line `ratio: {json}`.
@@ -133,15 +134,17 @@ def run(a: argparse.Namespace) -> None:
     results = run_arms([(arm.name, arm.launch) for arm in arms], "vs_ddp_", b, score=lambda flat: held_out_loss(w, flat))
     plot = a.plot if a.plot is not None else str(REPO / f"docs/img/bench/vs_ddp_equal_samples{PLOT_SUFFIX[a.workload]}.png")
     print("\n" + plot_equal_samples(results, Path(plot), f"{a.workload} workload, {n} processes per arm, {b:.0f} s each") if plot else "\nplot skipped: --plot ''")
-    g, d, s = f"gossip x{n}", f"ddp x{n}", "single"
+    g, d, s, alone = f"gossip x{n}", f"ddp x{n}", "single", f"alone x{n}"
+    variants = [arm.name for arm in arms if arm.kind == VARIANT]
+    reference, figure = (s, "gap_closed_of_single") if a.split else (d, "gain_captured_of_ddp")
     report(results, a.target, {"loss_gossip_over_ddp": (g, d), "loss_gossip_over_single": (g, s),
-                               "loss_gossip_over_alone": (g, f"alone x{n}"), "loss_ddp_over_single": (d, s),
-                               "loss_alone_over_single": (f"alone x{n}", s),
+                               "loss_gossip_over_alone": (g, alone), "loss_ddp_over_single": (d, s),
+                               "loss_alone_over_single": (alone, s),
                                "loss_gossip_straggler_over_ddp_straggler": (f"{g} straggler", f"{d} straggler")},
            {"peers": n, "budget_s": b, "split": a.split},
-           {"gossip_gain_captured_of_ddp": (g, d, f"alone x{n}"), "gossip_gap_closed_of_single": (g, s, f"alone x{n}"),
-            **{f"{arm.name}_gain_captured_of_ddp": (arm.name, d, f"alone x{n}") for arm in arms if arm.kind == VARIANT}},
-           equal_steps=(s, f"alone x{n}", g) if a.split else None)
+           {"gossip_gain_captured_of_ddp": (g, d, alone), "gossip_gap_closed_of_single": (g, s, alone),
+            **{f"{v}_{figure}": (v, reference, alone) for v in variants}},
+           equal_steps=(s, alone, {"gossip": g, **{v: v for v in variants}}) if a.split else None)
 
 
 ARM_KINDS = ("single", "ddp", "ddp-straggler", "gossip", "gossip-straggler", "alone")

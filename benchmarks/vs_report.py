@@ -205,10 +205,10 @@ def crossing_times(curves: dict[str, list], finals: dict[str, float],
 
 def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, tuple[str, str]], extra: dict,
            captures: dict[str, tuple[str, str, str]] | None = None,
-           equal_steps: tuple[str, str, str] | None = None) -> None:
+           equal_steps: tuple[str, str, dict[str, str]] | None = None) -> None:
     """The table (target: the first arm's final loss unless given), failures, and `ratio: {json}`;
     `captures` adds `gain_captured` figures, on live and on averaged weights; `equal_steps`
-    (reference, alone, method) adds `at_equal_steps`'s."""
+    (reference, alone, {label: method}) adds `at_equal_steps`'s for each method, keyed by its label."""
     if target is None:
         target = final_loss(results[0].records) if results[0].records else 0.0
     print(f"\ntarget loss for 't to target': {target:.4g} (the first arm's loss at the budget unless --target)\n")
@@ -239,13 +239,14 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
         print(f"{key}: {v}  (the same, of each process's mean loss over the last {TAIL_FRACTION:.0%} of its run)")
     captured.update(tail_captured)
     if equal_steps is not None:
-        ref, alone, method = equal_steps
+        ref, alone, methods = equal_steps
         for prefix, curve in (("", "curve"), ("averaged_", "averaged")):
-            found = at_equal_steps(results, ref, alone, method, curve)
-            captured[f"{prefix}lead_of_{ref}_at_equal_steps"] = found["lead"]
-            captured[f"{prefix}{method.split()[0]}_gap_closed_of_{ref}_at_equal_steps"] = found["closed"]
-            print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} {found['lead']}, "
-                  f"share of that lead {method} closes {found['closed']}")
+            for label, method in methods.items():
+                found = at_equal_steps(results, ref, alone, method, curve)
+                captured[f"{prefix}lead_of_{ref}_at_equal_steps"] = found["lead"]
+                captured[f"{prefix}{label}_gap_closed_of_{ref}_at_equal_steps"] = found["closed"]
+                print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} {found['lead']}, "
+                      f"share of that lead {method} closes {found['closed']}")
     mean_models = {r.name: round(r.mean_model_loss, 6) for r in results if math.isfinite(r.mean_model_loss)}
     print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, **captured, "t_to_other_final": crossings,
                                   "mean_model_loss": mean_models,

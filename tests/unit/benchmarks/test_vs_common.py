@@ -234,6 +234,21 @@ def test_at_equal_steps_reads_the_reference_after_the_lone_peers_steps_not_at_th
     assert vr.at_equal_steps([short, alone, gossip], "single", "alone x2", "gossip x2") == {"lead": None, "closed": None}
 
 
+def test_report_reads_every_method_at_equal_steps_each_under_its_own_label(capsys) -> None:
+    """A split run's variant arm is scored at equal steps too, not only the default gossip arm."""
+    def arm(name: str, curve: list[tuple[float, int, float]]) -> vc.ArmResult:
+        return vc.ArmResult(name, [{"curve": curve, "averaged": curve, "samples": curve[-1][1]}], 10.0, 0.0, 1.0)
+
+    arms = [arm("single", [(0.0, 0, 1.0), (5.0, 100, 0.45), (10.0, 200, 0.4)]),
+            arm("alone x2", [(0.0, 0, 1.0), (10.0, 100, 0.5)]), arm("gossip x2", [(0.0, 0, 1.0), (10.0, 90, 0.46)]),
+            arm("gossip x2 [k=1]", [(0.0, 0, 1.0), (10.0, 90, 0.48)])]
+    vr.report(arms, None, {}, {}, equal_steps=("single", "alone x2", {"gossip": "gossip x2", "v": "gossip x2 [k=1]"}))
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1].removeprefix("ratio: "))
+    assert got["gossip_gap_closed_of_single_at_equal_steps"] == pytest.approx(0.8, abs=1e-4)
+    assert got["v_gap_closed_of_single_at_equal_steps"] == pytest.approx(0.4, abs=1e-4)
+    assert got["averaged_v_gap_closed_of_single_at_equal_steps"] == pytest.approx(0.4, abs=1e-4)
+
+
 def test_an_arms_mean_model_is_the_mean_of_every_process_last_parameters_and_scores_as_one(tmp_path) -> None:
     import torch
     from torch import nn

@@ -16,9 +16,9 @@ indented under it). The last lines give the period's total against one training 
 head-to-head MLP (vs_workloads.MLPWorkload, batch 1024, one thread), measured in the same run.
 
 The trainer holds its parameters as separate tensors and mixes through a full parameter copy
-(no `add_to_flat_params`), as the head-to-head's trainer does (vs_gossip_peer.py); with
---add-in-place it adds the mix to them in place, as the TTS trainer does. At 1132560
-parameters the tensors are the MLP's own.
+(no `add_to_flat_params`), as a trainer without `Capabilities.add_in_place` does; with
+--add-in-place it adds the mix to them in place, as the TTS trainer and the head-to-head's
+(vs_gossip_peer.py) do. At 1132560 parameters the tensors are the MLP's own.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 
 NOW = 1.7e9
@@ -108,10 +108,7 @@ class Params(Trainer):
 
     def add_to_flat_params(self, delta: torch.Tensor) -> None:
         with self.timer.stage("  add_to_flat_params"):
-            offset = 0
-            for p in self.params:
-                p.add_(delta[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+            add_flat_into(delta, self.params)
 
     def adopt(self, flat: torch.Tensor, step: int) -> None:
         raise NotImplementedError

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from vs_common import Clock, IterateAverage, ProcessGroup, Record, Workload, evaluate, train_step  # noqa: E402
 from vs_workloads import load_workload, workload_json  # noqa: E402
 
-from peer.trainer import Capabilities, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
 
 LISTEN_RE = re.compile(r"listening on http://(\S+) ")
 
@@ -82,7 +82,8 @@ class WorkloadTrainer(Trainer):
     Its averaged weights are the peer's own (`score_averaged_from`, the node's `average.current`) in
     the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
 
-    capabilities = Capabilities()
+    capabilities = Capabilities(add_in_place=True)
+    """A mix adds its change to the parameters in place, as the TTS trainer's does."""
 
     def __init__(self, w: Workload, rank: int, clock: Clock, stop: threading.Event, evals_at_end: Callable[[], None],
                  slow_factor: float = 1.0) -> None:
@@ -138,6 +139,9 @@ class WorkloadTrainer(Trainer):
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
+
+    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+        add_flat_into(delta, self.params)
 
     def adopt(self, flat: torch.Tensor, step: int) -> None:
         raise NotImplementedError("the head-to-head's peers start together and never join (SessionConfig(join=False))")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -179,17 +179,31 @@ def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
 
 
-def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
-    """Copy a flat vector back into `tensors` in place; refuses a vector of the wrong size."""
+def _parts_of(flat: torch.Tensor, tensors: list[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each tensor with its slice of `flat`, moved to its device and dtype one at a time (a GPU
+    holds one part beside the parameters, not all); refuses a vector of the wrong size before the first."""
     total = sum(t.numel() for t in tensors)
     if flat.numel() != total:
         raise ValueError(f"flat vector has {flat.numel()} values, the parameters need {total}")
     offset = 0
+    for t in tensors:
+        yield t, flat[offset : offset + t.numel()].view_as(t).to(t.device, t.dtype)
+        offset += t.numel()
+
+
+def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy a flat vector back into `tensors` in place; refuses a vector of the wrong size."""
     with torch.no_grad():
-        for t in tensors:
-            n = t.numel()
-            t.copy_(flat[offset : offset + n].view_as(t).to(t.device, t.dtype))
-            offset += n
+        for t, part in _parts_of(flat, tensors):
+            t.copy_(part)
+
+
+def add_flat_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Add a flat vector to `tensors` in place (a mix's change: one pass, no copy out and back);
+    refuses a vector of the wrong size."""
+    with torch.no_grad():
+        for t, part in _parts_of(flat, tensors):
+            t.add_(part)
 
 
 def split_flat(flat: torch.Tensor, spec: "ParamSpec", prefix: str = "") -> dict[str, torch.Tensor]:

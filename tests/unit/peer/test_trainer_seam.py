@@ -144,3 +144,16 @@ def test_a_wrapper_offers_what_it_wraps_and_an_attacker_never_mixes_in_place() -
     assert attacker.capabilities == Capabilities(add_in_place=False, collective_reads=False)
     with pytest.raises(NotImplementedError):
         attacker.add_to_flat_params(torch.zeros(3))  # a mix must pass through the attack's set_flat_params
+
+
+def test_add_flat_into_adds_in_the_flat_layout_and_refuses_a_vector_of_another_size() -> None:
+    from peer.trainer import add_flat_into, flatten
+
+    tensors = [torch.ones(2, 3), torch.zeros(4)]
+    storage = [t.data_ptr() for t in tensors]
+    add_flat_into(torch.arange(10, dtype=torch.float32), tensors)
+    assert torch.equal(flatten(tensors), torch.tensor([1, 2, 3, 4, 5, 6, 6, 7, 8, 9], dtype=torch.float32))
+    assert [t.data_ptr() for t in tensors] == storage  # in place: the optimiser's tensors keep their memory
+    with pytest.raises(ValueError, match="11 values, the parameters need 10"):
+        add_flat_into(torch.zeros(11), tensors)
+    assert torch.equal(flatten(tensors)[:3], torch.tensor([1.0, 2.0, 3.0]))  # nothing added on refusal

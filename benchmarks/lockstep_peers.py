@@ -2,7 +2,7 @@
 lockstep in one process, no clock, no threads, no CPU shared with the protocol.
 
     python benchmarks/lockstep_peers.py [--peers 4] [--steps 200] [--seeds 0,1,2] [--no-late] [--variant FIELD=VALUE[;...]]
-    python benchmarks/lockstep_peers.py --peers 2 --steps 800 --ddp-steps 700 --gossip-steps 565
+    python benchmarks/lockstep_peers.py --peers 2 --steps 810 --ddp-steps 705 --gossip-steps 565
 
 Each replica is the head-to-head MLP (benchmarks/vs_workloads.py: 1.1M parameters, Adam, batch
 1024) behind a real `GossipNode`, `BoundaryHook` and `Mixer` with the peer's defaults: after every

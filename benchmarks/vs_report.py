@@ -241,12 +241,14 @@ def report(results: Sequence[ArmResult], target: float | None, pairs: dict[str, 
     if equal_steps is not None:
         ref, alone, methods = equal_steps
         for prefix, curve in (("", "curve"), ("averaged_", "averaged")):
+            closed = {}
             for label, method in methods.items():
-                found = at_equal_steps(results, ref, alone, method, curve)
+                found = at_equal_steps(results, ref, alone, method, curve)  # the same lead for every method
                 captured[f"{prefix}lead_of_{ref}_at_equal_steps"] = found["lead"]
-                captured[f"{prefix}{label}_gap_closed_of_{ref}_at_equal_steps"] = found["closed"]
-                print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} {found['lead']}, "
-                      f"share of that lead {method} closes {found['closed']}")
+                captured[f"{prefix}{label}_gap_closed_of_{ref}_at_equal_steps"] = closed[method] = found["closed"]
+            print(f"{prefix}{ref} after {alone}'s steps per process: {alone} / {ref} "
+                  f"{captured[f'{prefix}lead_of_{ref}_at_equal_steps']}, share of that lead "
+                  + ", ".join(f"{method} closes {c}" for method, c in closed.items()))
     mean_models = {r.name: round(r.mean_model_loss, 6) for r in results if math.isfinite(r.mean_model_loss)}
     print("ratio: " + json.dumps({**ratios(loss, pairs), **averaged_ratios, **captured, "t_to_other_final": crossings,
                                   "mean_model_loss": mean_models,

@@ -87,14 +87,19 @@ class PowerEma:
             return 0.0
         return (min(self.step, step) / step) ** (self.gamma + 1.0)
 
-    def update(self, sample: Tensor, step: int) -> Tensor:
+    def update(self, sample: Tensor, step: int, *, handed_over: bool = False) -> Tensor:
         """Fold in `sample` taken at `step`. A sample at or before the newest one's step has β = 1
-        and is ignored (nothing new happened since)."""
+        and is ignored (nothing new happened since).
+
+        `handed_over`: the caller will not use `sample` again (a float32 tensor of its own), so
+        the new average is built in it instead of in a fresh parameter-sized tensor."""
         beta = self.beta(int(step))
+        own = handed_over and sample.dtype == torch.float32
         if self.value is None or beta == 0.0:
-            self.value = sample.detach().to(torch.float32).clone()
+            self.value = sample.detach() if own else sample.detach().to(torch.float32).clone()
         elif beta < 1.0:
-            self.value = torch.lerp(self.value, sample.detach().to(self.value.dtype), 1.0 - beta)
+            sample = sample.detach().to(self.value.dtype)
+            self.value = torch.lerp(self.value, sample, 1.0 - beta, out=sample if own else None)
         self.step = max(self.step, int(step))
         return self.value
 

@@ -14,17 +14,45 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from .mixing import safe_norm
 
-__all__ = ["Compressor", "PublicCopy", "NeighbourCopy"]
+__all__ = ["Compressor", "Increment", "PublicCopy", "NeighbourCopy"]
 
-Compressor = Callable[[Tensor], Tensor]
-"""``compress(x) -> what the receiver will reconstruct`` (same shape as ``x``)."""
+
+@runtime_checkable
+class Increment(Protocol):
+    """An update as the entries its codec kept (`protocol.SparseVector` is one): added to a copy
+    without expanding it to the whole vector. A plain tensor works wherever one of these does."""
+
+    numel: int
+
+    def added_to(self, x: Tensor) -> Tensor:
+        """x + the update as a new tensor; x is not written."""
+        ...
+
+    def norm(self) -> float:
+        """Its Euclidean norm (finite for finite entries)."""
+        ...
+
+
+Compressor = Callable[[Tensor], "Tensor | Increment"]
+"""``compress(x) -> what the receiver will reconstruct``: a tensor shaped as ``x``, or an
+`Increment` of as many entries."""
+
+
+def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
+    """x + q as a new tensor: a tensor q is added whole, an `Increment` by its kept entries."""
+    if isinstance(q, Tensor):
+        _check_same_shape(name, q, x)
+        return x + q.detach().to(dtype=x.dtype, device=x.device)
+    if q.numel != x.numel():
+        raise ValueError(f"{name}: {q.numel} entries do not match {x.numel()}")
+    return q.added_to(x)
 
 
 def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
@@ -58,7 +86,7 @@ class PublicCopy:
         self.seq: int = 0
         self.moves: deque[float] = deque(maxlen=moves_window)
 
-    def publish(self, x: Tensor, compress: Compressor) -> tuple[int, Tensor]:
+    def publish(self, x: Tensor, compress: Compressor) -> "tuple[int, Tensor | Increment]":
         """Publish one compressed update: ``q_rec = compress(x - x̂)``; ``x̂ += q_rec``; ``seq += 1``.
 
         ``compress`` must return exactly what receivers will reconstruct (encode then
@@ -66,11 +94,10 @@ class PublicCopy:
         """
         _check_same_shape("publish: x", x, self.x_hat)
         q_rec = compress(x.detach() - self.x_hat)
-        _check_same_shape("publish: compress(x - x_hat)", q_rec, self.x_hat)
-        q_rec = q_rec.to(dtype=self.x_hat.dtype, device=self.x_hat.device)
-        self.x_hat = self.x_hat + q_rec  # a new tensor: readers of the old one are unaffected
+        # a new tensor: readers of the old one are unaffected
+        self.x_hat = _add(self.x_hat, q_rec, "publish: compress(x - x_hat)")
         self.seq += 1
-        move = safe_norm(q_rec)
+        move = safe_norm(q_rec) if isinstance(q_rec, Tensor) else q_rec.norm()
         if math.isfinite(move):
             self.moves.append(move)
         return self.seq, q_rec
@@ -119,7 +146,8 @@ class NeighbourCopy:
         """True once a snapshot has been set."""
         return self.x_hat is not None
 
-    def apply_update(self, seq: int, q_rec: Tensor, step: int, steps: Tensor | None = None) -> bool:
+    def apply_update(self, seq: int, q_rec: "Tensor | Increment", step: int,
+                     steps: "Tensor | Increment | None" = None) -> bool:
         """Apply ``x̂_j ← x̂_j + q_rec`` if ``seq == self.seq + 1`` (in-order CHOCO-SGD update).
 
         Returns ``True`` when the copy is consistent afterwards: the update was applied, or
@@ -132,11 +160,9 @@ class NeighbourCopy:
             return False
         if seq <= self.seq:
             return True
-        _check_same_shape("apply_update: q_rec", q_rec, self.x_hat)
-        self.x_hat = self.x_hat + q_rec.detach().to(dtype=self.x_hat.dtype, device=self.x_hat.device)
+        self.x_hat = _add(self.x_hat, q_rec, "apply_update: q_rec")
         if self.steps_hat is not None and steps is not None:
-            _check_same_shape("apply_update: steps", steps, self.steps_hat)
-            self.steps_hat = _finite_or_none(self.steps_hat + steps.detach().to(dtype=self.steps_hat.dtype))
+            self.steps_hat = _finite_or_none(_add(self.steps_hat, steps, "apply_update: steps"))
         self.seq = int(seq)
         self.step = max(self.step, int(step))
         return True

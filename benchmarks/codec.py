@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol import (Identity, VerifyPolicy, decode_frame, flat_model_spec,  # noqa: E402
+from protocol import (Identity, SparseVector, VerifyPolicy, decode_frame, flat_model_spec,  # noqa: E402
                       make_update_frame, model_fingerprint, parse_codec, read_vector)
 from protocol.frame import PREFIX_SIZE  # noqa: E402
 
@@ -149,15 +149,15 @@ def main() -> None:
     for spec in args.codecs.split(","):
         codec = parse_codec(spec)
 
-        def encode() -> tuple[bytes, torch.Tensor]:
+        def encode() -> tuple[bytes, SparseVector]:
             return make_update_frame(identity, swarm="bench", fingerprint=fingerprint, seq=1, step=0,
                                      timestamp=0.0, codec=codec, delta=delta)
 
         frame, recon = encode()
         decoded = read_vector(decode_frame(frame, policy, now=0.0))
-        assert torch.equal(decoded, recon), spec
+        assert torch.equal(decoded, recon.dense()), spec
         enc_s = median_seconds(encode, args.repeats)
-        dec_s = median_seconds(lambda: decode_frame(frame, policy, now=0.0), args.repeats)
+        dec_s = median_seconds(lambda: read_vector(decode_frame(frame, policy, now=0.0)), args.repeats)  # expanded whole
         row = {"codec": codec.spec, "frame_bytes": len(frame), "ratio_vs_fp32": fp32_bytes / len(frame),
                "rel_error": float((delta - recon).norm()) / norm if norm else 0.0,
                "lz4_gain": lz4_gain(frame), "encode_MBps": fp32_bytes / 1e6 / enc_s,

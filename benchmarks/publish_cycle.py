@@ -191,7 +191,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> d
 
     sub(hook.mixer, "mix", {"boundary": "  mix"})
     sub(node_module, "make_update_frame", {"publish": "  update frame"})
-    sub(a.codec, "compress", {"publish": "    codec"})
+    sub(a.codec, "compress_sparse", {"publish": "    codec"})
     sub(messages_module, "encode_frame", {"publish": "    lz4 + sign"})
     sub(a.average, "update", {"publish": "  averaged weights"})
     for mod in (ingest_module, node_module):

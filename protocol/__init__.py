@@ -16,11 +16,12 @@ from .messages import (bundle_digest, flat_model_spec, make_control_frame, make_
                        make_step_update_frame, make_update_frame, model_fingerprint, model_spec_of, pack_bundle,
                        read_vector, unpack_bundle)
 from .replay import TicketBook, epoch_from, next_epoch
+from .sparse import SparseVector
 
 __all__ = [
     "BF16Codec", "CodecBase", "CodecError", "FP16Codec", "Frame", "FrameHeader", "FrameKind",
     "FrameRefused", "Identity", "IdentityCodec", "Int8Codec", "Limits", "PREFIX_SIZE",
-    "RefusalReason", "SparseCodec", "TensorCodec", "TensorSpec", "TicketBook", "VerifyPolicy",
+    "RefusalReason", "SparseCodec", "SparseVector", "TensorCodec", "TensorSpec", "TicketBook", "VerifyPolicy",
     "bundle_digest", "codec_seed", "decode_frame", "encode_frame", "epoch_from", "flat_model_spec",
     "make_control_frame", "make_snapshot_frame", "make_step_update_frame", "make_update_frame", "model_fingerprint",
     "model_spec_of", "next_epoch", "pack_bundle", "parse_codec", "peek_frame_length", "peek_frame_sender",

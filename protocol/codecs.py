@@ -22,6 +22,7 @@ import torch
 
 from .codecs_dense import BF16Codec, CodecBase, FP16Codec, IdentityCodec, Int8Codec
 from .codecs_sparse import SparseCodec
+from .sparse import SparseVector
 
 __all__ = ["TensorCodec", "parse_codec", "IdentityCodec", "FP16Codec", "BF16Codec",
            "Int8Codec", "SparseCodec", "CodecBase", "MAX_SPEC_CHARS"]
@@ -42,6 +43,10 @@ class TensorCodec(Protocol):
     def compress(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], torch.Tensor]: ...
 
     def decompress(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> torch.Tensor: ...
+
+    def compress_sparse(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]: ...
+
+    def decompress_sparse(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> SparseVector: ...
 
     def expected_ratio(self, numel: int) -> float: ...
 

@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from .errors import CodecError
+from .sparse import SparseVector
 
 __all__ = ["CodecBase", "IdentityCodec", "FP16Codec", "BF16Codec", "Int8Codec",
-           "Layout", "as_input_array", "check_layout"]
+           "Layout", "as_input_array", "check_layout", "check_numel"]
 
 Layout = dict[str, tuple[np.dtype, int]]  # packed array name -> (dtype, length)
 
@@ -48,7 +49,7 @@ def check_layout(packed: dict[str, np.ndarray], layout: Layout) -> dict[str, np.
     return packed
 
 
-def _check_numel(numel: int) -> int:
+def check_numel(numel: int) -> int:
     if not isinstance(numel, (int, np.integer)) or isinstance(numel, bool) or numel < 0:
         raise ValueError(f"numel must be an int >= 0, got {numel!r}")
     return int(numel)
@@ -71,18 +72,27 @@ class CodecBase:
 
     def compress(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], torch.Tensor]:
         """(packed arrays, the exact tensor `decompress` will rebuild from them)."""
+        packed, rebuilt = self.compress_sparse(x, seed)
+        return packed, rebuilt.dense()
+
+    def compress_sparse(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]:
+        """`compress`, with the reconstruction as the entries it keeps (all of them here)."""
         v = as_input_array(x)
         packed = self._pack(v, seed)
-        return packed, self.decompress(packed, v.size, seed)
+        return packed, self.decompress_sparse(packed, v.size, seed)
 
     def decompress(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> torch.Tensor:
-        numel = _check_numel(numel)
+        return self.decompress_sparse(packed, numel, seed).dense()
+
+    def decompress_sparse(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> SparseVector:
+        """`decompress` as the entries the codec keeps: what a receiver adds without expanding it."""
+        numel = check_numel(numel)
         arrays = check_layout(packed, self.layout(numel))
-        return torch.from_numpy(self._unpack(arrays, numel, seed))
+        return SparseVector.of_dense(torch.from_numpy(self._unpack(arrays, numel, seed)))
 
     def packed_nbytes(self, numel: int) -> int:
         """Exact bytes of the packed arrays (before container and lz4)."""
-        return sum(np.dtype(d).itemsize * n for d, n in self.layout(_check_numel(numel)).values())
+        return sum(np.dtype(d).itemsize * n for d, n in self.layout(check_numel(numel)).values())
 
     def expected_ratio(self, numel: int) -> float:
         """fp32 bytes / packed bytes; 1.0 for an empty tensor."""

@@ -32,8 +32,9 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from .codecs_dense import CodecBase, Layout, as_input_array
+from .codecs_dense import CodecBase, Layout, check_numel, as_input_array, check_layout
 from .errors import CodecError
+from .sparse import SparseVector
 
 __all__ = ["SparseCodec", "ef_encode", "ef_decode", "ef_nbytes", "randk_indices", "topk_indices",
            "TOPK_SAMPLED_MIN"]
@@ -259,30 +260,39 @@ class SparseCodec(CodecBase):
     def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
         return self._pack_indexed(v, seed)[0]
 
-    def compress(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], torch.Tensor]:
-        """(packed arrays, the exact tensor `decompress` will rebuild from them).
+    def compress_sparse(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]:
+        """(packed arrays, the exact vector `decompress_sparse` will rebuild from them).
 
-        The reconstruction scatters the value codec's own decoding of the kept values to
-        the indices chosen, instead of decoding the index code just written: `ef_decode`
-        inverts `ef_encode` exactly and random-k's indices are a function of the seed, so
-        the result is the receivers' bit for bit at a fraction of a decode's cost.
+        The reconstruction pairs the value codec's own decoding of the kept values with the
+        indices chosen, instead of decoding the index code just written: `ef_decode` inverts
+        `ef_encode` exactly and random-k's indices are a function of the seed, so the result
+        is the receivers' bit for bit at a fraction of a decode's cost.
         """
         v = as_input_array(x)
         packed, idx = self._pack_indexed(v, seed)
-        value_keys = self.values.layout(idx.size)
-        kept = self.values._unpack({name: packed[name] for name in value_keys}, idx.size, seed)
-        out = np.zeros(v.size, np.float32)
-        out[idx] = kept
-        return packed, torch.from_numpy(out)
+        return packed, SparseVector.of_arrays(v.size, self._kept(packed, idx.size, seed), idx)
 
-    def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
+    def _kept(self, packed: dict[str, np.ndarray], k: int, seed: int) -> np.ndarray:
+        """The kept values, decoded by the value codec (a fresh float32 array)."""
+        kept = self.values._unpack({name: packed[name] for name in self.values.layout(k)}, k, seed)
+        return np.ascontiguousarray(kept, dtype=np.float32)
+
+    def _unpack_indexed(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted int64 indices, their float32 values)."""
         k = self.k(numel)
         if self.kind == "topk":
             idx = ef_decode(packed["ihi"], packed["ilo"], numel, k)
         else:
             idx = randk_indices(numel, k, seed)
-        value_keys = self.values.layout(k)
-        kept = self.values._unpack({name: packed[name] for name in value_keys}, k, seed)
+        return idx, self._kept(packed, k, seed)
+
+    def decompress_sparse(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> SparseVector:
+        numel = check_numel(numel)
+        idx, kept = self._unpack_indexed(check_layout(packed, self.layout(numel)), numel, seed)
+        return SparseVector.of_arrays(numel, kept, idx)
+
+    def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
+        idx, kept = self._unpack_indexed(packed, numel, seed)
         out = np.zeros(numel, np.float32)
         out[idx] = kept
         return out

@@ -13,6 +13,7 @@ signature before it parses any JSON or decompresses any byte (docs/wire.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from dataclasses import dataclass
@@ -23,11 +24,11 @@ import torch
 from .codecs import parse_codec
 from .codecs_dense import CodecBase, check_layout
 from .errors import CodecError, FrameRefused, RefusalReason
-from .finite import all_finite
 from .header import FrameHeader, HeaderError, header_from_json, header_to_json
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
 from .payload import pack_payload, unpack_payload
+from .sparse import SparseVector
 
 __all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "peek_frame_sender", "codec_seed",
            "frame_digest", "MAGIC", "VERSION", "PREFIX_SIZE", "SIGNATURE_SIZE"]
@@ -45,11 +46,17 @@ _SEED_PERSON = b"gossip-tts/seed"
 
 @dataclass
 class Frame:
-    """A verified frame: its header, its logical tensors (float32), its size on the wire."""
+    """A verified frame: its header, its logical tensors as the entries their codec kept (float32,
+    flat), its size on the wire. `tensors` expands them, shaped as the header says."""
 
     header: FrameHeader
-    tensors: dict[str, torch.Tensor]
+    parts: dict[str, SparseVector]
     raw_size: int
+
+    @functools.cached_property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Each tensor whole (built on first use: an update added sparsely never needs it)."""
+        return {t.name: self.parts[t.name].dense().reshape(t.shape) for t in self.header.tensors}
 
 
 def frame_digest(*parts: bytes | memoryview) -> bytes:
@@ -229,15 +236,15 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
         raise FrameRefused(RefusalReason.BAD_HEADER, str(exc)) from None
     codec = _check_header(header, policy, now)
     arrays = unpack_payload(view[PREFIX_SIZE + header_len:len(view) - SIGNATURE_SIZE], policy.limits)
-    tensors: dict[str, torch.Tensor] = {}
+    parts: dict[str, SparseVector] = {}
     try:
         groups = _split_packed(arrays, [t.name for t in header.tensors])
         for t in header.tensors:
             seed = codec_seed(sender, header.seq, t.name)
-            tensors[t.name] = codec.decompress(groups[t.name], t.numel, seed).reshape(t.shape)
+            parts[t.name] = codec.decompress_sparse(groups[t.name], t.numel, seed)
     except CodecError as exc:
         raise FrameRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from None
-    for name, tensor in tensors.items():
-        if not all_finite(tensor):
+    for name, part in parts.items():
+        if not part.all_finite():
             raise FrameRefused(RefusalReason.NON_FINITE, f"tensor {name!r}")
-    return Frame(header=header, tensors=tensors, raw_size=len(view))
+    return Frame(header=header, parts=parts, raw_size=len(view))

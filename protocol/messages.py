@@ -22,6 +22,7 @@ from .frame import SIGNATURE_SIZE, Frame, codec_seed, encode_frame
 from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
 from .identity import Identity
 from .limits import Limits
+from .sparse import SparseVector
 
 __all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
            "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
@@ -47,14 +48,14 @@ def _check_vector(name: str, x: torch.Tensor) -> None:
 
 def _vector_frame(identity: Identity, kind: FrameKind, vectors: dict[str, torch.Tensor], codec: CodecBase, *,
                   swarm: str, fingerprint: str, seq: int, step: int, timestamp: float, extra: dict | None,
-                  limits: Limits | None) -> tuple[bytes, dict[str, torch.Tensor]]:
+                  limits: Limits | None) -> tuple[bytes, dict[str, SparseVector]]:
     """A frame of one or more same-sized 1-D vectors, each compressed with `codec` under its own
     seed; returns (frame bytes, each vector's reconstruction as receivers decode it)."""
     packed_all, recons, specs = {}, {}, []
     for name, x in vectors.items():
         _check_vector(name, x)
         x = x.detach().cpu()
-        packed, recons[name] = codec.compress(x, codec_seed(identity.public_key, seq, name))
+        packed, recons[name] = codec.compress_sparse(x, codec_seed(identity.public_key, seq, name))
         packed_all.update({f"{name}/{k}": v for k, v in packed.items()})
         specs.append(TensorSpec(name, (x.numel(),), "float32"))
     header = FrameHeader(swarm=swarm, fingerprint=fingerprint, sender=identity.public_key,
@@ -66,8 +67,9 @@ def _vector_frame(identity: Identity, kind: FrameKind, vectors: dict[str, torch.
 def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                       timestamp: float, codec: TensorCodec | str, delta: torch.Tensor,
                       extra: dict | None = None,
-                      limits: Limits | None = None) -> tuple[bytes, torch.Tensor]:
-    """(frame bytes, the reconstruction every receiver will decode, bit for bit).
+                      limits: Limits | None = None) -> tuple[bytes, SparseVector]:
+    """(frame bytes, the reconstruction every receiver will decode, bit for bit, as the entries the
+    codec kept: `.added_to(x̂)` adds it, `.dense()` expands it).
 
     The codec seed comes from (sender, seq), so random-k sends no index bytes.
     """
@@ -81,7 +83,7 @@ def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: 
 def make_step_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                            timestamp: float, codec: TensorCodec | str, delta: torch.Tensor,
                            own_step: torch.Tensor, extra: dict | None = None,
-                           limits: Limits | None = None) -> tuple[bytes, torch.Tensor, torch.Tensor]:
+                           limits: Limits | None = None) -> tuple[bytes, SparseVector, SparseVector]:
     """An update that also carries the sender's own training steps (`STEP_TENSOR`), both in one
     signed frame with the same codec: (frame bytes, the delta's reconstruction, the step's)."""
     codec = parse_codec(codec) if isinstance(codec, str) else codec

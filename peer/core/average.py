@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from async_opt import safe_norm
+from async_opt import safe_distance
 from async_opt.averaging import PowerEma, progress_ratio, swarm_estimate
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
@@ -37,14 +37,14 @@ class SwarmAverage:
         if self.ema is None:
             return
         copies = []
-        for c in view.copies:  # one difference at a time: at most one parameter-sized temporary
-            copies.append((c.x_hat, safe_norm(c.x_hat - view.public)))
+        for c in view.copies:  # distances without a parameter-sized temporary
+            copies.append((c.x_hat, safe_distance(c.x_hat, view.public)))
             self.radius.observe(c.key, copies[-1][1])
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0
         estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
-        self.current = (self.ema.update(estimate, step), self.ema.step)
+        self.current = (self.ema.update(estimate, step, handed_over=True), self.ema.step)
 
     def reset(self, x: torch.Tensor, step: int) -> None:
         """Start again from `x` at `step` (we adopted a neighbour's state, at its step: what we

@@ -75,8 +75,8 @@ def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Fram
     h = frame.header
     if h.extra.get("epoch") != epoch:
         raise FrameRefused(RefusalReason.BAD_HEADER, "frame of another epoch than its control frame names")
-    if list(frame.tensors) not in _TENSORS.get(h.kind, ()):
+    if list(frame.parts) not in _TENSORS.get(h.kind, ()):
         raise FrameRefused(RefusalReason.BAD_HEADER,
-                           f"a {h.kind.value} frame with tensors {sorted(frame.tensors)[:3]}: an exchange carries "
+                           f"a {h.kind.value} frame with tensors {sorted(frame.parts)[:3]}: an exchange carries "
                            f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r}), each optionally with {STEP_TENSOR!r}")
     return frame

@@ -150,7 +150,7 @@ def read_state(data: bytes, policy: VerifyPolicy, now: float) -> tuple[torch.Ten
     frame = decode_frame(data, policy, now=now)
     if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != STATE_KIND:
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
-    if list(frame.tensors) != [SNAPSHOT_TENSOR]:  # the model spec admits a steps tensor beside it
+    if list(frame.parts) != [SNAPSHOT_TENSOR]:  # the model spec admits a steps tensor beside it
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a state holds {SNAPSHOT_TENSOR!r} alone, "
-                                                     f"not {sorted(frame.tensors)[:3]}")
+                                                     f"not {sorted(frame.parts)[:3]}")
     return read_vector(frame), frame.header.step

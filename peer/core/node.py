@@ -23,7 +23,6 @@ strictly in seq order; a new epoch of a neighbour voids its copy. See docs/archi
 
 from __future__ import annotations
 
-import math
 import struct
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -45,7 +44,7 @@ from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
     bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
-    model_fingerprint, next_epoch, pack_bundle, parse_codec, unpack_bundle,
+    SparseVector, model_fingerprint, next_epoch, pack_bundle, parse_codec, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
@@ -125,6 +124,9 @@ class GossipNode:
         publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
         steps (peer.core.partner_steps).
 
+        `x` is handed over (`peer.boundary.PendingPublish` makes a copy for it): the node keeps it
+        as `last_x`, what /v1/state serves, and neither it nor the caller may write it afterwards.
+
         Raises ValueError (and changes nothing) when `x` is not finite: there is nothing
         sane to send, and the caller decides what that means.
         """
@@ -138,12 +140,12 @@ class GossipNode:
         kw = dict(swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step, timestamp=now,
                   codec=self.codec, extra={"epoch": self.epoch})
 
-        def compress(delta: torch.Tensor) -> torch.Tensor:
+        def compress(delta: torch.Tensor) -> SparseVector:
             if carried is None:
                 frame, recon = make_update_frame(self.identity, delta=delta, **kw)
             else:
                 frame, recon, sent = make_step_update_frame(self.identity, delta=delta, own_step=carried, **kw)
-                self.partner_steps.sent(carried, sent)
+                self.partner_steps.sent(carried, sent.dense())
             frames.append(frame)
             return recon
 
@@ -152,7 +154,7 @@ class GossipNode:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
             self.public.x_hat = x.clone()
-        self.last_x, self._published_at = x.clone(), now
+        self.last_x, self._published_at = x, now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
@@ -359,29 +361,28 @@ class GossipNode:
 
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
-        h = frame.header
+        h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
         # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
-        steps = frame.tensors.get(STEP_TENSOR) if self.partner_steps.enabled else None
-        vector = frame.tensors[SNAPSHOT_TENSOR if h.kind == FrameKind.SNAPSHOT else UPDATE_TENSOR]
-        # A stamp after its arrival is mirrored about it: a lie about the future buys staleness.
-        published_at = min(h.timestamp, 2 * now - h.timestamp)
-        if h.kind == FrameKind.SNAPSHOT:
+        steps = parts.get(STEP_TENSOR) if self.partner_steps.enabled else None
+        published_at = min(h.timestamp, 2 * now - h.timestamp)  # a stamp after arrival is mirrored about it
+        if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
             if n.copy.x_hat is not None and h.seq < n.copy.seq:
                 return False
-            n.copy.set_snapshot(h.seq, vector, h.step, steps)
+            n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense(), h.step, None if steps is None else steps.dense())
             n.published_at = published_at
             self.metrics.inc("snapshots_received_total")
-        elif h.seq <= n.copy.seq and n.copy.x_hat is not None:
+            return True
+        if h.seq <= n.copy.seq and n.copy.x_hat is not None:
             self.metrics.inc("updates_duplicate_total")
             return False
-        elif n.copy.apply_update(h.seq, vector, h.step, steps):
-            n.applied.append(signature)
-            n.published_at = max(n.published_at, published_at)
-            self.metrics.inc("updates_applied_total")
-        else:
+        update = parts[UPDATE_TENSOR]
+        if not n.copy.apply_update(h.seq, update, h.step, steps):
             self.metrics.inc("update_gaps_total")
             return False
-        if not math.isfinite(safe_norm(n.copy.x_hat)):
+        n.applied.append(signature)
+        n.published_at = max(n.published_at, published_at)
+        self.metrics.inc("updates_applied_total")
+        if not update.finite_where_set(n.copy.x_hat):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
             n.reset_copy(n.epoch)
             self.metrics.inc("copies_reset_total")

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step
+from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distance
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -196,3 +196,17 @@ def test_mix_delta_is_what_mix_diffs_adds_and_reuses_the_first_difference():
         assert torch.allclose(delta, expected, atol=1e-6)
     assert mix_delta([(torch.ones(3), 0.0, 1.7)], None) is None  # nothing moves x
     assert mix_delta([(torch.full((3,), math.inf), 1.0, math.inf)], 1.0) is None  # no usable direction
+
+
+@pytest.mark.parametrize("n", [5, 1 << 17, (1 << 18) + 3])
+def test_the_distance_is_the_norm_of_the_difference_without_building_it(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    a, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    assert safe_distance(a, b) == pytest.approx(float(torch.linalg.vector_norm((a - b).double())), rel=1e-6)
+    b[n // 2] = float("nan")
+    assert math.isnan(safe_distance(a, b))
+    a.fill_(2e38)
+    b.fill_(-1e38)  # every difference finite, their norm past float32's range
+    assert safe_distance(a, b) == pytest.approx(3e38 * math.sqrt(n), rel=1e-6)
+    with pytest.raises(ValueError, match="shapes"):
+        safe_distance(a, b[1:])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from async_opt import NeighbourCopy, PublicCopy
+from async_opt.public_copy import Increment
 
 
 def top1(v: torch.Tensor) -> torch.Tensor:
@@ -157,3 +158,32 @@ def test_a_neighbours_steps_sum_follows_its_copy_through_snapshots_and_updates()
     assert nc.steps_hat is None  # a snapshot without steps: its sender shares none
     with pytest.raises(ValueError, match="shape"):
         nc.set_snapshot(5, t(0, 0), 5, steps=t(1, 2, 3))
+
+
+class Kept:
+    """An `Increment` holding a few entries of a longer vector, as a decoded top-k update does."""
+
+    def __init__(self, numel: int, at: list[int], values: list[float]) -> None:
+        self.numel, self.at, self.values = numel, torch.tensor(at), torch.tensor(values)
+
+    def added_to(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone().index_add_(0, self.at, self.values.to(x.dtype))
+
+    def norm(self) -> float:
+        return float(torch.linalg.vector_norm(self.values))
+
+
+def test_an_increment_moves_copies_as_its_expanded_tensor_does() -> None:
+    assert isinstance(Kept(3, [0], [1.0]), Increment)
+    pc, held = PublicCopy(t(1.0, 2.0, 3.0)), t(1.0, 2.0, 3.0)
+    old = pc.x_hat
+    seq, q = pc.publish(t(1.0, 6.0, 3.0), lambda d: Kept(3, [1], [float(d[1])]))
+    assert seq == 1 and isinstance(q, Kept)
+    assert pc.x_hat.tolist() == [1.0, 6.0, 3.0] and torch.equal(old, held)  # a new tensor: the old one unchanged
+    assert list(pc.moves) == [4.0]
+    nc = NeighbourCopy()
+    nc.set_snapshot(0, t(0.0, 0.0, 0.0), step=0, steps=t(0.0, 0.0, 0.0))
+    assert nc.apply_update(1, Kept(3, [2], [5.0]), step=3, steps=Kept(3, [0], [2.0]))
+    assert nc.x_hat.tolist() == [0.0, 0.0, 5.0] and nc.steps_hat.tolist() == [2.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="4 entries do not match 3"):
+        nc.apply_update(2, Kept(4, [0], [1.0]), step=4)

@@ -83,6 +83,16 @@ def test_an_update_replaces_the_tensor_a_reader_holds_instead_of_writing_into_it
     assert first is not second and torch.equal(first, torch.ones(4))
 
 
+def test_a_handed_over_sample_holds_the_new_average_and_the_old_one_is_left_alone() -> None:
+    ema, kept = PowerEma(0.1), PowerEma(0.1)
+    first = ema.update(torch.ones(4), 4, handed_over=True)
+    kept.update(torch.ones(4), 4)
+    sample = torch.full((4,), 3.0)
+    second = ema.update(sample, 8, handed_over=True)
+    assert second.data_ptr() == sample.data_ptr() and torch.equal(first, torch.ones(4))
+    assert torch.equal(second, kept.update(torch.full((4,), 3.0), 8))
+
+
 # ---------------------------------------------------------------- the swarm estimate
 def _diffs(public: torch.Tensor, copies: list[torch.Tensor]) -> list[tuple[torch.Tensor, float]]:
     return [(c, safe_norm(c - public)) for c in copies]

@@ -164,3 +164,22 @@ def test_a_bound_frame_without_tensors_is_refused_and_counted(kind: FrameKind) -
     assert result.accepted and result.refused == 1
     assert b.metrics.get("frames_refused_total", reason="bad_header") == 1
     assert b.neighbours[key(a)].copy.x_hat is None
+
+
+@pytest.mark.parametrize("codec", ["topk:0.01+fp32", "identity"])
+def test_finite_updates_whose_sum_overflows_reset_the_copy_and_are_counted(codec: str) -> None:
+    """Each frame is finite, so decoding accepts it; two of them at the same entry overflow float32
+    in the receiver's copy. Whether added by its kept entries (top-k) or whole (identity), the
+    copy is dropped rather than mixed, and counted."""
+    a, b = node(0), node(1)
+    push(a, b, NOW)  # b holds a's public copy
+    exchange(a, b, NOW)
+    delta = torch.zeros(N)
+    delta[7] = 3e38
+    frames = [make_update_frame(a.identity, swarm="t", fingerprint=a.fingerprint, seq=a.public.seq + i, step=i,
+                                timestamp=NOW, codec=codec, delta=delta, extra={"epoch": a.epoch})[0] for i in (1, 2)]
+    _, result = b.handle_request(ticketed(a, b, frames), NOW)
+    assert result.accepted and result.refused == 0
+    assert b.metrics.get("updates_applied_total") == 2
+    assert b.metrics.get("copies_reset_total") == 1
+    assert b.neighbours[key(a)].copy.x_hat is None

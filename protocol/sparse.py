@@ -1,0 +1,95 @@
+"""A decoded vector as the entries its codec kept: what an update frame holds before it is added.
+
+A top-k update keeps a tenth of the entries or fewer, but expanded to the whole model it costs
+a model-sized allocation, a scatter, a finiteness scan and a dense addition, on every frame a
+peer sends or receives. Kept sparse, adding it to a copy costs one copy of that copy (copies
+are never written in place: another thread may be reading them) and an indexed add of the k
+entries; its norm and its finiteness are read from the k values
+(docs/benchmarks.md#sparse-updates-on-the-publish-and-ingest-paths).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .finite import all_finite
+
+__all__ = ["SparseVector"]
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """A flat float32 vector of `numel` entries: `values` at `indices`, zero elsewhere.
+
+    `indices` is None when every entry is kept (a dense codec): then `values` holds all
+    `numel`. Indices, where present, are distinct and sorted, as the codecs produce them; the
+    decoder checks that of what arrives (`protocol.codecs_sparse.ef_decode`), so this class
+    only checks shapes and types.
+    """
+
+    numel: int
+    values: torch.Tensor
+    indices: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.values.dtype != torch.float32 or self.values.dim() != 1:
+            raise ValueError(f"values must be a 1-D float32 tensor, "
+                             f"got {self.values.dtype} of {self.values.dim()} dims")
+        if self.indices is None:
+            if self.values.numel() != self.numel:
+                raise ValueError(f"a dense vector holds all {self.numel} entries, got {self.values.numel()}")
+        elif self.indices.dtype != torch.int64 or self.indices.shape != self.values.shape:
+            raise ValueError(f"indices must be int64 and as many as the values ({self.values.numel()}), "
+                             f"got {self.indices.dtype} of shape {tuple(self.indices.shape)}")
+
+    @classmethod
+    def of_dense(cls, x: torch.Tensor) -> "SparseVector":
+        """The whole of a 1-D float32 tensor (not copied)."""
+        return cls(numel=x.numel(), values=x)
+
+    @classmethod
+    def of_arrays(cls, numel: int, values: np.ndarray, indices: np.ndarray) -> "SparseVector":
+        """Kept float32 values at sorted int64 indices, from a codec's numpy arrays (not copied)."""
+        return cls(numel=numel, values=torch.from_numpy(values), indices=torch.from_numpy(indices))
+
+    @property
+    def kept(self) -> int:
+        """Entries stored."""
+        return self.values.numel()
+
+    def dense(self) -> torch.Tensor:
+        """The whole vector as a new tensor (or `values` itself when dense)."""
+        if self.indices is None:
+            return self.values
+        out = torch.zeros(self.numel, dtype=torch.float32)
+        out[self.indices] = self.values
+        return out
+
+    def added_to(self, x: torch.Tensor) -> torch.Tensor:
+        """x + this vector as a new tensor, in x's dtype and device; x is not written."""
+        if x.numel() != self.numel:
+            raise ValueError(f"cannot add a vector of {self.numel} entries to one of {x.numel()}")
+        if self.indices is None:
+            return x + self.values.to(dtype=x.dtype, device=x.device)
+        out = x.clone()
+        out.index_add_(0, self.indices.to(x.device), self.values.to(dtype=x.dtype, device=x.device))
+        return out
+
+    def norm(self) -> float:
+        """The Euclidean norm, float32 first and float64 only where that overflowed (finite
+        values always get a finite norm; NaN or ±inf a non-finite one)."""
+        n = float(torch.linalg.vector_norm(self.values))
+        return n if math.isfinite(n) else float(torch.linalg.vector_norm(self.values.double()))
+
+    def all_finite(self) -> bool:
+        """Whether no entry is NaN or infinite (the zeros between kept entries are)."""
+        return all_finite(self.values)
+
+    def finite_where_set(self, x: torch.Tensor) -> bool:
+        """Whether `x` is finite at every entry this vector sets: after `x = self.added_to(x0)`
+        with x0 finite, the only entries that can have overflowed."""
+        return all_finite(x.detach() if self.indices is None else x.detach()[self.indices.to(x.device)])

@@ -21,14 +21,15 @@ from .finite import all_finite
 __all__ = ["SparseVector"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SparseVector:
     """A flat float32 vector of `numel` entries: `values` at `indices`, zero elsewhere.
 
     `indices` is None when every entry is kept (a dense codec): then `values` holds all
     `numel`. Indices, where present, are distinct and sorted, as the codecs produce them; the
     decoder checks that of what arrives (`protocol.codecs_sparse.ef_decode`), so this class
-    only checks shapes and types.
+    only checks shapes and types. Two vectors compare by identity, as tensors cannot say
+    "equal" in one bool.
     """
 
     numel: int

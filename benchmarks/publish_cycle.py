@@ -1,6 +1,6 @@
 """The CPU one whole publish period costs a peer, stage by stage, against one training step.
 
-    python benchmarks/publish_cycle.py [--sizes 1132560,30000000] [--periods 7] [--json OUT]
+    python benchmarks/publish_cycle.py [--sizes 1132560,30000000] [--periods 7] [--held 2] [--json OUT]
 
 A peer at the defaults (a publish every step, two pulls per publish, top-10% + int8) spends,
 per publish period: on its training thread, the step boundary (`BoundaryHook`: the mix of the
@@ -9,7 +9,9 @@ worker, the publish (x − x̂, the codec, the frame's lz4 and signature, x̂ + 
 weights), two exchanges it starts (build the request, ingest the answer: verify, decode,
 apply) and, in a swarm where every peer pulls two others, two requests it answers. This
 runs that period on real `GossipNode`s (ours and two partners that publish and answer as
-ours does) with one torch thread, and times our node's and our training thread's share in
+ours does; with --held N, N − 2 more neighbours whose copies we hold without pulling them, as
+a peer in a larger swarm does: the averaged weights read every held copy at each publish) with
+one torch thread, and times our node's and our training thread's share in
 thread CPU seconds, each stage separately; the partners' work is not counted. Sub-stages
 are timed by wrapping the functions the node calls (each line is inclusive of the lines
 indented under it). The last lines give the period's total against one training step of the
@@ -167,7 +169,7 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
     return GossipNode(cfg, identity, spec, x0, now=NOW, metrics=metrics, entropy=bytes([seed]) * 16)
 
 
-def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> dict[str, Any]:
+def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2) -> dict[str, Any]:
     cfg = GossipConfig(swarm="cycle", compression=compression)
     timer = Timer()
     ours = Params(numel, 1, timer, add_in_place)
@@ -177,6 +179,13 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> d
     a = make_node(cfg, 1, spec, x0, metrics)
     worker = NodeWorker(a, lambda: clock[0])  # its publish job, run here: the worker thread's work, timed alone
     partners = [make_node(cfg, 2 + i, spec, x0) for i in range(2)]
+    for i in range(2, held):  # neighbours we hold a copy of and do not pull: they feed the averaged weights
+        other = make_node(cfg, 2 + i, spec, x0)
+        for _ in range(2):  # the first exchange only trades tickets; the second delivers its copy
+            body = other.build_request(a.identity.public_key if a.identity.public_key in other.neighbours else None, NOW)
+            answer, _ = a.handle_request(body, NOW, verified={other.identity.public_key})
+            other.handle_response(answer, NOW)
+    assert sum(n.copy.x_hat is not None for n in a.neighbours.values()) == held - 2, "a held neighbour's copy is missing"
     theirs = [Params(numel, 2 + i, timer, add_in_place) for i in range(2)]
     for t in theirs:
         for p, q in zip(t.params, ours.params):
@@ -232,6 +241,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool) -> d
     rows["training"] = list(rows["boundary"])
     out: dict[str, Any] = {name: statistics.median(values) for name, values in rows.items()}
     out["update_bytes"] = a.last_publish_bytes
+    out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read at each publish
     out["per_period"] = dict(rows)
     return out
 
@@ -261,15 +271,21 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=9)
     ap.add_argument("--add-in-place", action="store_true",
                     help="the trainer adds the mix to its parameters in place (as the TTS trainer), no full copy")
+    ap.add_argument("--held", type=int, default=2,
+                    help="neighbour copies held (at least the 2 pulled; at most GossipConfig.max_neighbours): "
+                         "the averaged weights read every one at each publish")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(describe())
     sizes = [int(s) for s in args.sizes.split(",")]
     step_s = mlp_step_seconds(args.train_steps)
-    rows = {n: measure(n, args.periods, args.compression, args.add_in_place) for n in sizes}
+    if not 2 <= args.held <= GossipConfig().max_neighbours:
+        ap.error(f"--held must be in [2, {GossipConfig().max_neighbours}], got {args.held}")
+    rows = {n: measure(n, args.periods, args.compression, args.add_in_place, args.held) for n in sizes}
     step_s = statistics.median([step_s, mlp_step_seconds(args.train_steps)])  # before and after: load drifts
-    print(f"{args.compression}, one torch thread, thread CPU ms per publish period (median of {args.periods}); "
+    print(f"{args.compression}, {args.held} neighbour copies held, one torch thread, "
+          f"thread CPU ms per publish period (median of {args.periods}); "
           f"the trainer {'adds the mix in place' if args.add_in_place else 'mixes through a full parameter copy'}")
     print("| stage | thread | " + " | ".join(f"{n:,}" for n in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))

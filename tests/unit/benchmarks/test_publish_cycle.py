@@ -1,0 +1,24 @@
+"""The publish-period benchmark times each stage on real nodes, holding as many neighbour copies
+as asked (the two it pulls and, with `--held`, more that only the averaged weights read)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from tests.paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import publish_cycle as pc  # noqa: E402
+
+
+def test_every_stage_is_timed_and_the_copies_held_are_the_ones_asked_for() -> None:
+    torch.set_num_threads(1)
+    two = pc.measure(200_000, periods=3, compression="topk:0.1+int8", add_in_place=True, held=2)
+    six = pc.measure(200_000, periods=3, compression="topk:0.1+int8", add_in_place=True, held=6)
+    for row in (two, six):
+        for stage in ("boundary", "  mix", "publish", "    codec", "  averaged weights", "ingest x2", "worker"):
+            assert row[stage] > 0, stage
+        assert row["update_bytes"] > 0
+    assert (two["copies_held"], six["copies_held"]) == (2, 6)

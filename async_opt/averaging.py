@@ -44,7 +44,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .mixing import pull_scale
+from .mixing import PIECE, pull_scale
 
 SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
 """σ_rel at γ = 0 (a uniform average of all of training): the widest power-function EMA."""
@@ -136,8 +136,9 @@ def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, flo
     `copies` holds each copy x̂_j with its distance ||x̂_j − x̂_i|| (the caller measured it, to
     feed its radius too). A copy farther than ρ is shortened as the mixer shortens it
     (`async_opt.mixing.pull_scale`); one whose distance is not finite adds nothing. Built as
-    (1 − (1 − c)·S)·x + Σ_j s_j·x̂_j − c·S·x̂_i, so the only parameter-sized tensor allocated
-    is the result, however many copies there are. Returns a new tensor.
+    (1 − (1 − c)·S)·x + Σ_j s_j·x̂_j − c·S·x̂_i a cache-sized piece at a time
+    (`async_opt.mixing.PIECE`), so the only parameter-sized tensor allocated is the result and each
+    vector is read once, however many copies there are. Returns a new tensor.
     """
     if not (0.0 <= progress < math.inf):
         raise ValueError(f"progress ratio must be finite and >= 0, got {progress!r}")
@@ -148,12 +149,18 @@ def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, flo
             raise ValueError(f"copy {idx}: shape {tuple(c.shape)} does not match {tuple(public.shape)}")
         shares.append(pull_scale(norm, rho, power) * progress / (1.0 + m * progress))
     total, carry = sum(shares), min(1.0, 1.0 / progress) if progress > 0 else 1.0
-    out = x.detach().to(torch.float32).clone()
+    x = x.detach().to(torch.float32)
     if total <= 0.0:
-        return out
-    out.mul_(1.0 - (1.0 - carry) * total)  # x·(1 − S) + carry·S·(x − x̂_i), as one scaling of x
-    for (c, _), share in zip(copies, shares):
-        if share > 0.0:
-            out.add_(c, alpha=share)
-    out.add_(public, alpha=-carry * total)
+        return x.clone()
+    scale = 1.0 - (1.0 - carry) * total  # x·(1 − S) + carry·S·(x − x̂_i), as one scaling of x
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    flat_out, flat_x, flat_public = out.view(-1), x.reshape(-1), public.detach().reshape(-1)
+    pulls = [(c.detach().reshape(-1), share) for (c, _), share in zip(copies, shares) if share > 0.0]
+    for start in range(0, flat_out.numel(), PIECE):
+        part = slice(start, start + PIECE)
+        piece = flat_out[part]
+        torch.mul(flat_x[part], scale, out=piece)
+        for c, share in pulls:
+            piece.add_(c[part], alpha=share)
+        piece.add_(flat_public[part], alpha=-carry * total)
     return out

@@ -7,6 +7,7 @@ public copies, with each neighbour's pull self-centred-clipped as in ClippedGoss
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from typing import Sequence
@@ -14,7 +15,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "safe_norm", "safe_distance",
+__all__ = ["clip", "safe_norm", "safe_distance", "safe_distances",
            "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta",
            "check_power", "pull_scale", "consensus_distance"]
 
@@ -32,31 +33,42 @@ def safe_norm(v: Tensor) -> float:
     return float(torch.linalg.vector_norm(v.double()))
 
 
-_DISTANCE_CHUNK = 1 << 17
-"""Entries per piece of `safe_distance`: a 512 KiB difference stays in a core's cache."""
+PIECE = 1 << 17
+"""Entries per piece of the piecewise passes over parameter-sized vectors (`safe_distances`,
+`async_opt.averaging.swarm_estimate`): 512 KiB of each stays in a core's cache while the piece
+of every other vector is read, so each vector is read from memory once."""
 
 
-def safe_distance(a: Tensor, b: Tensor) -> float:
-    """``safe_norm(a - b)``, ClippedGossip's distance (He, Karimireddy & Jaggi 2022), without a
-    temporary the size of `a`: the difference is taken a cache-sized piece at a time, so two
-    parameter-sized vectors are each read once.
+def safe_distances(vectors: Sequence[Tensor], reference: Tensor) -> list[float]:
+    """``[safe_norm(v - reference) for v in vectors]``, ClippedGossip's distances (He,
+    Karimireddy & Jaggi 2022), without a temporary the size of `reference` and reading it once:
+    the differences are taken a `PIECE` at a time.
 
     Each piece's norm overflows to float64 as `safe_norm` does; a NaN or ±inf entry gives a
     non-finite distance.
     """
-    if a.shape != b.shape:
-        raise ValueError(f"distance between shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    a, b = a.detach().reshape(-1), b.detach().reshape(-1)
-    n = a.numel()
-    if n <= _DISTANCE_CHUNK:
-        return safe_norm(a - b)
-    buf = torch.empty(_DISTANCE_CHUNK, dtype=torch.promote_types(a.dtype, b.dtype), device=a.device)
-    total = 0.0
-    for start in range(0, n, _DISTANCE_CHUNK):
-        piece = buf[:min(_DISTANCE_CHUNK, n - start)]
-        torch.sub(a[start:start + piece.numel()], b[start:start + piece.numel()], out=piece)
-        total += safe_norm(piece) ** 2
-    return math.sqrt(total)
+    for v in vectors:
+        if v.shape != reference.shape:
+            raise ValueError(f"distance between shapes {tuple(v.shape)} and {tuple(reference.shape)}")
+    ref, flat = reference.detach().reshape(-1), [v.detach().reshape(-1) for v in vectors]
+    n = ref.numel()
+    if n <= PIECE:
+        return [safe_norm(v - ref) for v in flat]
+    dtype = functools.reduce(torch.promote_types, (v.dtype for v in flat), ref.dtype)
+    buf, totals = torch.empty(PIECE, dtype=dtype, device=ref.device), [0.0] * len(flat)
+    for start in range(0, n, PIECE):
+        part = slice(start, start + PIECE)
+        piece = buf[:ref[part].numel()]
+        for i, v in enumerate(flat):
+            torch.sub(v[part], ref[part], out=piece)
+            totals[i] += safe_norm(piece) ** 2
+    return [math.sqrt(t) for t in totals]
+
+
+def safe_distance(a: Tensor, b: Tensor) -> float:
+    """``safe_norm(a - b)`` as `safe_distances` takes it (ClippedGossip's distance, He,
+    Karimireddy & Jaggi 2022): both vectors read once, no parameter-sized temporary."""
+    return safe_distances([a], b)[0]
 
 
 def clip(v: Tensor, rho: float | None, norm: float | None = None) -> Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from async_opt import safe_distance
+from async_opt import safe_distances
 from async_opt.averaging import PowerEma, progress_ratio, swarm_estimate
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
@@ -36,10 +36,11 @@ class SwarmAverage:
         """Fold in the estimate at a publish: `x` just published, `view` the copies held now."""
         if self.ema is None:
             return
-        copies = []
-        for c in view.copies:  # distances without a parameter-sized temporary
-            copies.append((c.x_hat, safe_distance(c.x_hat, view.public)))
-            self.radius.observe(c.key, copies[-1][1])
+        # every copy's distance in one pass over x̂_i, without a parameter-sized temporary
+        distances = safe_distances([c.x_hat for c in view.copies], view.public)
+        copies = list(zip((c.x_hat for c in view.copies), distances))
+        for c, distance in zip(view.copies, distances):
+            self.radius.observe(c.key, distance)
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0

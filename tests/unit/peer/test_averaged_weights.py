@@ -12,7 +12,7 @@ import torch
 
 from async_opt.averaging import (SIGMA_REL_MAX, PowerEma, power_ema_exponent, progress_ratio, sigma_rel_of,
                                  swarm_estimate)
-from async_opt.mixing import safe_norm
+from async_opt.mixing import PIECE, pull_scale, safe_distance, safe_distances, safe_norm
 from peer.local.averaged_weights import SoloAverage, checkpoint_tensors, restore
 from peer.local.checkpoint import AVERAGE_PREFIX
 from peer.core.average import SwarmAverage
@@ -328,3 +328,23 @@ def test_a_solo_peer_keeps_the_same_average_every_gossip_period() -> None:
     node.publish(torch.full((10,), 8.0), 8, 102.0)
     assert solo.average.current[1] == 8
     assert torch.allclose(solo.average.current[0], node.average.current[0])
+
+
+def test_the_estimate_built_piece_by_piece_is_the_whole_vector_formula_bit_for_bit() -> None:
+    """Longer than a piece, so the pieces' edges fall inside the vectors."""
+    n = 2 * PIECE + 5
+    g = torch.Generator().manual_seed(3)
+    x, public = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    copies = [public + 0.1 * torch.randn(n, generator=g) for _ in range(3)]
+    distances = safe_distances(copies, public)
+    assert distances == [safe_distance(c, public) for c in copies]
+    assert distances == pytest.approx([float(torch.linalg.vector_norm((c - public).double())) for c in copies], rel=1e-6)
+    rho = sorted(distances)[1]  # the farthest copy is shortened
+    got = swarm_estimate(x, public, list(zip(copies, distances)), rho, power=2.0, progress=1.5)
+    shares = [pull_scale(d, rho, 2.0) * 1.5 / (1 + 3 * 1.5) for d in distances]
+    carry, total = 1 / 1.5, sum(shares)
+    want = x.clone().mul_(1 - (1 - carry) * total)
+    for c, s in zip(copies, shares):
+        want.add_(c, alpha=s)
+    want.add_(public, alpha=-carry * total)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))

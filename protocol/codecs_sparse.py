@@ -32,7 +32,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from .codecs_dense import CodecBase, Layout, check_numel, as_input_array, check_layout
+from .codecs_dense import CodecBase, Layout, as_input_array, check_layout, check_numel
 from .errors import CodecError
 from .sparse import SparseVector
 

@@ -1,6 +1,6 @@
 """A decoded vector as the entries its codec kept: what an update frame holds before it is added.
 
-A top-k update keeps a tenth of the entries or fewer, but expanded to the whole model it costs
+A top-k update keeps a tenth of the entries or fewer; expanded to the whole model it would cost
 a model-sized allocation, a scatter, a finiteness scan and a dense addition, on every frame a
 peer sends or receives. Kept sparse, adding it to a copy costs one copy of that copy (copies
 are never written in place: another thread may be reading them) and an indexed add of the k

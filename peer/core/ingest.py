@@ -1,8 +1,9 @@
 """Which frames of an exchange bundle a node decodes, and which decoded ones it may apply.
 
-Decoding is the costly part of an exchange: the signature hashes every byte, and an update
-expands to the whole model however few entries it keeps, so a frame of a few hundred bytes
-costs a model-sized allocation and scan. Every check that needs no decoding therefore comes
+Decoding is the costly part of an exchange: the signature hashes every byte, and applying an
+update, however few entries it keeps, makes a new model-sized copy (copies are never written in
+place: another thread may be reading them), so a frame of a few hundred bytes costs a
+model-sized allocation and pass. Every check that needs no decoding therefore comes
 first: whether the control frame binds the frames, the signer each frame's fixed prefix
 names, repeats of one frame. Then at most `MAX_GAP_UPDATES` frames of one bundle are decoded:
 the most an honest peer sends (`GossipNode._frames_for` sends one snapshot for a longer gap),

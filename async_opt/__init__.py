@@ -7,7 +7,7 @@ Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 """
 
 from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step,
-                     pull_scale, safe_distance, safe_distances, safe_norm)
+                     pull_scale, safe_distances, safe_norm)
 from .public_copy import Compressor, NeighbourCopy, PublicCopy
 from .staleness import (
     Constant,
@@ -48,6 +48,6 @@ __all__ = [
     "mix_step",
     "pair_lambda",
     "pull_scale",
-    "safe_distance", "safe_distances", "safe_norm",
+    "safe_distances", "safe_norm",
     "parse_staleness",
 ]

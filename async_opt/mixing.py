@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["clip", "safe_norm", "safe_distance", "safe_distances",
+__all__ = ["clip", "safe_norm", "safe_distances",
            "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta",
            "check_power", "pull_scale", "consensus_distance"]
 
@@ -63,12 +63,6 @@ def safe_distances(vectors: Sequence[Tensor], reference: Tensor) -> list[float]:
             torch.sub(v[part], ref[part], out=piece)
             totals[i] += safe_norm(piece) ** 2
     return [math.sqrt(t) for t in totals]
-
-
-def safe_distance(a: Tensor, b: Tensor) -> float:
-    """``safe_norm(a - b)`` as `safe_distances` takes it (ClippedGossip's distance, He,
-    Karimireddy & Jaggi 2022): both vectors read once, no parameter-sized temporary."""
-    return safe_distances([a], b)[0]
 
 
 def clip(v: Tensor, rho: float | None, norm: float | None = None) -> Tensor:

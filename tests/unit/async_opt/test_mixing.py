@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distance
+from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distances
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -199,14 +199,16 @@ def test_mix_delta_is_what_mix_diffs_adds_and_reuses_the_first_difference():
 
 
 @pytest.mark.parametrize("n", [5, 1 << 17, (1 << 18) + 3])
-def test_the_distance_is_the_norm_of_the_difference_without_building_it(n: int) -> None:
+def test_the_distances_are_the_norms_of_the_differences_without_building_them(n: int) -> None:
     g = torch.Generator().manual_seed(n)
-    a, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
-    assert safe_distance(a, b) == pytest.approx(float(torch.linalg.vector_norm((a - b).double())), rel=1e-6)
-    b[n // 2] = float("nan")
-    assert math.isnan(safe_distance(a, b))
+    ref, a, b = (torch.randn(n, generator=g) for _ in range(3))
+    want = [float(torch.linalg.vector_norm((v - ref).double())) for v in (a, b)]
+    assert safe_distances([a, b], ref) == pytest.approx(want, rel=1e-6)
+    b[n // 2] = float("nan")  # one vector's NaN leaves the other's distance alone
+    got = safe_distances([a, b], ref)
+    assert got[0] == pytest.approx(want[0], rel=1e-6) and math.isnan(got[1])
     a.fill_(2e38)
-    b.fill_(-1e38)  # every difference finite, their norm past float32's range
-    assert safe_distance(a, b) == pytest.approx(3e38 * math.sqrt(n), rel=1e-6)
+    ref.fill_(-1e38)  # every difference finite, their norm past float32's range
+    assert safe_distances([a], ref)[0] == pytest.approx(3e38 * math.sqrt(n), rel=1e-6)
     with pytest.raises(ValueError, match="shapes"):
-        safe_distance(a, b[1:])
+        safe_distances([a, b[1:]], ref)

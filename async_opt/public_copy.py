@@ -39,6 +39,10 @@ class Increment(Protocol):
         """Its Euclidean norm (finite for finite entries)."""
         ...
 
+    def max_abs(self) -> float:
+        """Its largest |entry| (inf where one is not finite)."""
+        ...
+
 
 Compressor = Callable[[Tensor], "Tensor | Increment"]
 """``compress(x) -> what the receiver will reconstruct``: a tensor shaped as ``x``, or an
@@ -53,6 +57,14 @@ def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
     if q.numel != x.numel():
         raise ValueError(f"{name}: {q.numel} entries do not match {x.numel()}")
     return q.added_to(x)
+
+
+def _max_abs(q: "Tensor | Increment") -> float:
+    """The largest |entry| of q (inf where one is not finite)."""
+    if not isinstance(q, Tensor):
+        return q.max_abs()
+    m = float(q.detach().abs().max()) if q.numel() else 0.0
+    return m if math.isfinite(m) else math.inf
 
 
 def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
@@ -133,6 +145,11 @@ class NeighbourCopy:
             published them (``async_opt.partner_steps``), or ``None`` where its frames carry none.
             Kept beside ``x_hat`` by the same rules, so what it stepped between two of our reads
             is their difference however the copy was filled in between (updates or a snapshot).
+        magnitude: an upper bound on ``x_hat``'s largest |entry|: the snapshot's, plus each
+            update's largest since, with float rounding's worst case. While it stays far below
+            the dtype's largest number no sum of finite updates can have overflowed, so the
+            receiver need not look (`certainly_finite`); a neighbour sending huge finite values
+            only makes it look.
     """
 
     def __init__(self) -> None:
@@ -140,6 +157,16 @@ class NeighbourCopy:
         self.steps_hat: Tensor | None = None
         self.seq: int = 0
         self.step: int = 0
+        self.magnitude: float = 0.0
+
+    @property
+    def certainly_finite(self) -> bool:
+        """True when ``x_hat`` is set and `magnitude` proves every entry finite. False says
+        nothing either way: the caller checks the entries (after an update, where it wrote)."""
+        if self.x_hat is None:
+            return False
+        # |fl(a + b)| <= (|a| + |b|)(1 + eps) < max while the bound is below max / 2
+        return self.magnitude < torch.finfo(self.x_hat.dtype).max / 2
 
     @property
     def has_state(self) -> bool:
@@ -161,6 +188,7 @@ class NeighbourCopy:
         if seq <= self.seq:
             return True
         self.x_hat = _add(self.x_hat, q_rec, "apply_update: q_rec")
+        self.magnitude = (self.magnitude + _max_abs(q_rec)) * (1 + torch.finfo(self.x_hat.dtype).eps)
         if self.steps_hat is not None and steps is not None:
             self.steps_hat = _finite_or_none(_add(self.steps_hat, steps, "apply_update: steps"))
         self.seq = int(seq)
@@ -175,6 +203,7 @@ class NeighbourCopy:
         if steps is not None:
             _check_same_shape("set_snapshot: steps", steps, x_hat)
         self.x_hat = x_hat.detach().clone()
+        self.magnitude = _max_abs(self.x_hat)
         self.steps_hat = None if steps is None else _finite_or_none(steps.detach().clone())
         self.seq = int(seq)
         self.step = int(step)

@@ -86,6 +86,13 @@ class SparseVector:
         n = float(torch.linalg.vector_norm(self.values))
         return n if math.isfinite(n) else float(torch.linalg.vector_norm(self.values.double()))
 
+    def max_abs(self) -> float:
+        """The largest |entry| (0 for no entries; inf where one is NaN or infinite)."""
+        if self.values.numel() == 0:
+            return 0.0
+        m = float(self.values.abs().max())
+        return m if math.isfinite(m) else math.inf
+
     def all_finite(self) -> bool:
         """Whether no entry is NaN or infinite (the zeros between kept entries are)."""
         return all_finite(self.values)

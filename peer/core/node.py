@@ -153,7 +153,7 @@ class GossipNode:
         if not self.cfg.error_feedback:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
-            self.public.x_hat = x.clone()
+            self.public.reset(x, self.public.seq)
         self.last_x, self._published_at = x, now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
@@ -382,7 +382,7 @@ class GossipNode:
         n.applied.append(signature)
         n.published_at = max(n.published_at, published_at)
         self.metrics.inc("updates_applied_total")
-        if not update.finite_where_set(n.copy.x_hat):
+        if not n.copy.certainly_finite and not update.finite_where_set(n.copy.x_hat):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
             n.reset_copy(n.epoch)
             self.metrics.inc("copies_reset_total")

@@ -172,6 +172,9 @@ class Kept:
     def norm(self) -> float:
         return float(torch.linalg.vector_norm(self.values))
 
+    def max_abs(self) -> float:
+        return float(self.values.abs().max())
+
 
 def test_an_increment_moves_copies_as_its_expanded_tensor_does() -> None:
     assert isinstance(Kept(3, [0], [1.0]), Increment)
@@ -187,3 +190,39 @@ def test_an_increment_moves_copies_as_its_expanded_tensor_does() -> None:
     assert nc.x_hat.tolist() == [0.0, 0.0, 5.0] and nc.steps_hat.tolist() == [2.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="4 entries do not match 3"):
         nc.apply_update(2, Kept(4, [0], [1.0]), step=4)
+
+
+def test_a_copy_is_certainly_finite_only_while_its_bound_proves_it() -> None:
+    f32 = torch.finfo(torch.float32).max
+    nc = NeighbourCopy()
+    assert not nc.certainly_finite  # nothing held yet
+    nc.set_snapshot(0, torch.tensor([0.25 * f32, -1.0, 0.0]), step=0)
+    assert nc.certainly_finite and nc.magnitude == pytest.approx(0.25 * f32)
+    assert nc.apply_update(1, Kept(3, [0], [0.2 * f32]), step=1)  # 0.45 of max: still proven
+    assert nc.certainly_finite and torch.isfinite(nc.x_hat).all()
+    assert nc.apply_update(2, Kept(3, [1], [-0.1 * f32]), step=2)  # another entry, but the bound sums
+    assert not nc.certainly_finite and torch.isfinite(nc.x_hat).all()  # finite, yet no longer proven
+    assert nc.apply_update(3, Kept(3, [0], [0.6 * f32]), step=3)
+    assert not torch.isfinite(nc.x_hat).all()  # overflowed where the bound had given up
+    nc.set_snapshot(4, torch.tensor([1.0, float("nan"), 0.0]), step=4)
+    assert nc.magnitude == float("inf") and not nc.certainly_finite
+    nc.set_snapshot(5, torch.tensor([1.0, -2.0, 0.0]), step=5)
+    assert nc.magnitude == 2.0 and nc.certainly_finite  # a snapshot starts the bound again
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_magnitude_bound_is_never_below_the_copy_it_bounds(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    nc = NeighbourCopy()
+    nc.set_snapshot(0, torch.randn(64, generator=g, dtype=torch.float32) * 1e36, step=0)
+    proven = 0
+    for seq in range(1, 200):
+        at = torch.randint(0, 64, (8,), generator=g).unique()
+        values = torch.randn(at.numel(), generator=g) * 10.0 ** float(torch.randint(30, 38, (1,), generator=g))
+        nc.apply_update(seq, Kept(64, at.tolist(), values.tolist()), step=seq)
+        if nc.certainly_finite:
+            proven += 1
+            assert torch.isfinite(nc.x_hat).all()
+            assert float(nc.x_hat.abs().max()) <= nc.magnitude
+    assert 0 < proven < 199  # the bound held for a while, then gave up as the copy grew
+

@@ -54,6 +54,13 @@ def test_finiteness_is_read_where_the_vector_sets_entries() -> None:
     assert math.isfinite(SparseVector(2, torch.tensor([3e38, 3e38])).norm())  # float64 past float32's range
 
 
+def test_the_largest_magnitude_is_read_from_the_kept_values() -> None:
+    assert SparseVector(5, torch.tensor([2.0, -7.5]), torch.tensor([1, 3])).max_abs() == 7.5
+    assert SparseVector(5, torch.zeros(0), torch.zeros(0, dtype=torch.int64)).max_abs() == 0.0
+    assert SparseVector(2, torch.tensor([1.0, float("nan")])).max_abs() == math.inf
+    assert SparseVector(2, torch.tensor([-float("inf"), 0.0])).max_abs() == math.inf
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: SparseVector(3, torch.zeros(2)), "dense vector holds all 3"),
     (lambda: SparseVector(3, torch.zeros(2, dtype=torch.float64), torch.tensor([0, 1])), "float32"),

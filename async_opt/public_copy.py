@@ -59,12 +59,20 @@ def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
     return q.added_to(x)
 
 
+def _norm(q: "Tensor | Increment") -> float:
+    """||q||: a tensor's by `safe_norm`, an `Increment`'s from its kept entries."""
+    return safe_norm(q) if isinstance(q, Tensor) else q.norm()
+
+
 def _max_abs(q: "Tensor | Increment") -> float:
     """The largest |entry| of q (inf where one is not finite)."""
     if not isinstance(q, Tensor):
         return q.max_abs()
-    m = float(q.detach().abs().max()) if q.numel() else 0.0
-    return m if math.isfinite(m) else math.inf
+    if q.numel() == 0:
+        return 0.0
+    low, high = torch.aminmax(q.detach())  # one pass, no |q| temporary
+    low, high = float(low), float(high)
+    return max(-low, high) if math.isfinite(low) and math.isfinite(high) else math.inf
 
 
 def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
@@ -109,7 +117,7 @@ class PublicCopy:
         # a new tensor: readers of the old one are unaffected
         self.x_hat = _add(self.x_hat, q_rec, "publish: compress(x - x_hat)")
         self.seq += 1
-        move = safe_norm(q_rec) if isinstance(q_rec, Tensor) else q_rec.norm()
+        move = _norm(q_rec)
         if math.isfinite(move):
             self.moves.append(move)
         return self.seq, q_rec

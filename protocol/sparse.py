@@ -90,8 +90,9 @@ class SparseVector:
         """The largest |entry| (0 for no entries; inf where one is NaN or infinite)."""
         if self.values.numel() == 0:
             return 0.0
-        m = float(self.values.abs().max())
-        return m if math.isfinite(m) else math.inf
+        low, high = torch.aminmax(self.values)  # one pass, no |values| temporary
+        low, high = float(low), float(high)
+        return max(-low, high) if math.isfinite(low) and math.isfinite(high) else math.inf
 
     def all_finite(self) -> bool:
         """Whether no entry is NaN or infinite (the zeros between kept entries are)."""

@@ -68,10 +68,22 @@ def power_ema_exponent(sigma_rel: float) -> float:
     return 0.5 * (lo + hi)
 
 
+SAMPLES_PER_WIDTH = 8
+"""At least this many samples per σ_rel·t steps, the average's width at step t: a gap that is a
+small fraction of the window loses nothing the window holds."""
+MAX_SAMPLE_GAP = 4
+"""Never more than this many steps between samples, however wide the window: below the span over
+which an optimiser's consecutive steps stay correlated (Adam's momentum: ~10 steps), a sample
+every few steps sees nearly all the noise the average is there to remove, while a longer gap would
+average fewer independent samples. Evidence: docs/benchmarks.md#the-averaged-weights-sampled-every-few-steps."""
+
+
 class PowerEma:
     """A power-function EMA sampled at arbitrary steps; `value` is replaced, never written in place.
 
-    Readers on other threads may keep the tensor they got: an update builds a new one.
+    Readers on other threads may keep the tensor they got: an update builds a new one. `due` says
+    when a sample is worth its pass over the parameters (`SAMPLES_PER_WIDTH`, `MAX_SAMPLE_GAP`);
+    `update` takes whatever it is given.
     """
 
     def __init__(self, sigma_rel: float) -> None:
@@ -86,6 +98,16 @@ class PowerEma:
         if self.value is None or step <= 0:
             return 0.0
         return (min(self.step, step) / step) ** (self.gamma + 1.0)
+
+    def sample_gap(self, step: int) -> int:
+        """The steps to leave between samples at `step`: σ_rel·step / SAMPLES_PER_WIDTH, within
+        [1, MAX_SAMPLE_GAP]."""
+        return max(1, min(MAX_SAMPLE_GAP, int(self.sigma_rel * step / SAMPLES_PER_WIDTH)))
+
+    def due(self, step: int) -> bool:
+        """Whether to sample at `step`: always before the first sample, then once `sample_gap`
+        steps have passed since the newest one."""
+        return self.value is None or int(step) - self.step >= self.sample_gap(int(step))
 
     def update(self, sample: Tensor, step: int, *, handed_over: bool = False) -> Tensor:
         """Fold in `sample` taken at `step`. A sample at or before the newest one's step has β = 1

@@ -1,6 +1,6 @@
 """The CPU one whole publish period costs a peer, stage by stage, against one training step.
 
-    python benchmarks/publish_cycle.py [--sizes 1132560,30000000] [--periods 7] [--held 2] [--json OUT]
+    python benchmarks/publish_cycle.py [--sizes 1132560,30000000] [--periods 8] [--held 2] [--start-step 1000] [--json OUT]
 
 A peer at the defaults (a publish every step, two pulls per publish, top-10% + int8) spends,
 per publish period: on its training thread, the step boundary (`BoundaryHook`: the mix of the
@@ -10,12 +10,16 @@ weights), two exchanges it starts (build the request, ingest the answer: verify,
 apply) and, in a swarm where every peer pulls two others, two requests it answers. This
 runs that period on real `GossipNode`s (ours and two partners that publish and answer as
 ours does; with --held N, N − 2 more neighbours whose copies we hold without pulling them, as
-a peer in a larger swarm does: the averaged weights read every held copy at each publish) with
+a peer in a larger swarm does: the averaged weights read every held copy when they sample) with
 one torch thread, and times our node's and our training thread's share in
 thread CPU seconds, each stage separately; the partners' work is not counted. Sub-stages
 are timed by wrapping the functions the node calls (each line is inclusive of the lines
 indented under it). The last lines give the period's total against one training step of the
 head-to-head MLP (vs_workloads.MLPWorkload, batch 1024, one thread), measured in the same run.
+
+Every figure is a mean over the periods, so a stage that runs in some periods only (the averaged
+weights sample every few steps once a peer is past its first few hundred: `PowerEma.due`) counts
+its share. The peers start at step --start-step (1000: past that point).
 
 The trainer holds its parameters as separate tensors and mixes through a full parameter copy
 (no `add_to_flat_params`), as a trainer without `Capabilities.add_in_place` does; with
@@ -74,11 +78,11 @@ def layout(numel: int) -> list[tuple[int, ...]]:
 class Params(Trainer):
     """Parameters in separate tensors, mixed through a full copy unless `add_in_place` (as the TTS trainer)."""
 
-    def __init__(self, numel: int, seed: int, timer: "Timer", add_in_place: bool = False) -> None:
+    def __init__(self, numel: int, seed: int, timer: "Timer", add_in_place: bool = False, step: int = 0) -> None:
         self._capabilities = Capabilities(add_in_place=add_in_place)
         g = torch.Generator().manual_seed(seed)
         self.params = [torch.randn(shape, generator=g) * 0.05 for shape in layout(numel)]
-        self.timer, self.steps, self.g = timer, 0, g
+        self.timer, self.steps, self.g = timer, step, g
 
     @property
     def capabilities(self) -> Capabilities:
@@ -169,10 +173,11 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
     return GossipNode(cfg, identity, spec, x0, now=NOW, metrics=metrics, entropy=bytes([seed]) * 16)
 
 
-def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2) -> dict[str, Any]:
+def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2,
+            start_step: int = 0) -> dict[str, Any]:
     cfg = GossipConfig(swarm="cycle", compression=compression)
     timer = Timer()
-    ours = Params(numel, 1, timer, add_in_place)
+    ours = Params(numel, 1, timer, add_in_place, start_step)
     spec = ours.param_spec()
     x0 = flatten(ours.params)
     metrics = Metrics(process=False)
@@ -186,7 +191,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
             answer, _ = a.handle_request(body, NOW, verified={other.identity.public_key})
             other.handle_response(answer, NOW)
     assert sum(n.copy.x_hat is not None for n in a.neighbours.values()) == held - 2, "a held neighbour's copy is missing"
-    theirs = [Params(numel, 2 + i, timer, add_in_place) for i in range(2)]
+    theirs = [Params(numel, 2 + i, timer, add_in_place, start_step) for i in range(2)]
     for t in theirs:
         for p, q in zip(t.params, ours.params):
             p.copy_(q)
@@ -239,7 +244,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
                 rows[name].append(timer.period.get(name, 0.0))
     rows["worker"] = [sum(rows[n][i] for n in ("publish", "request x2", "ingest x2", "serve x2")) for i in range(periods)]
     rows["training"] = list(rows["boundary"])
-    out: dict[str, Any] = {name: statistics.median(values) for name, values in rows.items()}
+    out: dict[str, Any] = {name: statistics.fmean(values) for name, values in rows.items()}
     out["update_bytes"] = a.last_publish_bytes
     out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read at each publish
     out["per_period"] = dict(rows)
@@ -266,7 +271,8 @@ def mlp_step_seconds(steps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=f"{MLPWorkload().param_count()},30000000")
-    ap.add_argument("--periods", type=int, default=7)
+    ap.add_argument("--periods", type=int, default=8)
+    ap.add_argument("--start-step", type=int, default=1000, help="the step the peers start at")
     ap.add_argument("--compression", default="topk:0.1+int8")
     ap.add_argument("--train-steps", type=int, default=9)
     ap.add_argument("--add-in-place", action="store_true",
@@ -282,10 +288,11 @@ def main() -> None:
     step_s = mlp_step_seconds(args.train_steps)
     if not 2 <= args.held <= GossipConfig().max_neighbours:
         ap.error(f"--held must be in [2, {GossipConfig().max_neighbours}], got {args.held}")
-    rows = {n: measure(n, args.periods, args.compression, args.add_in_place, args.held) for n in sizes}
+    rows = {n: measure(n, args.periods, args.compression, args.add_in_place, args.held, args.start_step)
+            for n in sizes}
     step_s = statistics.median([step_s, mlp_step_seconds(args.train_steps)])  # before and after: load drifts
     print(f"{args.compression}, {args.held} neighbour copies held, one torch thread, "
-          f"thread CPU ms per publish period (median of {args.periods}); "
+          f"thread CPU ms per publish period (mean of {args.periods}, from step {args.start_step}); "
           f"the trainer {'adds the mix in place' if args.add_in_place else 'mixes through a full parameter copy'}")
     print("| stage | thread | " + " | ".join(f"{n:,}" for n in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))

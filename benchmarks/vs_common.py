@@ -33,7 +33,7 @@ from vs_workloads import KINDS, Task, Workload, load_workload, workload_json  # 
 AVERAGE_EVERY = 1
 AVERAGE_SIGMA_REL = 0.1
 """How every arm keeps its averaged weights: the peer's own rule (a power-function EMA of width
-σ_rel, sampled every `gossip_every` steps; peer.core.average) at the peer's defaults
+σ_rel, sampled every `gossip_every` steps when `PowerEma.due`; peer.core.average) at the peer's defaults
 (GossipConfig.gossip_every and average_sigma_rel; a test holds them equal). A gossip peer
 averages its swarm estimate; every other arm averages its own parameters."""
 
@@ -140,8 +140,8 @@ class IterateAverage:
         self.probe = copy.deepcopy(model)
 
     def observe(self, model: nn.Module, step: int) -> None:
-        """After a step: sample the parameters every AVERAGE_EVERY steps."""
-        if step % AVERAGE_EVERY == 0:
+        """After a step: sample the parameters every AVERAGE_EVERY steps, when the average is due one."""
+        if step % AVERAGE_EVERY == 0 and self.ema.due(step):
             self.ema.update(nn.utils.parameters_to_vector(model.parameters()).detach(), step)
 
     def loss(self, task: Task, flat: torch.Tensor | None = None) -> float:

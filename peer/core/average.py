@@ -1,8 +1,9 @@
 """The peer's averaged weights: a power-function EMA of its estimate of the swarm's mean.
 
 What users synthesise from and what checkpoints carry as `average.*` (async_opt.averaging
-says why and how). Updated by the node's owner at every publish, from the parameters just
-published and the neighbour copies held then; read by the training thread (checkpoints)
+says why and how). Updated by the node's owner at a publish when the EMA is due a sample
+(`PowerEma.due`: every few steps), from the parameters just published and the neighbour copies
+held then; read by the training thread (checkpoints)
 through `current`, one attribute holding an immutable (tensor, step) pair: an update builds a
 new tensor and replaces the pair, so a reader never sees half an update and never waits.
 """
@@ -32,9 +33,13 @@ class SwarmAverage:
         """False counts every model alike however far ahead its owner is (the control arm of
         `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
 
+    def due(self, step: int) -> bool:
+        """Whether `update` at `step` would take a sample (callers skip building `x` when not)."""
+        return self.ema is not None and self.ema.due(step)
+
     def update(self, x: torch.Tensor, view: MixView, step: int) -> None:
-        """Fold in the estimate at a publish: `x` just published, `view` the copies held now."""
-        if self.ema is None:
+        """Fold in the estimate at a publish, when due: `x` just published, `view` the copies held now."""
+        if not self.due(step):
             return
         # every copy's distance in one pass over x̂_i, without a parameter-sized temporary
         distances = safe_distances([c.x_hat for c in view.copies], view.public)

@@ -46,13 +46,14 @@ def restore(average: SwarmAverage, spec: ParamSpec, tensors: dict[str, torch.Ten
 
 
 class SoloAverage:
-    """A step hook for a peer that trains alone: the averaged weights, sampled every `gossip_every` steps."""
+    """A step hook for a peer that trains alone: the averaged weights, sampled at the steps a
+    gossiping peer would publish (every `gossip_every`) when the average is due a sample."""
 
     def __init__(self, cfg: GossipConfig, spec: ParamSpec) -> None:
         self.average, self.every, self.spec = SwarmAverage(cfg), cfg.gossip_every, spec
 
     def __call__(self, trainer: Trainer, stats: StepStats) -> None:
-        if self.average.ema is not None and stats.step % self.every == 0:
+        if stats.step % self.every == 0 and self.average.due(stats.step):
             x = trainer.get_flat_params()
             self.average.update(x, MixView(x), stats.step)
 

@@ -22,3 +22,12 @@ def test_every_stage_is_timed_and_the_copies_held_are_the_ones_asked_for() -> No
             assert row[stage] > 0, stage
         assert row["update_bytes"] > 0
     assert (two["copies_held"], six["copies_held"]) == (2, 6)
+
+
+def test_past_the_first_few_hundred_steps_the_averaged_weights_count_one_period_in_four() -> None:
+    """Figures are means over the periods: a stage that runs in some periods only counts its share."""
+    torch.set_num_threads(1)
+    row = pc.measure(200_000, periods=8, compression="topk:0.1+int8", add_in_place=True, start_step=1000)
+    times = row["per_period"]["  averaged weights"]  # a call that is not due returns at once
+    assert len(times) == 8 and len([t for t in times if t > 20 * min(times)]) == 2
+    assert row["  averaged weights"] == sum(times) / 8

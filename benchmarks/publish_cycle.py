@@ -19,7 +19,7 @@ head-to-head MLP (vs_workloads.MLPWorkload, batch 1024, one thread), measured in
 
 Every figure is a mean over the periods, so a stage that runs in some periods only (the averaged
 weights sample every few steps once a peer is past its first few hundred: `PowerEma.due`) counts
-its share. The peers start at step --start-step (1000: past that point).
+its share. The peers start at step --start-step (`START_STEP`, past that point).
 
 The trainer holds its parameters as separate tensors and mixes through a full parameter copy
 (no `add_to_flat_params`), as a trainer without `Capabilities.add_in_place` does; with
@@ -56,6 +56,9 @@ from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_i
 from protocol import Identity  # noqa: E402
 
 NOW = 1.7e9
+START_STEP = 1000
+"""The step the peers start at: past the first few hundred, where the averaged weights sample one
+publish in four (`PowerEma.due`), as they do for most of a run."""
 PERIOD_S = 0.1
 STAGES = (
     ("boundary", "training"), ("  mix", "training"), ("  get_flat_params", "training"),
@@ -174,7 +177,7 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
 
 
 def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2,
-            start_step: int = 0) -> dict[str, Any]:
+            start_step: int = START_STEP) -> dict[str, Any]:
     cfg = GossipConfig(swarm="cycle", compression=compression)
     timer = Timer()
     ours = Params(numel, 1, timer, add_in_place, start_step)
@@ -246,7 +249,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
     rows["training"] = list(rows["boundary"])
     out: dict[str, Any] = {name: statistics.fmean(values) for name, values in rows.items()}
     out["update_bytes"] = a.last_publish_bytes
-    out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read at each publish
+    out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read when they sample
     out["per_period"] = dict(rows)
     return out
 
@@ -272,14 +275,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=f"{MLPWorkload().param_count()},30000000")
     ap.add_argument("--periods", type=int, default=8)
-    ap.add_argument("--start-step", type=int, default=1000, help="the step the peers start at")
+    ap.add_argument("--start-step", type=int, default=START_STEP, help="the step the peers start at")
     ap.add_argument("--compression", default="topk:0.1+int8")
     ap.add_argument("--train-steps", type=int, default=9)
     ap.add_argument("--add-in-place", action="store_true",
                     help="the trainer adds the mix to its parameters in place (as the TTS trainer), no full copy")
     ap.add_argument("--held", type=int, default=2,
                     help="neighbour copies held (at least the 2 pulled; at most GossipConfig.max_neighbours): "
-                         "the averaged weights read every one at each publish")
+                         "the averaged weights read every one when they sample")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     torch.set_num_threads(1)

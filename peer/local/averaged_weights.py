@@ -1,9 +1,10 @@
 """The averaged weights in checkpoints: written as `average.<parameter name>`, restored on resume,
 and kept by a peer that does not gossip (`--solo`) by the same rule (peer.core.average).
 
-A gossiping peer's average lives in its node (`GossipNode.average`, updated at each publish);
-a solo peer has no node, so `SoloAverage` samples the parameters every `gossip_every` steps,
-as a publish would, with no neighbour copies: the same weights a lone gossip peer would keep.
+A gossiping peer's average lives in its node (`GossipNode.average`, updated at a publish when it
+is due a sample: `PowerEma.due`); a solo peer has no node, so `SoloAverage` samples the
+parameters at the steps a publish would, by the same rule, with no neighbour copies: the same
+weights a lone gossip peer would keep.
 """
 
 from __future__ import annotations

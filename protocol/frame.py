@@ -30,7 +30,7 @@ from .limits import Limits, VerifyPolicy
 from .payload import pack_payload, unpack_payload
 from .sparse import SparseVector
 
-__all__ = ["Frame", "encode_frame", "decode_frame", "peek_frame_length", "peek_frame_sender", "codec_seed",
+__all__ = ["Frame", "VerifiedFrame", "encode_frame", "decode_frame", "verify_frame", "peek_frame_length", "peek_frame_sender", "codec_seed",
            "frame_digest", "MAGIC", "VERSION", "PREFIX_SIZE", "SIGNATURE_SIZE"]
 
 MAGIC = b"GTTS"
@@ -227,6 +227,12 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
     container; codec; finiteness. Whether a frame is fresh *for this receiver* is the
     receiver's ticket book's call (`protocol.replay.TicketBook`), made after this.
     """
+    return verify_frame(data, policy, now).decode()
+
+
+def verify_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now: float) -> "VerifiedFrame":
+    """`decode_frame`'s checks up to the header, none of the payload: a receiver that learns from
+    the signed header that a frame cannot change what it holds drops it before the costly part."""
     view = memoryview(data).cast("B")
     sender, header_len = _check_envelope(view, policy)
     try:
@@ -234,17 +240,32 @@ def decode_frame(data: bytes | bytearray | memoryview, policy: VerifyPolicy, now
                                   policy.limits.max_tensors)
     except HeaderError as exc:
         raise FrameRefused(RefusalReason.BAD_HEADER, str(exc)) from None
-    codec = _check_header(header, policy, now)
-    arrays = unpack_payload(view[PREFIX_SIZE + header_len:len(view) - SIGNATURE_SIZE], policy.limits)
-    parts: dict[str, SparseVector] = {}
-    try:
-        groups = _split_packed(arrays, [t.name for t in header.tensors])
-        for t in header.tensors:
-            seed = codec_seed(sender, header.seq, t.name)
-            parts[t.name] = codec.decompress_sparse(groups[t.name], t.numel, seed)
-    except CodecError as exc:
-        raise FrameRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from None
-    for name, part in parts.items():
-        if not part.all_finite():
-            raise FrameRefused(RefusalReason.NON_FINITE, f"tensor {name!r}")
-    return Frame(header=header, parts=parts, raw_size=len(view))
+    return VerifiedFrame(header, _check_header(header, policy, now), view, header_len, policy.limits)
+
+
+@dataclass(frozen=True)
+class VerifiedFrame:
+    """A frame whose signature and header passed (`verify_frame`), its payload not yet read."""
+
+    header: FrameHeader
+    codec: CodecBase
+    view: memoryview
+    header_len: int
+    limits: Limits
+
+    def decode(self) -> Frame:
+        """lz4 with an output limit, payload container, codec, finiteness (FrameRefused for any)."""
+        view, header = self.view, self.header
+        arrays = unpack_payload(view[PREFIX_SIZE + self.header_len:len(view) - SIGNATURE_SIZE], self.limits)
+        parts: dict[str, SparseVector] = {}
+        try:
+            groups = _split_packed(arrays, [t.name for t in header.tensors])
+            for t in header.tensors:
+                seed = codec_seed(header.sender, header.seq, t.name)
+                parts[t.name] = self.codec.decompress_sparse(groups[t.name], t.numel, seed)
+        except CodecError as exc:
+            raise FrameRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from None
+        for name, part in parts.items():
+            if not part.all_finite():
+                raise FrameRefused(RefusalReason.NON_FINITE, f"tensor {name!r}")
+        return Frame(header=header, parts=parts, raw_size=len(view))

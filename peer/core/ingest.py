@@ -7,14 +7,18 @@ model-sized allocation and pass. Every check that needs no decoding therefore co
 first: whether the control frame binds the frames, the signer each frame's fixed prefix
 names, repeats of one frame. Then at most `MAX_GAP_UPDATES` frames of one bundle are decoded:
 the most an honest peer sends (`GossipNode._frames_for` sends one snapshot for a longer gap),
-so a bundle costs no more than an honest gap fill, whatever it holds. The caller counts
-every frame refused here (`frames_refused_total{reason}`).
+so a bundle costs no more than an honest gap fill, whatever it holds. Each of those has its
+signature and header checked before its payload is read (`check_frame`), and one that cannot
+change the copy we hold of its sender (`unchanging`: a resent update, a replayed snapshot) is
+dropped there. The caller counts every frame refused here (`frames_refused_total{reason}`).
 """
 
 from __future__ import annotations
 
+from async_opt import NeighbourCopy
 from protocol import (
-    Frame, FrameKind, FrameRefused, Limits, RefusalReason, VerifyPolicy, decode_frame, peek_frame_sender,
+    Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy, peek_frame_sender,
+    verify_frame,
 )
 from protocol.frame import SIGNATURE_SIZE
 from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
@@ -36,6 +40,10 @@ Past this many, decoding the updates costs more than decoding a snapshot
 (docs/benchmarks.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
+STALE_SEQ = "stale_seq"
+"""The refusal reason of a snapshot no newer than the copy we hold of its sender (`unchanging`)."""
+DUPLICATE, GAP = "duplicate", "gap"
+"""An update already held, or one that cannot follow the held copy (`unchanging`): honest, not refused."""
 _TENSORS = {FrameKind.UPDATE: ([UPDATE_TENSOR], [UPDATE_TENSOR, STEP_TENSOR]),
             FrameKind.SNAPSHOT: ([SNAPSHOT_TENSOR], [SNAPSHOT_TENSOR, STEP_TENSOR])}
 """The tensors each kind of frame an exchange carries may hold, in order."""
@@ -69,15 +77,37 @@ def screen(raw_frames: list[bytes], sender: bytes, *, bound: bool) -> tuple[list
     return keep, refusals
 
 
-def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Frame:
-    """Decode one screened frame: an update or a snapshot, of the sender's `epoch` (the one its
-    control frame names); FrameRefused for anything else, a frame without tensors included."""
-    frame = decode_frame(raw, policy, now=now)
-    h = frame.header
+def check_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> VerifiedFrame:
+    """Signature and header of one screened frame, its payload unread: an update or a snapshot of
+    the sender's `epoch` (the one its control frame names); FrameRefused for anything else, a frame
+    without tensors included. `VerifiedFrame.decode` then does the costly part."""
+    checked = verify_frame(raw, policy, now)
+    h = checked.header
     if h.extra.get("epoch") != epoch:
         raise FrameRefused(RefusalReason.BAD_HEADER, "frame of another epoch than its control frame names")
-    if list(frame.parts) not in _TENSORS.get(h.kind, ()):
+    names = [t.name for t in h.tensors]
+    if names not in _TENSORS.get(h.kind, ()):
         raise FrameRefused(RefusalReason.BAD_HEADER,
-                           f"a {h.kind.value} frame with tensors {sorted(frame.parts)[:3]}: an exchange carries "
+                           f"a {h.kind.value} frame with tensors {sorted(names)[:3]}: an exchange carries "
                            f"updates ({UPDATE_TENSOR!r}) or a snapshot ({SNAPSHOT_TENSOR!r}), each optionally with {STEP_TENSOR!r}")
-    return frame
+    return checked
+
+
+def unchanging(copy: NeighbourCopy, header: FrameHeader) -> str | None:
+    """Why a verified frame cannot change `copy` (`DUPLICATE`, `GAP`, `STALE_SEQ`), or None: it is
+    then dropped before its payload is read, so a replayed or re-signed frame costs a signature
+    check, not a model-sized decode and apply. An update at or below the held seq is a duplicate
+    (an honest partner resends one every period); one past the next seq, or with no copy to add
+    to, a gap; a snapshot at or below the held seq is refused: it could only restore what we
+    hold, or roll it back."""
+    held = copy.x_hat is not None
+    if header.kind is FrameKind.SNAPSHOT:
+        return STALE_SEQ if held and header.seq <= copy.seq else None
+    if held and header.seq <= copy.seq:
+        return DUPLICATE
+    return GAP if not held or header.seq > copy.seq + 1 else None
+
+
+def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Frame:
+    """`check_frame`, then decode: a screened frame whole."""
+    return check_frame(raw, policy, now, epoch).decode()

@@ -28,9 +28,8 @@ class Neighbour:
     published_at: float = 0.0  # min(sender's timestamp, our receive time) of the newest frame applied
     applied: deque[bytes] = field(default_factory=lambda: deque(maxlen=APPLIED_REMEMBERED))
     """Signatures of the latest update frames applied to `copy`. One arriving again (a partner's
-    request pushes the update our own pull just brought) is a duplicate known without decoding it:
-    an Ed25519 signature stands for its frame's bytes, and a frame of other bytes under it would
-    fail its check anyway."""
+    request pushes the update our own pull just brought) is a duplicate known without decoding its
+    payload, once its signature checked out: only then does the signature stand for its bytes."""
 
     def reset_copy(self, epoch: int) -> None:
         """Void what we held of this neighbour (a new run of it, or a copy that overflowed)."""

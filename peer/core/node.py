@@ -33,7 +33,7 @@ from async_opt import PublicCopy, safe_norm
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import FRAME_OVERHEAD, MAX_GAP_UPDATES, limits_for, open_frame, screen
+from peer.core.ingest import DUPLICATE, FRAME_OVERHEAD, GAP, MAX_GAP_UPDATES, check_frame, limits_for, screen, unchanging
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
@@ -338,16 +338,15 @@ class GossipNode:
             self.metrics.inc("frames_refused_total", count, reason=reason)
         refused, changed = len(refusals), False
         for raw in frames:
-            if n.holds(raw[-SIGNATURE_SIZE:]):  # bound by the control frame, so the sender sent these bytes
-                self.metrics.inc("updates_duplicate_total")
-                continue
-            try:
-                frame = open_frame(raw, self.policy, now, control.epoch)
+            try:  # signature and header first: a forged frame under a remembered signature is refused
+                checked = check_frame(raw, self.policy, now, control.epoch)
+                if (dropped := self._unchanging(n, raw, checked.header)) is None:
+                    changed |= self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
             except FrameRefused as exc:
+                dropped = exc.reason.value
+            if dropped:
                 refused += 1
-                self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-                continue
-            changed |= self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
+                self.metrics.inc("frames_refused_total", reason=dropped)
         if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq))[0]:
             self.metrics.inc("partner_steps_taken_total")
             self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
@@ -359,26 +358,27 @@ class GossipNode:
         self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted)
 
+    def _unchanging(self, n: Neighbour, raw: bytes, header: FrameHeader) -> str | None:
+        """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap, counted) or why it is refused."""
+        why = DUPLICATE if n.holds(raw[-SIGNATURE_SIZE:]) else unchanging(n.copy, header)
+        if why in (DUPLICATE, GAP):
+            self.metrics.inc("updates_duplicate_total" if why == DUPLICATE else "update_gaps_total")
+            return ""
+        return why
+
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
-        """Apply one verified frame (`signature`: its last bytes) to a neighbour copy; True when the copy changed."""
+        """Apply one verified frame that `_unchanging` let through (`signature`: its last bytes); True when the copy changed."""
         h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
         # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
         steps = parts.get(STEP_TENSOR) if self.partner_steps.enabled else None
         published_at = min(h.timestamp, 2 * now - h.timestamp)  # a stamp after arrival is mirrored about it
         if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
-            if n.copy.x_hat is not None and h.seq < n.copy.seq:
-                return False
             n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense(), h.step, None if steps is None else steps.dense())
             n.published_at = published_at
             self.metrics.inc("snapshots_received_total")
             return True
-        if h.seq <= n.copy.seq and n.copy.x_hat is not None:
-            self.metrics.inc("updates_duplicate_total")
-            return False
         update = parts[UPDATE_TENSOR]
-        if not n.copy.apply_update(h.seq, update, h.step, steps):
-            self.metrics.inc("update_gaps_total")
-            return False
+        n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: `_unchanging` let no other through
         n.applied.append(signature)
         n.published_at = max(n.published_at, published_at)
         self.metrics.inc("updates_applied_total")

@@ -89,7 +89,7 @@ def test_a_first_contact_pushing_4000_frames_has_none_of_them_decoded(monkeypatc
 
 def test_a_ticketed_bundle_of_4000_copies_of_one_frame_decodes_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = node(0), node(1)
-    exchange(a, b, NOW)  # first contact: a learns a ticket of b's
+    push(a, b, NOW)  # b holds a's copy (to which the update applies) and a a ticket of b's
     body = ticketed(a, b, [tiny_update(a)] * COPIES)
     work = Work(monkeypatch)
     _, result = b.handle_request(body, NOW)
@@ -101,7 +101,7 @@ def test_a_ticketed_bundle_of_4000_copies_of_one_frame_decodes_it_once(monkeypat
 
 def test_at_most_a_gap_fill_of_distinct_frames_is_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = node(0), node(1)
-    exchange(a, b, NOW)
+    push(a, b, NOW)
     frames = [tiny_update(a, seq) for seq in range(1, COPIES + 1)]  # each a valid update, in order
     body = ticketed(a, b, frames)
     work = Work(monkeypatch)

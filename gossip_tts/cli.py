@@ -29,13 +29,13 @@ def main() -> None:
 @main.command()
 @peer_options
 @click.pass_context
-def peer(ctx: click.Context, config_file, print_config, quiet, log_json, **_settings) -> None:
+def peer(ctx: click.Context, config_file, print_config, quiet, log_json, overwrite, **_settings) -> None:
     """Train a TTS model on a stream of latent tars, gossiping with other peers.
 
     Every setting can also come from GOSSIP_TTS_<SECTION>_<FIELD> env vars or a --config
     TOML file; a flag beats an env var, which beats the file. --print-config shows the result.
     """
-    _fail_cleanly(run_peer, ctx, config_file, print_config, quiet, log_json)
+    _fail_cleanly(run_peer, ctx, config_file, print_config, quiet, log_json, overwrite)
 
 
 @main.command()

@@ -63,6 +63,9 @@ _OPTIONS = [
     setting("--solo", setting="peer.solo", is_flag=True, help="Train alone: no server, no discovery, no gossip."),
     click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="TOML file of settings, one [section] table per component (see docs/cli.md); flags and GOSSIP_TTS_<SECTION>_<FIELD> env vars override it."),
+    click.option("--overwrite", is_flag=True, help="Start a new run in a --checkpoint-dir that holds one "
+                 "(its checkpoints are replaced as this run saves); without it or --resume such a folder is refused. "
+                 "A flag only, never read from a config file or env var."),
     click.option("--print-config", is_flag=True, help="Print the resolved configuration as TOML and exit."),
     click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr."),
     click.option("--log-json", type=_PATH, default=None, help="Also append every log line to this file as one JSON object per line."),
@@ -75,7 +78,8 @@ def peer_options(fn: Any) -> Any:
     return fn
 
 
-def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, quiet: bool, log_json: Path | None) -> None:
+def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, quiet: bool, log_json: Path | None,
+             overwrite: bool = False) -> None:
     """Resolve settings, check what can be checked at once, then train (see `gossip-tts peer --help`)."""
     from gossip_tts import logs, preflight, settings
 
@@ -109,8 +113,9 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     preflight.check_device(cfg.train.device)
     if not cfg.solo:
         preflight.check_listen(cfg.net.listen)
-    preflight.check_checkpoint(directory, cfg.loop.resume, cfg.train.preset,
-                               is_default=resolved[preflight.CHECKPOINT_DIR].source == preflight.DEFAULT_DIR_SOURCE)
+    starting_over = preflight.check_checkpoint(directory, cfg.loop.resume, cfg.train.preset, overwrite)
+    if starting_over:
+        logging.getLogger("gossip_tts").warning(starting_over)
     lock = preflight.DirectoryLock(directory) if directory else None
     if lock:
         lock.acquire()

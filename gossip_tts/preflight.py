@@ -81,23 +81,34 @@ def checkpoint_meta(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def check_checkpoint(directory: Path | None, resume: bool, preset: str, is_default: bool) -> None:
-    """A checkpoint to resume must be of this preset; the default folder is never silently overwritten."""
+def check_checkpoint(directory: Path | None, resume: bool, preset: str, overwrite: bool = False) -> str | None:
+    """A checkpoint to resume must be of this preset, and a folder that holds a run is started
+    over only when `--overwrite` says so (given or default folder alike: a restart that forgot
+    `--resume` must not rotate a long run away). Returns the line to say when it is started over."""
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite contradict each other; pass --resume to continue the run "
+                         "or --overwrite to start it over")
     if directory is None:
-        return
+        return None
     from peer.local.checkpoint import checkpoint_path
 
     path = checkpoint_path(directory)
     if not path.exists():
-        return
+        return None
     meta = checkpoint_meta(path) or {}
     theirs = (meta.get("train_config") or {}).get("preset")
+    step = meta.get("step", "?")
     if resume and theirs and theirs != preset:
         raise ValueError(f"this checkpoint is preset {theirs}; pass --preset {theirs} "
                          f"(or another --checkpoint-dir to start a {preset} run)")
-    if not resume and is_default:
-        raise ValueError(f"{directory} already holds a checkpoint (step {meta.get('step', '?')}, preset {theirs or '?'}); "
-                         "pass --resume to continue it, or --checkpoint-dir DIR to start another run")
+    if resume:
+        return None
+    if not overwrite:
+        raise ValueError(f"{directory} already holds a checkpoint (step {step}, preset {theirs or '?'}); "
+                         "pass --resume to continue it, --overwrite to start over in it, "
+                         "or --checkpoint-dir DIR to start another run")
+    return (f"--overwrite: starting over in {directory} (its checkpoint of step {step} is replaced "
+            "at this run's first save)")
 
 
 class DirectoryLock:

@@ -123,7 +123,8 @@ def main() -> None:
         print(f"[2/4] pretraining a {args.preset} base on the built-in corpus for {args.base_steps} steps "
               f"(~{minutes(planned['base'] * est.slowdown)})", flush=True)
         log = out / "base.log"
-        proc = cli("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base), log=log)
+        proc = cli("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base),
+                   "--overwrite", log=log)  # a rerun into the same --out starts over
         if follow([proc], [log], args.base_steps, "base") != [0]:
             raise SystemExit(f"pretraining failed:\n{log.read_text()[-3000:]}")
         est.finished(planned["base"], time.monotonic() - t)
@@ -138,7 +139,7 @@ def main() -> None:
         logs.append(out / f"peer{i}.log")
         boot = ["--peer", address] if address else []
         procs.append(cli("peer", *knobs, "--init-from", str(base), "--data", str(out / "tars" / f"train{i}"),
-                         "--checkpoint-dir", str(out / f"peer{i}"), "--max-steps", str(args.steps), "--listen",
+                         "--checkpoint-dir", str(out / f"peer{i}"), "--overwrite", "--max-steps", str(args.steps), "--listen",
                          "127.0.0.1:0", "--no-mdns", "--swarm", "finetune-voice", *boot, log=logs[-1]))
         while address is None:
             m = re.search(r"listening on http://(\S+)", logs[-1].read_text())

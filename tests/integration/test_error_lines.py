@@ -77,7 +77,11 @@ CASES: dict[str, tuple[Case, list[str], list[str]]] = {
         ["holds no .tar shard"], ["gossip-tts pack"]),
     "an existing run in the default folder": (
         lambda t, c: existing_run(t) or SOLO + ["--swarm", "s1"],
-        ["already holds a checkpoint"], ["--resume", "--checkpoint-dir"]),
+        ["already holds a checkpoint"], ["--resume", "--overwrite", "--checkpoint-dir"]),
+    "an existing run in a given folder": (
+        lambda t, c: save_checkpoint(t / "run1", {"w": torch.zeros(2)}, {"step": 45, "train_config": {"preset": "tiny"}})
+        and SOLO + ["--checkpoint-dir", str(t / "run1"), "--data", str(c["shard0"])],
+        ["already holds a checkpoint (step 45"], ["--resume", "--overwrite"]),
     "--resume a damaged checkpoint": (
         lambda t, c: junk(t / "ck" / "checkpoint.safetensors") and SOLO + [
             "--checkpoint-dir", str(t / "ck"), "--resume", "--data", str(c["shard0"])],

@@ -89,6 +89,28 @@ def test_default_checkpoint_dir_is_never_silently_overwritten(tmp_path):
     assert "runs/s1 already holds a checkpoint (step 8, preset tiny); pass --resume" in result.output
 
 
+def test_a_given_checkpoint_dir_that_holds_a_run_is_never_silently_started_over(tmp_path):
+    save_checkpoint(tmp_path / "run1", {"w": torch.zeros(2)}, {"step": 45, "train_config": {"preset": "tiny"}})
+    result = invoke("--checkpoint-dir", "run1", "--preset", "tiny", "--device", "cpu", "--solo")
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "run1 already holds a checkpoint (step 45, preset tiny)" in error[0], result.output
+    assert "--resume" in error[0] and "--overwrite" in error[0], error
+
+
+def test_overwrite_starts_over_in_a_folder_that_holds_a_run(tmp_path):
+    save_checkpoint(tmp_path / "run1", {"w": torch.zeros(2)}, {"step": 45, "train_config": {"preset": "tiny"}})
+    result = invoke("--checkpoint-dir", "run1", "--overwrite", "--preset", "tiny", "--device", "cpu", "--solo",
+                    "--data", str(tmp_path / "missing"))  # past the check, the missing data stops it at once
+    assert "already holds" not in result.output and "does not exist" in result.output, result.output
+    assert "--overwrite: starting over in run1 (its checkpoint of step 45 is replaced" in result.output, result.output
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path):
+    result = invoke("--checkpoint-dir", "run1", "--overwrite", "--resume", "--device", "cpu", "--solo")
+    assert result.exit_code == 2 and "--resume and --overwrite" in result.output, result.output
+
+
 def test_a_checkpoint_dir_is_locked_by_one_peer(tmp_path):
     first = DirectoryLock(tmp_path / "ck")
     first.acquire()

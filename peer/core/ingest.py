@@ -18,7 +18,7 @@ from __future__ import annotations
 from async_opt import NeighbourCopy
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy, peek_frame_sender,
-    verify_frame,
+    unpack_bundle, verify_frame,
 )
 from protocol.frame import SIGNATURE_SIZE
 from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
@@ -111,3 +111,26 @@ def unchanging(copy: NeighbourCopy, header: FrameHeader) -> str | None:
 def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Frame:
     """`check_frame`, then decode: a screened frame whole."""
     return check_frame(raw, policy, now, epoch).decode()
+
+
+CONTROL_WORK = 0.25
+"""An exchange's own work, in applied updates: its control frame's check and our signed answer
+cost a small part of one model-sized pass."""
+SNAPSHOT_PASSES = 3.0
+"""Model-sized passes of decoding a frame the size of an fp32 snapshot, beside applying it: its
+hash, its decompression, its finiteness check."""
+
+
+def exchange_work(body: bytes | bytearray, model_bytes: int, limits: Limits) -> tuple[bytes, float]:
+    """(the key the bundle's first frame names, unverified; the most work it can make the node
+    do, in applied updates), read from the framing alone. Each frame the node may decode is one
+    model-sized pass (an applied update copies the model) plus its bytes' share of
+    `SNAPSHOT_PASSES`; a body that is no bundle costs `CONTROL_WORK` (the node refuses it unread).
+    Charged before the node sees the exchange, so a key or address out of budget costs nothing."""
+    try:
+        frames = unpack_bundle(body, limits)
+        sender = peek_frame_sender(frames[0]) if frames else b""
+    except FrameRefused:
+        return b"", CONTROL_WORK
+    decoded = frames[1:1 + MAX_GAP_UPDATES]
+    return sender, CONTROL_WORK + len(decoded) + SNAPSHOT_PASSES * sum(map(len, decoded)) / max(1, model_bytes)

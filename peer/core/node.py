@@ -361,8 +361,8 @@ class GossipNode:
     def _unchanging(self, n: Neighbour, raw: bytes, header: FrameHeader) -> str | None:
         """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap, counted) or why it is refused."""
         why = DUPLICATE if n.holds(raw[-SIGNATURE_SIZE:]) else unchanging(n.copy, header)
-        if why in (DUPLICATE, GAP):
-            self.metrics.inc("updates_duplicate_total" if why == DUPLICATE else "update_gaps_total")
+        if why in (DUPLICATE, GAP):  # honest: counted, not refused
+            self.metrics.inc("updates_duplicate_total") if why == DUPLICATE else self.metrics.inc("update_gaps_total")
             return ""
         return why
 

@@ -1,7 +1,8 @@
 """Token buckets, alone and one per address: how a peer rations what strangers can make it spend.
 
-Pure: every call is given the time. Used for snapshots in answers (`peer.core.snapshots`) and for
-exchanges that spend no ticket of ours (`peer.net.http_guard`).
+Pure: every call is given the time. Used for snapshots in answers (`peer.core.snapshots`), and for
+exchanges (`peer.net.http_guard`): those that spend no ticket of ours, and the work of every
+exchange per key and per address. Keys are any strings: an address, or a peer id.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ class TokenBucket:
         self.tokens = burst if math.isinf(rate) else min(burst, self.tokens + elapsed * rate)
         self.at = max(self.at, now)
 
-    def take(self, rate: float, burst: float, now: float) -> bool:
-        """Refill, then take one if there is one."""
+    def take(self, rate: float, burst: float, now: float, cost: float = 1.0) -> bool:
+        """Refill, then, if there is a whole token, take `cost` (`charge`)."""
         self.refill(rate, burst, now)
         if self.tokens < 1:
             return False
-        self.tokens -= 1
+        self.charge(cost, burst)
         return True
+
+    def charge(self, cost: float, burst: float) -> None:
+        """Take `cost` whatever is left, down to a debt of one `burst` at most: a dearer request, or
+        one charged once its work is known, leaves a debt the rate pays back before the next passes."""
+        self.tokens = max(-burst, self.tokens - cost)
 
 
 class AddressBuckets:
@@ -58,9 +64,13 @@ class AddressBuckets:
         """Whether `address` has a token left (taking none)."""
         return self.bucket(address, now).tokens >= 1
 
-    def take(self, address: str, now: float) -> bool:
-        """Take one of `address`'s tokens if it has one."""
-        return self.bucket(address, now).take(self.rate, self.burst, now)
+    def take(self, address: str, now: float, cost: float = 1.0) -> bool:
+        """Take `cost` of `address`'s tokens if it has a whole one (`TokenBucket.take`)."""
+        return self.bucket(address, now).take(self.rate, self.burst, now, cost)
+
+    def charge(self, address: str, now: float, cost: float) -> None:
+        """Take `cost` of `address`'s tokens whatever it has left (`TokenBucket.charge`)."""
+        self.bucket(address, now).charge(cost, self.burst)
 
     def __len__(self) -> int:
         return len(self._by_address)

@@ -56,6 +56,21 @@ class NetConfig:
     us together, more a second apart. Kept small because a flood that pauses finds the burst
     refilled, and each exchange in it reaches the node worker
     (docs/benchmarks.md#a-snapshot-leech-on-real-processes)."""
+    key_work_per_s: float = 8.0
+    """Work per second, in applied updates (`peer.core.ingest.exchange_work`: an exchange's own check
+    and answer, plus a model-sized pass per frame it carries, more for a snapshot's bytes), that one
+    key's exchanges may cost the node, ticketed or not; past `key_work_burst` its exchanges get 429
+    until the budget refills. An answer hands out a fresh ticket, so without it one first contact
+    buys an unrationed chain of exchanges, each decoded. An honest partner asks once per publish
+    of its own, one update each time: a few times below this."""
+    key_work_burst: float = 16.0
+    """The most work one key's exchanges may cost at once (a few snapshots, or a gap fill)."""
+    address_work_per_s: float = 16.0
+    """As `key_work_per_s`, for all keys behind one remote address together: fresh keys are free to
+    make, addresses are not. Room for a few honest peers behind one address (a NAT, or a swarm
+    on one machine). `inf` turns either limit off."""
+    address_work_burst: float = 32.0
+    """The most work one address's exchanges may cost at once."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
@@ -73,6 +88,11 @@ class NetConfig:
         if not (self.stranger_exchanges_per_s > 0 and self.stranger_exchange_burst >= 1):
             raise ValueError("stranger_exchanges_per_s must be > 0 and stranger_exchange_burst >= 1, got "
                              f"{self.stranger_exchanges_per_s} and {self.stranger_exchange_burst}")
+        if not (self.key_work_per_s > 0 and self.address_work_per_s > 0
+                and self.key_work_burst >= 1 and self.address_work_burst >= 1):
+            raise ValueError("key_work_per_s and address_work_per_s must be > 0, their bursts >= 1, got "
+                             f"{self.key_work_per_s}, {self.address_work_per_s}, {self.key_work_burst}, "
+                             f"{self.address_work_burst}")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

@@ -115,8 +115,8 @@ def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metric
               request_timeout_s: float, shards: "ShardServer | None" = None) -> web.Application:
     """Every route of a peer; `shards` serves /v1/shards (None: those answer 404)."""
     max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
-    app = web.Application(client_max_size=max_body,
-                          middlewares=[RequestGuard(net_cfg, metrics, max_body).middleware()])
+    guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel)
+    app = web.Application(client_max_size=max_body, middlewares=[guard.middleware()])
     routes = PeerRoutes(face, metrics, request_timeout_s)
     app.router.add_post("/v1/exchange", routes.exchange)
     app.router.add_get("/v1/state", routes.state)

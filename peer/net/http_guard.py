@@ -27,9 +27,11 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from peer.core.ingest import exchange_work
 from peer.core.token_bucket import AddressBuckets
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
+from protocol import Limits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
@@ -48,10 +50,14 @@ class RequestGuard:
     exchanges that spend no ticket of ours."""
 
     def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, model_bytes: int | None = None) -> None:
         self.cfg, self.metrics, self.clock = cfg, metrics, clock
         self.max_body_bytes = max_body_bytes
         """The largest body accepted: a bundle larger than the frame limit is refused anyway."""
+        self.model_bytes = model_bytes if model_bytes is not None else max_body_bytes // 2
+        """Bytes of an fp32 copy of the model: what a frame's bytes are weighed against (`exchange_work`);
+        by default the snapshot the body limit is sized to."""
+        self._bundles = Limits(max_frame_bytes=max_body_bytes, max_decompressed_bytes=max_body_bytes)
         self.body_budget = int(cfg.body_budget_frames * max_body_bytes)
         """Body bytes held at once by all requests together (received, not merely declared)."""
         self.held = 0
@@ -60,6 +66,8 @@ class RequestGuard:
         state_rate = 1.0 / cfg.state_every_s if cfg.state_every_s > 0 else math.inf
         self._states = AddressBuckets(state_rate, 1, MAX_GUARDED_ADDRESSES)
         self._strangers = AddressBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_GUARDED_ADDRESSES)
+        self._address_work = AddressBuckets(cfg.address_work_per_s, cfg.address_work_burst, MAX_GUARDED_ADDRESSES)
+        self._key_work = AddressBuckets(cfg.key_work_per_s, cfg.key_work_burst, MAX_GUARDED_ADDRESSES)
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
         self.metrics.inc("http_refused_total", help="requests refused before reaching a handler", reason=reason)
@@ -89,6 +97,9 @@ class RequestGuard:
         if exchange and not self._strangers.has(remote, self.clock()):
             return self._refuse(429, "stranger_rate", f"at most {self.cfg.stranger_exchanges_per_s:g} exchanges a second "
                                 "per address that spend no ticket of ours")
+        if exchange and not self._address_work.has(remote, self.clock()):
+            return self._refuse(429, "address_work", f"exchanges from one address may cost at most "
+                                f"{self.cfg.address_work_per_s:g} applied updates' work a second")
         self._open[remote] = self._open.get(remote, 0) + 1
         held = [0]
         try:
@@ -96,13 +107,31 @@ class RequestGuard:
                 refusal = await self._read_body(request, held)
                 if refusal is not None:
                     return refusal
+            charged = self._charge(remote, request.get(BODY_KEY)) if exchange else None
+            if isinstance(charged, web.Response):
+                return charged
             response = await handler(request)
+            if charged is not None and response.status == 200:  # its control frame verified: the key signed it
+                self._key_work.charge(charged[0], self.clock(), charged[1])
             if exchange and request.get(TICKETED_KEY) is False:
                 self._strangers.take(remote, self.clock())
             return response
         finally:
             self.held -= held[0]
             count_down(self._open, remote)
+
+    def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float] | web.Response:
+        """An exchange's work (`peer.core.ingest.exchange_work`, ticketed or not), charged to its address
+        before the node sees it; (the key it names, the work), or a 429 where that key is out of budget.
+        The key is unverified here: it is charged once the node has verified the control frame it signed
+        (`check`), so naming another's key spends no budget of theirs."""
+        now = self.clock()
+        key, work = exchange_work(body or b"", self.model_bytes, self._bundles)
+        if not self._key_work.has(key.hex(), now):
+            return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
+                                f"{self.cfg.key_work_per_s:g} applied updates' work a second")
+        self._address_work.charge(remote, now, work)
+        return key.hex(), work
 
     async def _read_body(self, request: web.Request, held: list[int]) -> web.Response | None:
         """Read the body into `request[BODY_KEY]`, counting each received byte against the budget

@@ -3,8 +3,8 @@
 A first contact costs the node a signature check and a signed ticket; the flood of them seen in
 the snapshot-leech attack (100 a second from one address or eight) took CPU from training. Past
 its burst, an address's exchanges are refused (429) before their body is read or the node sees
-them, until its bucket refills; ticketed exchanges (a neighbour we already talked with) cost
-nothing, so an address's honest neighbours keep exchanging however fast they do.
+them, until its bucket refills; ticketed exchanges (a neighbour we already talked with) spend no
+stranger token (their work is rationed apart: tests/unit/peer/net/test_exchange_work.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ RATE, BURST = 2.0, 5  # not the defaults: small numbers to count exactly
 
 def _guard(**overrides) -> tuple[RequestGuard, Metrics, list[float]]:
     metrics, clock = Metrics(process=False), [0.0]
-    cfg = NetConfig(**{"stranger_exchanges_per_s": RATE, "stranger_exchange_burst": BURST, **overrides})
+    cfg = NetConfig(**{"stranger_exchanges_per_s": RATE, "stranger_exchange_burst": BURST,
+                       "key_work_per_s": float("inf"), "address_work_per_s": float("inf"), **overrides})
     return RequestGuard(cfg, metrics, max_body_bytes=1 << 20, clock=lambda: clock[0]), metrics, clock
 
 
@@ -53,7 +54,7 @@ def test_past_its_burst_an_address_is_refused_before_the_node_sees_it_until_it_r
     assert _exchanges(guard, "10.0.0.1", 3, ticketed=False) == ([200, 200, 429], 2)
 
 
-def test_ticketed_exchanges_cost_nothing() -> None:
+def test_ticketed_exchanges_spend_no_stranger_token() -> None:
     guard, metrics, _ = _guard()
     assert _exchanges(guard, "10.0.0.1", 100, ticketed=True) == ([200] * 100, 100)
     assert metrics.get("http_refused_total", reason="stranger_rate") == 0

@@ -6,8 +6,10 @@ import hashlib
 import logging
 import signal
 import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 from gossip_tts import group_app
 from gossip_tts.model import count_parameters
@@ -21,7 +23,7 @@ from peer.local.loop import LoopResult, run_loop
 from peer.runtime import GossipPeer
 from protocol import Identity
 
-__all__ = ["PeerAppConfig", "default_sources", "load_identity", "run", "stop_on_sigterm"]
+__all__ = ["PeerAppConfig", "default_sources", "load_identity", "run", "sigterm_stops"]
 
 
 def default_sources(cache_dir: Path | None, emit=print) -> list[str]:
@@ -51,16 +53,25 @@ def load_identity(cfg: PeerAppConfig, emit=print) -> Identity:
     return Identity.load(path) if path is not None else Identity.generate()
 
 
-def stop_on_sigterm(stop: threading.Event, emit) -> None:
-    """SIGTERM (service managers, `kill`) leaves as gracefully as Ctrl+C: final checkpoint, then exit."""
+@contextmanager
+def sigterm_stops(stop: threading.Event, emit) -> Iterator[None]:
+    """SIGTERM (service managers, `kill`) leaves as gracefully as Ctrl+C: final checkpoint, then exit.
+
+    The handler before it is back once the run ends: a peer run inside another program (a
+    test among others) must not leave SIGTERM setting an event nobody waits on."""
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
 
     def handler(signum, frame) -> None:
         emit("SIGTERM: stopping after this step")
         stop.set()
 
-    signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult | int:
@@ -70,7 +81,12 @@ def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> 
     if group is not None and group.rank != 0:
         return group_app.run_follower(cfg, group)
     stop = stop or threading.Event()
-    stop_on_sigterm(stop, emit)
+    with sigterm_stops(stop, emit):
+        return _train(cfg, group, stop, emit)
+
+
+def _train(cfg: PeerAppConfig, group, stop: threading.Event, emit) -> LoopResult:
+    """Rank 0's (or a lone peer's) run: data, identity, model, then the loop alone or with the swarm."""
     if not cfg.train.sources:
         cfg = cfg.with_train(sources=default_sources(cfg.cache_dir, emit))
     identity = load_identity(cfg, emit)

@@ -30,6 +30,14 @@ class NetConfig:
     """Connections open at once from all addresses together; one more is closed as it is
     accepted. Per-address limits alone do not hold: one machine may speak from many addresses.
     Each connection may hold up to ~0.4 MB of received, not yet read bytes."""
+    max_connections_per_address: int = 16
+    """Connections one remote address may hold open at once; one more is closed as it is made.
+    Without it one address with `max_connections` idle sockets kept everyone else out. Room for
+    a few peers behind one address, each with a connection or two in use."""
+    reserved_connections: int = 8
+    """Connections past `max_connections` held only for addresses that hold none yet: however many
+    addresses fill the rest, an operator (the status page, /metrics, `gossip-tts status`) or a
+    newcomer from a fresh address still gets in."""
     idle_timeout_s: float = 30.0
     """A connection with no request in progress for this long is closed."""
     body_budget_frames: float = 2.0
@@ -80,9 +88,11 @@ class NetConfig:
         for address in self.peers:
             parse_address(address)
         self.peers = list(self.peers)
-        for name in ("max_requests_per_address", "max_connections", "max_queued_requests"):
+        for name in ("max_requests_per_address", "max_connections", "max_connections_per_address", "max_queued_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.reserved_connections < 0:
+            raise ValueError(f"reserved_connections must be >= 0, got {self.reserved_connections}")
         if not (self.body_budget_frames >= 1 and self.idle_timeout_s > 0):
             raise ValueError("body_budget_frames must be >= 1 (one largest body must fit) and idle_timeout_s > 0")
         if not (self.stranger_exchanges_per_s > 0 and self.stranger_exchange_burst >= 1):

@@ -173,44 +173,6 @@ def count_down(open_per_address: dict[str, int], remote: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- the server around it
-class CappedSite(web.TCPSite):
-    """A TCP site that accepts at most `max_connections` connections at once, from all addresses
-    together: one more is closed as it is accepted (`connections_refused_total`). Idle ones
-    are closed by the server's keep-alive timeout, so a full table empties by itself."""
-
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *, max_connections: int, metrics: Metrics) -> None:
-        super().__init__(runner, host, port)
-        self.max_connections, self.metrics = max_connections, metrics
-        self._accepting = 0
-        """Connections accepted whose handler may not have reached `server.connections` yet."""
-
-    def _protocol(self) -> asyncio.BaseProtocol:
-        server = self._runner.server
-        assert server is not None
-        if len(server.connections) + self._accepting >= self.max_connections:
-            self.metrics.inc("connections_refused_total", help="connections closed at once: max_connections were open")
-            return _CloseAtOnce()
-        # asyncio accepts a burst of connections before any of them is registered (connection_made
-        # runs on the next loop turn), so each counts here until a turn after that.
-        self._accepting += 1
-        loop = asyncio.get_running_loop()
-        loop.call_soon(loop.call_soon, self._accepted)
-        return server()
-
-    def _accepted(self) -> None:
-        self._accepting -= 1
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        self._server = await asyncio.get_running_loop().create_server(self._protocol, self._host, self._port)
-        self._bound_port = self._server.sockets[0].getsockname()[1]
-
-
-class _CloseAtOnce(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()
-
-
 def response_counter(metrics: Metrics) -> type[AbstractAccessLogger]:
     """An aiohttp access logger that writes no lines and counts every answer by status code,
     including the 400s aiohttp's parser gives malformed requests before any handler runs."""

@@ -17,7 +17,8 @@ from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.errors import listen_failure
 from peer.net.http_app import PeerFace, build_app
-from peer.net.http_guard import CappedSite, QuietBadRequests, response_counter
+from peer.net.connection_caps import CappedSite
+from peer.net.http_guard import QuietBadRequests, response_counter
 from peer.net.node_worker import NodeWorker
 from peer.net.shard_routes import ShardServer
 
@@ -33,7 +34,7 @@ Well inside the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
 
 
 class HttpServer:
-    """Serves a peer's routes on `net_cfg.listen`, at most `max_connections` at once."""
+    """Serves a peer's routes on `net_cfg.listen`, its connections capped (`peer.net.connection_caps`)."""
 
     def __init__(self, face: PeerFace, worker: NodeWorker, net_cfg: NetConfig, metrics: Metrics,
                  request_timeout_s: float, shards: ShardServer | None = None) -> None:
@@ -52,7 +53,7 @@ class HttpServer:
             logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
         )
         await self._runner.setup()
-        site = CappedSite(self._runner, host, port, max_connections=self.net_cfg.max_connections, metrics=self.metrics)
+        site = CappedSite(self._runner, host, port, cfg=self.net_cfg, metrics=self.metrics)
         try:
             await site.start()
         except OSError as exc:

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------------------------ memory
 ATTACKERS = 60
 IDLE_CONNECTIONS = 300
-MAX_CONNECTIONS = 128  # NetConfig.max_connections
+MAX_CONNECTIONS = 128 + 8  # NetConfig.max_connections, and reserved_connections for addresses holding none
 RSS_BOUND = 64 * MB
 """Each attack below may raise the victim's resident memory by at most this (tiny preset). Without
 the global caps the first one cost 685 MB (60 addresses x one 10 MB body each, measured on the

@@ -6,6 +6,8 @@ Scores the folder and its controls (real recordings, their codec round trip, noi
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,7 +20,7 @@ from gossip_tts.audio.base import Codec
 from .clips import Clip, codec_round_trip, matching_real, noise_like, read_folder, read_references
 from .ears import Ears
 from .report import clip_table, json_line, overall_table, write_plot
-from .score import SetScore, score_set, voice_of
+from .score import ClipScore, Progress, SetScore, score_set, voice_of
 
 PLOT_NAME = "judge.png"
 
@@ -80,26 +82,43 @@ def load_ears(ears: Ears | None = None) -> Ears:
 
 
 def score_controls(judged: list[Clip], ears: Ears, voice: np.ndarray | None, real: Path | None, codec: Codec | None,
-                   seed: int) -> list[SetScore]:
+                   seed: int, progress: Progress | None = None) -> list[SetScore]:
     """The real recordings of the judged ids and their codec round trip (with `real`), then noise."""
     controls: list[SetScore] = []
     if real is not None:
         real_clips, raw = matching_real(judged, real)
-        controls.append(score_set("real", ears, real_clips, voice))
+        controls.append(score_set("real", ears, real_clips, voice, progress))
         if codec is not None:
-            controls.append(score_set(f"{codec.name} codec", ears, codec_round_trip(real_clips, raw, codec), voice))
-    controls.append(score_set("noise", ears, noise_like(judged, seed), voice))
+            controls.append(score_set(f"{codec.name} codec", ears, codec_round_trip(real_clips, raw, codec), voice,
+                                      progress))
+    controls.append(score_set("noise", ears, noise_like(judged, seed), voice, progress))
     return controls
 
 
-def judge(cfg: JudgeConfig, ears: Ears | None = None) -> JudgeReport:
-    """Score the folder and its controls; `ears` defaults to the `[judge]` extra's models."""
+def judge(cfg: JudgeConfig, ears: Ears | None = None, tell: Callable[[str], None] = lambda line: None) -> JudgeReport:
+    """Score the folder and its controls; `ears` defaults to the `[judge]` extra's models. `tell`
+    hears a line per clip scored: a folder and its controls take minutes on a CPU."""
     ears = load_ears(ears)  # first, so that a missing extra is reported before any audio is read
     judged_clips = read_folder(cfg.folder)
     voice = voice_of(ears, read_references(cfg.references))
-    judged = score_set(cfg.folder.name or "judged", ears, judged_clips, voice)
+    progress = clip_progress(tell)
+    judged = score_set(cfg.folder.name or "judged", ears, judged_clips, voice, progress)
     codec = load_codec(cfg.codec, weights=cfg.codec_weights) if cfg.real is not None else None
-    return JudgeReport(judged, score_controls(judged_clips, ears, voice, cfg.real, codec, cfg.seed))
+    return JudgeReport(judged, score_controls(judged_clips, ears, voice, cfg.real, codec, cfg.seed, progress))
+
+
+def clip_progress(tell: Callable[[str], None]) -> Progress:
+    """`scoring SET: i/n KEY (WER w, s s)`, the seconds counted from the first clip of the run."""
+    start = time.monotonic()
+
+    def progress(name: str, i: int, n: int, clip: ClipScore) -> None:
+        tell(f"scoring {name}: {i}/{n} {clip.key} (WER {clip.words.rate:.2f}, {time.monotonic() - start:.0f} s)")
+
+    return progress
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def print_report(report: JudgeReport, emit: Callable[[str], None]) -> None:
@@ -111,9 +130,11 @@ def print_report(report: JudgeReport, emit: Callable[[str], None]) -> None:
         emit(line)
 
 
-def run(cfg: JudgeConfig, emit: Callable[[str], None] = print, ears: Ears | None = None) -> JudgeReport:
-    """Judge, then print the per-clip table, the overall table, the plot's path and `judge: {json}`."""
-    report = judge(cfg, ears)
+def run(cfg: JudgeConfig, emit: Callable[[str], None] = print, ears: Ears | None = None,
+        tell: Callable[[str], None] | None = None) -> JudgeReport:
+    """Judge, then print the per-clip table, the overall table, the plot's path and `judge: {json}`;
+    the progress lines (`tell`) go to stderr by default, so stdout stays the report."""
+    report = judge(cfg, ears, tell or _to_stderr)
     print_report(report, emit)
     if cfg.plot_enabled:
         written = write_plot(report.sets, cfg.plot_path, emit)

@@ -6,6 +6,7 @@ Decisions only: the ears are passed in, so the same code scores real models and 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -75,5 +76,16 @@ def score_clip(ears: Ears, clip: Clip, voice: np.ndarray | None) -> ClipScore:
                      similarity, ears.quality(clip.wav))
 
 
-def score_set(name: str, ears: Ears, clips: list[Clip], voice: np.ndarray | None) -> SetScore:
-    return SetScore(name, tuple(score_clip(ears, clip, voice) for clip in clips))
+Progress = Callable[[str, int, int, ClipScore], None]
+"""Told after each clip: the set's name, the clip's number (from 1), the set's size, its score."""
+
+
+def score_set(name: str, ears: Ears, clips: list[Clip], voice: np.ndarray | None,
+              progress: Progress | None = None) -> SetScore:
+    """Every clip scored in order; `progress` hears of each as it is done (a clip takes seconds on a CPU)."""
+    scores = []
+    for i, clip in enumerate(clips, 1):
+        scores.append(score_clip(ears, clip, voice))
+        if progress is not None:
+            progress(name, i, len(clips), scores[-1])
+    return SetScore(name, tuple(scores))

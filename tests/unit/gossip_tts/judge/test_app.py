@@ -59,6 +59,26 @@ def test_judge_scores_the_folder_its_real_clips_their_codec_round_trip_and_noise
     assert [line.split()[0] for line in lines[1:4]] == ["a", "b", "c"]  # the per-clip table has every clip
 
 
+def test_progress_is_told_per_clip_of_every_set_as_it_is_scored(folders, tmp_path):
+    judged, real = folders
+    told: list[str] = []
+    report_lines: list[str] = []
+    run(JudgeConfig(folder=judged, real=real, plot_enabled=False), report_lines.append, ears=LoudnessEars(), tell=told.append)
+    assert [line.split(" (")[0] for line in told] == [
+        "scoring generated: 1/3 a", "scoring generated: 2/3 b", "scoring generated: 3/3 c",
+        "scoring real: 1/2 a", "scoring real: 2/2 b", "scoring mel codec: 1/2 a", "scoring mel codec: 2/2 b",
+        "scoring noise: 1/3 a", "scoring noise: 2/3 b", "scoring noise: 3/3 c"], told
+    assert "WER 1.00" in told[2] and not any(line.startswith("scoring") for line in report_lines)
+
+
+def test_progress_goes_to_stderr_so_stdout_stays_the_report(folders, capsys):
+    judged, _ = folders
+    run(JudgeConfig(folder=judged, plot_enabled=False), ears=LoudnessEars())
+    out, err = capsys.readouterr()
+    assert "scoring generated: 3/3 c" in err and "scoring noise: 3/3 c" in err, err
+    assert "scoring" not in out and out.splitlines()[-1].startswith("judge: {"), out
+
+
 def test_codec_round_trip_keeps_each_clip_about_as_long(folders):
     judged, real = folders
     ears = LoudnessEars()

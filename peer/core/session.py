@@ -26,6 +26,7 @@ from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
 from peer.core.addresses import PeerInfo
+from peer.core.candidates import CandidateConfig, next_deadline, overdue, room_for
 from peer.core.config import SessionConfig
 from peer.core.exchanges import Exchanges
 from peer.core.hello import Hello
@@ -41,8 +42,11 @@ class _Retry:
 class Session:
     """See the module docstring. Public attributes are read-only for drivers."""
 
-    def __init__(self, cfg: SessionConfig, *, peer_id: str, rng: random.Random) -> None:
+    def __init__(self, cfg: SessionConfig, *, peer_id: str, rng: random.Random,
+                 candidates: CandidateConfig | None = None) -> None:
         self.cfg = cfg
+        self.candidates = candidates or CandidateConfig()
+        """How unverified candidates share their slots (`peer.core.candidates`)."""
         self.peer_id = peer_id
         self.rng = rng
         self.table = NeighbourTable(NeighbourConfig.of(cfg, self_peer_id=peer_id))
@@ -93,7 +97,8 @@ class Session:
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do."""
-        times = [self._next_hello, self._next_evict] + [r.next_at for r in self._retry.values()]
+        times = [self._next_hello, self._next_evict, next_deadline(self._dialling, self._unverified(), self.candidates)]
+        times += [r.next_at for r in self._retry.values()]
         if self._join is not None and self._join.waiting:
             times.append(self._join.deadline())
         return min(times)
@@ -119,7 +124,7 @@ class Session:
         if info.address == self.listen or info.peer_id == self.peer_id:
             return []
         out: list[Action] = []
-        if info.source != "static" and info.address not in self.table and not self._room_for_candidate():
+        if info.source != "static" and info.address not in self.table and not self._room_for_candidate(info):
             return [Count("candidates_refused_total")]
         if self.table.add(info, now):
             via = "--peer (not yet contacted)" if info.source == "static" else info.source
@@ -254,7 +259,7 @@ class Session:
                 retry.wait = min(2 * retry.wait, self.cfg.bootstrap_retry_max_s)
                 retry.next_at = now + retry.wait
                 out += [Count("bootstrap_retries_total"), self._hello(address, now)]
-        out += self._verify(now)
+        out += self._drop_overdue(now) + self._verify(now)
         if self._join is not None and self._join.waiting:
             out += self._join_progress(now)
         return out
@@ -300,10 +305,24 @@ class Session:
         return [p.address for p in self.table.live()
                 if (h := self.table.health(p.address)) is not None and h.last_success is None and not h.static]
 
-    def _room_for_candidate(self) -> bool:
-        """Below the candidate cap, and (when the table is full) a candidate, not a verified peer, would go."""
-        unverified = len(self._unverified())
-        return unverified < self.cfg.max_candidates and (len(self.table) < self.cfg.max_peers or unverified > 0)
+    def _room_for_candidate(self, info: PeerInfo) -> bool:
+        """A candidate slot is free for `info` (`peer.core.candidates.room_for`), and (when the table is
+        full) a candidate, not a verified peer, would go."""
+        unverified = self._unverified()
+        return room_for(info, unverified, self.cfg.max_candidates, self.candidates) and (
+            len(self.table) < self.cfg.max_peers or bool(unverified))
+
+    def _drop_overdue(self, now: float) -> list[Action]:
+        """Candidates whose dial is past `CandidateConfig.dial_deadline_s`: the hello failed, and the
+        candidate leaves the table (heard of again, it may come back), so claims that never answer
+        hold a slot for seconds, not for three request timeouts."""
+        out: list[Action] = []
+        for address in overdue(self._dialling, self._unverified(), now, self.candidates):
+            token = next((t for t, (kind, a) in self._requests.items() if kind == "hello" and a == address), 0)
+            out += self.hello_done(token, now, error=f"no answer within {self.candidates.dial_deadline_s:g} s")
+            self._dialling.pop(address, None)
+            self.table.remove(address)
+        return out
 
     def _verify(self, now: float) -> list[Action]:
         """Dial heard-of peers that never answered us, at most once per hello period each."""

@@ -1,0 +1,64 @@
+"""Which heard-of addresses may hold one of the few slots for unverified candidates, and for how long.
+
+A candidate is an address we heard of (peer exchange, an inbound exchange, mDNS) and have not yet
+verified by dialling it. Slots for them are scarce (`SessionConfig.max_candidates`), and a claim
+costs its maker nothing: an attacker naming addresses that accept a connection and never answer
+kept every slot held, each for three request timeouts, so a newcomer that contacted us was never
+verified. So a slot is cheap to lose and hard to hoard: a dial to a candidate not answered within
+`dial_deadline_s` drops it; one host holds at most `per_host` slots (an attacker holds a few per
+address it controls, not all); and what hearsay (peer exchange, inbound exchanges) may take leaves
+`reserved` slots for addresses found by mDNS, which only a host on our link can announce.
+Addresses a user named (`--peer`) are never candidates: they always get in. Pure, like the session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from peer.core.addresses import PeerInfo, parse_address
+
+
+@dataclass(frozen=True)
+class CandidateConfig:
+    """How candidate slots are shared; a session takes the defaults (`Session`)."""
+
+    dial_deadline_s: float = 5.0
+    """A hello to an unverified candidate not answered within this drops the candidate (a known
+    peer's hello waits the whole request timeout). A hello is a few hundred bytes: a live peer
+    answers well within the time a TCP connect may take."""
+    per_host: int = 4
+    """Unverified candidates at one host (the IP of their address) at once: room for a few peers
+    on one machine or behind one address, while one address's claims cannot fill every slot."""
+    reserved: int = 4
+    """Candidate slots hearsay cannot take, kept for addresses found by mDNS."""
+
+    def __post_init__(self) -> None:
+        if not (self.dial_deadline_s > 0 and math.isfinite(self.dial_deadline_s)):
+            raise ValueError(f"dial_deadline_s must be a finite number > 0, got {self.dial_deadline_s!r}")
+        if self.per_host < 1 or self.reserved < 0:
+            raise ValueError(f"per_host must be >= 1 and reserved >= 0, got {self.per_host}, {self.reserved}")
+
+
+def host_of(address: str) -> str:
+    return parse_address(address)[0]
+
+
+def room_for(info: PeerInfo, unverified: list[str], max_candidates: int, cfg: CandidateConfig) -> bool:
+    """Whether `info`, not yet in the table, may take a candidate slot beside the `unverified`
+    addresses holding one: below the cap (less the reserve, for hearsay) and below its host's share."""
+    cap = max_candidates if info.source == "mdns" else max(1, max_candidates - cfg.reserved)
+    if len(unverified) >= cap:
+        return False
+    return Counter(map(host_of, unverified))[host_of(info.address)] < cfg.per_host
+
+
+def overdue(dialled: dict[str, float], unverified: list[str], now: float, cfg: CandidateConfig) -> list[str]:
+    """The candidates among `unverified` whose dial (`dialled`: address -> when) is past its deadline."""
+    return [a for a in unverified if a in dialled and now - dialled[a] >= cfg.dial_deadline_s]
+
+
+def next_deadline(dialled: dict[str, float], unverified: list[str], cfg: CandidateConfig) -> float:
+    """When the earliest dial to one of the `unverified` is due (inf: none is being dialled)."""
+    return min((dialled[a] + cfg.dial_deadline_s for a in unverified if a in dialled), default=math.inf)

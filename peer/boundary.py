@@ -29,20 +29,31 @@ TRAINER_GAUGES = ("tflops", "mfu", "peak_mem_gib", "skipped_samples", "shard_err
 
 class PendingPublish:
     """The newest parameter copy waiting to be published (newest wins), and whether a publish
-    job is already queued for it.
+    job is queued for it or running.
 
     C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
     the newest copy is kept, and at most one publish job waits on the node worker: when
     publishing is slower than the training steps that ask for it, publishes coalesce instead
-    of piling up in front of the exchanges. What came from outside our own steps (`outside`,
-    for partner steps) adds up over coalesced copies. The lock guards these reference swaps and
-    that add, never any other work.
+    of piling up in front of the exchanges. `ready` tells the training thread whether a copy
+    taken now would be published as it is: while one waits or is being published it would
+    only replace or follow it, and at the sizes users train a copy is the whole model (a
+    device-to-host transfer of gigabytes on a GPU peer), so none is taken then. What came from
+    outside our own steps (`outside`, for partner steps) adds up over coalesced copies. The lock
+    guards these reference swaps and that add, never any other work.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._item: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
         self._job_queued = False
+        self._publishing = False
+        """A publish job took a copy and has not said `finished` yet."""
+
+    def ready(self) -> bool:
+        """Training thread: True when no copy waits and no publish is under way, so a copy handed
+        over now is the next one published."""
+        with self._lock:
+            return self._item is None and not self._job_queued and not self._publishing
 
     def put(self, x: torch.Tensor, step: int, outside: torch.Tensor | None = None) -> None:
         """Training thread: hand over a copy taken at a step boundary, with what mixing and
@@ -64,7 +75,13 @@ class PendingPublish:
         with self._lock:
             item, self._item = self._item, None
             self._job_queued = False
+            self._publishing = item is not None
         return item
+
+    def finished(self) -> None:
+        """Worker, when the publish of a copy `take` returned has ended (published or refused)."""
+        with self._lock:
+            self._publishing = False
 
 
 class BoundaryHook:
@@ -133,7 +150,7 @@ class BoundaryHook:
                     self.metrics.observe("mixed_staleness_steps", tau)
                 for key, distance in report.distances.items():
                     self.metrics.set("neighbour_distance", distance, peer=key.hex()[:16])
-        due = self.cadence.due(k, now)
+        due = self.cadence.due(k, now) and self.pending.ready()  # a busy worker: no copy, it comes later
         if due:  # a copy: the worker compresses it while training goes on
             self.cadence.published(k, now)
             x = trainer.get_flat_params()

@@ -98,6 +98,8 @@ class NodeWorker:
             self.node.publish(x, step, self.clock(), outside)
         except ValueError as exc:  # non-finite parameters: nothing sane to publish
             return step, str(exc)
+        finally:
+            self.pending.finished()
         return step, None
 
     def close(self) -> None:

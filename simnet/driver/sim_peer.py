@@ -197,7 +197,12 @@ class SimPeer(SimServer):
         except ValueError as exc:
             error = str(exc)
         cost = self.world.cost.publish(node.numel * self._vectors(), node.last_publish_bytes)
-        return cost, lambda: self.dispatch(self._sess().publish_done(step, self.world.now(), error))
+
+        def done() -> None:  # the simulated worker is free once the publish's cost has elapsed
+            self.pending.finished()
+            self.dispatch(self._sess().publish_done(step, self.world.now(), error))
+
+        return cost, done
 
     def _sess(self) -> Session:
         assert self.session is not None
@@ -227,7 +232,8 @@ class SimPeer(SimServer):
                 return
             self.world.links.send(self.index, j, len(body) + HTTP_OVERHEAD,
                                 lambda: self.world.book.host(j).serve_exchange(self.index, body, reply))
-            self._timeout(lambda: self.dispatch(self._sess().exchange_done(a.token, self.world.now(), error="timeout")))
+            self._timeout(lambda: self.dispatch(self._sess().exchange_done(a.token, self.world.now(), error="timeout")),
+                          self._sess().cfg.exchange_deadline_s(self._node().snapshot_bytes))
 
         return self.world.cost.build(len(body)), send
 
@@ -278,9 +284,10 @@ class SimPeer(SimServer):
             nonce = f"{self.nonces.getrandbits(128):032x}"
             self._nonce[token] = nonce
             self.world.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_hello(self.index, reply, nonce))
+            self._timeout(lambda: reply(None, "timeout"))
         else:
             self.world.links.send(self.index, j, HTTP_OVERHEAD, lambda: server.serve_state(self.index, reply))
-        self._timeout(lambda: reply(None, "timeout"))
+            self._timeout(lambda: reply(None, "timeout"), self._sess().cfg.transfer_deadline_s(self._node().snapshot_bytes))
 
     def _hello_reply(self, token: int, data: bytes | None, why: str) -> None:
         if data is None:
@@ -315,7 +322,8 @@ class SimPeer(SimServer):
         self.worker.submit(job)
 
     def _timeout(self, fire: Callable[[], None], after_s: float | None = None) -> None:
-        """`fire` after the request timeout (or `after_s`: the connect timeout where nothing listens)."""
+        """`fire` after the request timeout (or `after_s`: a transfer's deadline, or the connect timeout
+        where nothing listens)."""
         life, after_s = self.life, self._sess().cfg.request_timeout_s if after_s is None else after_s
         self.world.sched.after(after_s, lambda: fire() if life == self.life else None)
 

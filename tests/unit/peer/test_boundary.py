@@ -63,7 +63,61 @@ def test_a_peer_much_slower_than_its_neighbours_publishes_at_their_pace():
         slot.publish(MixView(x, tuple(CopyView(bytes([j]) * 32, seq, x, float(seq), seq) for j in (1, 2, 3))))
         tr.step_count = k
         hook(tr, StepStats(k, 0.5, 8))
+        publish_what_waits(hook.pending)
     assert [k for k, due in told if due] == [4, 5, 6, 7, 8]
+
+
+def publish_what_waits(pending: PendingPublish) -> None:
+    """A node worker that keeps up: the job the driver queues takes the copy and finishes."""
+    if pending.needs_job() and pending.take() is not None:
+        pending.finished()
+
+
+class CountingFlat(Flat):
+    """Counts parameter copies: on a GPU peer each is a device-to-host transfer of the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies = 0
+
+    def get_flat_params(self) -> torch.Tensor:
+        self.copies += 1
+        return super().get_flat_params()
+
+
+def test_no_parameter_copy_is_taken_while_the_worker_still_publishes_the_last_one():
+    """Publishing every step with a worker that takes three steps per publish: a copy is taken
+    only at the boundaries where the worker is free to publish it (steps 1, 4, 7), not at every
+    due step, and the step after the worker finishes is due at once."""
+    told: list[tuple[int, bool]] = []
+    pending = PendingPublish()
+    hook = BoundaryHook(Mixer(GossipConfig(swarm="t")), ViewSlot(MixView(torch.zeros(4))), pending,
+                        lambda step, due: told.append((step, due)), Metrics(), PublishCadence(1, 0.0), lambda: 0.0)
+    tr, busy_until = CountingFlat(), 0
+    for k in range(1, 9):
+        tr.step_count = k
+        hook(tr, StepStats(k, 0.5, 8))
+        if told[-1][1]:  # the driver queues a job; the worker takes the copy and works on it
+            assert pending.needs_job() and pending.take() is not None
+            busy_until = k + 2
+        if k == busy_until:
+            pending.finished()
+    assert [k for k, due in told if due] == [1, 4, 7]
+    assert tr.copies == 3
+
+
+def test_a_copy_waiting_for_its_job_is_not_replaced_by_a_newer_one():
+    """The driver has not yet taken the copy handed over at step 1: steps 2 and 3 take none."""
+    pending, tr = PendingPublish(), CountingFlat()
+    hook = BoundaryHook(Mixer(GossipConfig(swarm="t")), ViewSlot(MixView(torch.zeros(4))), pending,
+                        lambda step, due: None, Metrics(), PublishCadence(1, 0.0), lambda: 0.0)
+    for k in (1, 2, 3):
+        tr.step_count = k
+        hook(tr, StepStats(k, 0.5, 8))
+    assert tr.copies == 1 and pending.take()[1] == 1
+    assert not pending.ready()  # taken, not yet finished
+    pending.finished()
+    assert pending.ready()
 
 
 def test_the_trainer_steps_larger_as_its_pulls_average_more_models_and_at_its_own_rate_alone():

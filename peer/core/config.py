@@ -23,8 +23,17 @@ class SessionConfig:
     """Decisions of `peer.core.session.Session` that involve time or counts."""
 
     request_timeout_s: float = 30.0
-    """A request (exchange, hello, state) not answered within this fails. Long enough for a
-    full fp32 snapshot of the 100m preset over a 100 Mb/s link (~35 MB, ~3 s) with margin."""
+    """A request not answered within this fails (a hello), and the part of every transfer's
+    deadline that does not grow with its size (`transfer_deadline_s`): a round trip, a queue
+    on the other side's node worker and a connect, with margin."""
+    min_transfer_rate: float = 2e6
+    """Bytes per second a transfer must at least keep up: one that may carry n bytes (an
+    exchange, whose answer can hold a whole snapshot, or a state) fails after
+    `request_timeout_s` + n / this. A snapshot is the model's size, from megabytes to ten
+    gigabytes across the presets, so no one fixed timeout fits them all: 2 MB/s (a 16 Mb/s
+    uplink, building, signing and verifying included) gives the 100m preset's snapshot about
+    four minutes and echo-2.4b's an hour and a half. Slower than this is a link too poor to
+    train over, or a peer holding our connection on purpose."""
     connect_timeout_s: float = 5.0
     """Of `request_timeout_s`, how long a TCP connect may take (a dead host fails fast)."""
     pulls_per_publish: int | None = None
@@ -85,6 +94,7 @@ class SessionConfig:
             "hello_every_s": self.hello_every_s, "evict_every_s": self.evict_every_s,
             "silence_timeout_s": self.silence_timeout_s, "bootstrap_retry_min_s": self.bootstrap_retry_min_s,
             "stall_min_s": self.stall_min_s, "join_retry_s": self.join_retry_s,
+            "min_transfer_rate": self.min_transfer_rate,
         }
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
@@ -109,6 +119,14 @@ class SessionConfig:
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         self.connect_timeout_s = min(self.connect_timeout_s, self.request_timeout_s)
+
+    def transfer_deadline_s(self, nbytes: int) -> float:
+        """Seconds a request that may move `nbytes` (both ways together) gets before it fails."""
+        return self.request_timeout_s + max(0, nbytes) / self.min_transfer_rate
+
+    def exchange_deadline_s(self, snapshot_bytes: int) -> float:
+        """An exchange's deadline: its request may push our snapshot and its answer carry theirs."""
+        return self.transfer_deadline_s(2 * snapshot_bytes)
 
     @property
     def pulls(self) -> int:

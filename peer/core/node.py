@@ -39,7 +39,7 @@ from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
 from peer.core.partner_steps import PartnerSteps
-from peer.core.snapshots import AnswerBudget, SnapshotCache
+from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
 from peer.core.view import CopyView, MixView, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
@@ -115,6 +115,11 @@ class GossipNode:
     def epoch(self) -> int:
         """This run of our public copy, and the epoch our tickets belong to."""
         return self.tickets.epoch
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """The largest frame an honest peer of this model sends: what transfer deadlines grow with."""
+        return snapshot_bytes(self.numel, self.partner_steps.enabled)
 
     # ------------------------------------------------------------------ own updates
     def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None) -> int:

@@ -17,8 +17,16 @@ from collections.abc import Collection
 
 import torch
 
+from peer.core.ingest import FRAME_OVERHEAD
 from peer.core.token_bucket import AddressBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
+
+def snapshot_bytes(numel: int, with_steps: bool) -> int:
+    """The most an honest snapshot frame of a `numel`-parameter model takes on the wire: one
+    exact fp32 vector, two with its sender's steps sum (`peer.core.partner_steps`), and the frame's
+    own bytes. Transfer deadlines grow with it (`SessionConfig.transfer_deadline_s`)."""
+    return (2 if with_steps else 1) * 4 * numel + FRAME_OVERHEAD
+
 
 SNAPSHOT_REUSE_S = 60.0
 """How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""

@@ -112,7 +112,7 @@ class AsyncDriver:
         cfg = self.session.cfg
         self._client = aiohttp.ClientSession(
             auto_decompress=False,  # a compressed body could expand past every limit before we look
-            timeout=aiohttp.ClientTimeout(total=cfg.request_timeout_s, sock_connect=cfg.connect_timeout_s),
+            timeout=self._timeout(cfg.request_timeout_s),  # hellos; exchanges and states set their own
         )
         if self.net_cfg.mdns:
             from peer.net.mdns import MdnsConfig, MdnsDiscovery
@@ -146,6 +146,10 @@ class AsyncDriver:
             await d.async_stop()
         if self._client is not None:
             await self._client.close()
+
+    def _timeout(self, total_s: float) -> aiohttp.ClientTimeout:
+        """A request's deadline (a transfer's, which grows with what it may carry), connect included."""
+        return aiohttp.ClientTimeout(total=total_s, sock_connect=self.session.cfg.connect_timeout_s)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -226,11 +230,12 @@ class AsyncDriver:
 
     async def _exchange(self, a: Exchange) -> None:
         key = bytes.fromhex(a.peer_id) if a.peer_id else None
-        t0 = self.mono()
+        t0, cfg = self.mono(), self.session.cfg
         try:
             body = await self.worker.call(self.node.build_request, key, NOW)
             assert self._client is not None
-            async with self._client.post(f"http://{a.address}/v1/exchange", data=body) as resp:
+            async with self._client.post(f"http://{a.address}/v1/exchange", data=body,
+                                         timeout=self._timeout(cfg.exchange_deadline_s(self.node.snapshot_bytes))) as resp:
                 reply = await read_capped(resp, self.node.limits.max_frame_bytes * 2)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
@@ -262,7 +267,8 @@ class AsyncDriver:
     async def _fetch_state(self, a: FetchState) -> None:
         try:
             assert self._client is not None
-            async with self._client.get(f"http://{a.address}/v1/state") as resp:
+            deadline = self.session.cfg.transfer_deadline_s(self.node.snapshot_bytes)
+            async with self._client.get(f"http://{a.address}/v1/state", timeout=self._timeout(deadline)) as resp:
                 data = await read_capped(resp, self.node.limits.max_frame_bytes)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")

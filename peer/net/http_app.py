@@ -9,7 +9,7 @@ not know its face (`peer.net.http_server` starts and stops the server).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from aiohttp import web
 
@@ -55,8 +55,9 @@ class PeerFace(StatusFace, Protocol):
 class PeerRoutes:
     """The gossip handlers: /v1/exchange, /v1/state, /v1/hello and /metrics."""
 
-    def __init__(self, face: PeerFace, metrics: "Metrics", request_timeout_s: float) -> None:
-        self.face, self.metrics, self.request_timeout_s = face, metrics, request_timeout_s
+    def __init__(self, face: PeerFace, metrics: "Metrics", deadline_s: Callable[[int], float]) -> None:
+        """`deadline_s(n)`: seconds a transfer of n bytes may take (`SessionConfig.transfer_deadline_s`)."""
+        self.face, self.metrics, self.deadline_s = face, metrics, deadline_s
 
     async def exchange(self, request: web.Request) -> web.Response:
         if not self.face.accepting:  # still joining: our public copy is about to be replaced
@@ -85,7 +86,7 @@ class PeerRoutes:
         await response.prepare(request)
         view = memoryview(data)
         try:  # a reader that stops reading holds its connection only until the asker's own deadline
-            await asyncio.wait_for(_write_all(response, view), self.request_timeout_s)
+            await asyncio.wait_for(_write_all(response, view), self.deadline_s(len(view)))
         except asyncio.TimeoutError:
             self.metrics.inc("http_refused_total", reason="slow_reader")
             if request.transport is not None:
@@ -112,12 +113,12 @@ async def _write_all(response: web.StreamResponse, view: memoryview) -> None:
 
 
 def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metrics: "Metrics",
-              request_timeout_s: float, shards: "ShardServer | None" = None) -> web.Application:
+              deadline_s: Callable[[int], float], shards: "ShardServer | None" = None) -> web.Application:
     """Every route of a peer; `shards` serves /v1/shards (None: those answer 404)."""
     max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
     guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel)
     app = web.Application(client_max_size=max_body, middlewares=[guard.middleware()])
-    routes = PeerRoutes(face, metrics, request_timeout_s)
+    routes = PeerRoutes(face, metrics, deadline_s)
     app.router.add_post("/v1/exchange", routes.exchange)
     app.router.add_get("/v1/state", routes.state)
     app.router.add_get("/v1/hello", routes.hello)

@@ -129,7 +129,7 @@ class GossipPeer:
         self.driver = AsyncDriver(self.worker, self.session_cfg, self.net_cfg, self.metrics, self.emit,
                                   on_adopt=self.trainer.adopt,
                                   probe=self.trainer.probe_better if self.trainer.capabilities.probe else None)
-        self.http = HttpServer(self.driver, self.worker, self.net_cfg, self.metrics, self.session_cfg.transfer_deadline_s,
+        self.http = HttpServer(self.driver, self.worker, self.net_cfg, self.metrics, self.session_cfg,
                                self.shards)
         hook = self.make_hook()
         self._thread.start()

@@ -21,6 +21,7 @@ from peer.net.status import StatusFace, StatusService
 from protocol import FrameRefused
 
 if TYPE_CHECKING:
+    from peer.core.config import SessionConfig
     from peer.metrics import Metrics
     from peer.net.config import NetConfig
     from peer.net.node_worker import NodeWorker
@@ -113,12 +114,13 @@ async def _write_all(response: web.StreamResponse, view: memoryview) -> None:
 
 
 def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metrics: "Metrics",
-              deadline_s: Callable[[int], float], shards: "ShardServer | None" = None) -> web.Application:
+              session_cfg: "SessionConfig", shards: "ShardServer | None" = None) -> web.Application:
     """Every route of a peer; `shards` serves /v1/shards (None: those answer 404)."""
     max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
-    guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel)
+    guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel,
+                         min_body_rate=session_cfg.min_transfer_rate)
     app = web.Application(client_max_size=max_body, middlewares=[guard.middleware()])
-    routes = PeerRoutes(face, metrics, deadline_s)
+    routes = PeerRoutes(face, metrics, session_cfg.transfer_deadline_s)
     app.router.add_post("/v1/exchange", routes.exchange)
     app.router.add_get("/v1/state", routes.state)
     app.router.add_get("/v1/hello", routes.hello)

@@ -27,7 +27,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from peer.core.ingest import exchange_work
+from peer.core.ingest import HEAD_BYTES, bundle_sender, exchange_work
 from peer.core.token_bucket import AddressBuckets
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
@@ -50,8 +50,13 @@ class RequestGuard:
     exchanges that spend no ticket of ours."""
 
     def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int,
-                 clock: Callable[[], float] = time.monotonic, *, model_bytes: int | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, model_bytes: int | None = None,
+                 min_body_rate: float = math.inf) -> None:
+        """`min_body_rate`: bytes per second a body must keep up past `NetConfig.body_read_timeout_s`
+        (`SessionConfig.min_transfer_rate`): a pushed snapshot is the model's size, so the deadline
+        grows with what has arrived; inf keeps the fixed deadline."""
         self.cfg, self.metrics, self.clock = cfg, metrics, clock
+        self.min_body_rate = min_body_rate
         self.max_body_bytes = max_body_bytes
         """The largest body accepted: a bundle larger than the frame limit is refused anyway."""
         self.model_bytes = model_bytes if model_bytes is not None else max_body_bytes // 2
@@ -104,12 +109,10 @@ class RequestGuard:
         held = [0]
         try:
             if request.body_exists:
-                refusal = await self._read_body(request, held)
+                refusal = await self._read_body(request, held, self._key_refusal if exchange else None)
                 if refusal is not None:
                     return refusal
             charged = self._charge(remote, request.get(BODY_KEY)) if exchange else None
-            if isinstance(charged, web.Response):
-                return charged
             response = await handler(request)
             if charged is not None and response.status == 200:  # its control frame verified: the key signed it
                 self._key_work.charge(charged[0], self.clock(), charged[1])
@@ -120,26 +123,46 @@ class RequestGuard:
             self.held -= held[0]
             count_down(self._open, remote)
 
-    def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float] | web.Response:
+    def _key_refusal(self, head: bytearray) -> web.Response | None:
+        """A 429 where the key a body's first bytes name (`peer.core.ingest.bundle_sender`) is out of
+        its work budget: refused before the rest of its body is read."""
+        if self._key_work.has(bundle_sender(head).hex(), self.clock()):
+            return None
+        return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
+                            f"{self.cfg.key_work_per_s:g} applied updates' work a second")
+
+    def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float]:
         """An exchange's work (`peer.core.ingest.exchange_work`, ticketed or not), charged to its address
-        before the node sees it; (the key it names, the work), or a 429 where that key is out of budget.
-        The key is unverified here: it is charged once the node has verified the control frame it signed
-        (`check`), so naming another's key spends no budget of theirs."""
-        now = self.clock()
+        before the node sees it; (the key it names, the work). The key is unverified here: it is charged
+        once the node has verified the control frame it signed (`check`), so naming another's key spends
+        no budget of theirs."""
         key, work = exchange_work(body or b"", self.model_bytes, self._bundles)
-        if not self._key_work.has(key.hex(), now):
-            return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
-                                f"{self.cfg.key_work_per_s:g} applied updates' work a second")
-        self._address_work.charge(remote, now, work)
+        self._address_work.charge(remote, self.clock(), work)
         return key.hex(), work
 
-    async def _read_body(self, request: web.Request, held: list[int]) -> web.Response | None:
+    async def _read_body(self, request: web.Request, held: list[int],
+                         head: Callable[[bytearray], web.Response | None] | None = None) -> web.Response | None:
         """Read the body into `request[BODY_KEY]`, counting each received byte against the budget
-        (`held[0]` is this request's share, given back when the request ends)."""
+        (`held[0]` is this request's share, given back when the request ends); `head` may refuse it
+        from its first `HEAD_BYTES` (or all of a shorter one), the rest unread."""
         body = bytearray()
 
         async def receive() -> web.Response | None:
-            async for chunk in request.content.iter_any():
+            nonlocal head
+            loop = asyncio.get_running_loop()
+            start, chunks = loop.time(), request.content.iter_any().__aiter__()
+            while True:  # the deadline moves on with every byte received, at the floor rate
+                left = start + self.cfg.body_read_timeout_s + len(body) / self.min_body_rate - loop.time()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                try:
+                    chunk = await asyncio.wait_for(chunks.__anext__(), left)
+                except StopAsyncIteration:
+                    return head(body) if head is not None else None
+                if head is not None and len(body) + len(chunk) >= HEAD_BYTES:
+                    refusal, head = head(body + chunk[:HEAD_BYTES - len(body)]), None
+                    if refusal is not None:
+                        return refusal
                 if len(body) + len(chunk) > self.max_body_bytes:
                     return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
                 if self.held + len(chunk) > self.body_budget:
@@ -147,12 +170,12 @@ class RequestGuard:
                 self.held += len(chunk)
                 held[0] += len(chunk)
                 body.extend(chunk)
-            return None
 
         try:
-            refusal = await asyncio.wait_for(receive(), self.cfg.body_read_timeout_s)
+            refusal = await receive()
         except asyncio.TimeoutError:
-            return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s")
+            return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s "
+                                                  f"and {self.min_body_rate:g} bytes/s")
         except (ConnectionError, OSError, RuntimeError, RequestPayloadError, HttpProcessingError) as exc:
             # The sender went away mid-body (aiohttp raises RuntimeError("Connection closed.") when
             # the transport is already gone), or broke the chunked framing.

@@ -9,11 +9,11 @@ after the driver, as one request in progress may still need the node worker.
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from aiohttp import web
 
 from peer.core.addresses import parse_address
+from peer.core.config import SessionConfig
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.errors import listen_failure
@@ -38,9 +38,9 @@ class HttpServer:
     """Serves a peer's routes on `net_cfg.listen`, its connections capped (`peer.net.connection_caps`)."""
 
     def __init__(self, face: PeerFace, worker: NodeWorker, net_cfg: NetConfig, metrics: Metrics,
-                 deadline_s: Callable[[int], float], shards: ShardServer | None = None) -> None:
+                 session_cfg: SessionConfig, shards: ShardServer | None = None) -> None:
         self.net_cfg, self.metrics = net_cfg, metrics
-        self._app = build_app(face, worker, net_cfg, metrics, deadline_s, shards)
+        self._app = build_app(face, worker, net_cfg, metrics, session_cfg, shards)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:

@@ -37,7 +37,7 @@ class Network:
     @classmethod
     def of(cls, driver: AsyncDriver) -> "Network":
         return cls(driver, HttpServer(driver, driver.worker, driver.net_cfg, driver.metrics,
-                                      driver.session.cfg.transfer_deadline_s))
+                                      driver.session.cfg))
 
     async def start(self) -> str:
         return await self.driver.async_start(await self.server.start())

@@ -25,7 +25,7 @@ from .limits import Limits
 from .sparse import SparseVector
 
 __all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
-           "pack_bundle", "unpack_bundle", "model_fingerprint", "model_spec_of",
+           "pack_bundle", "unpack_bundle", "bundle_spans", "BUNDLE_HEAD", "model_fingerprint", "model_spec_of",
            "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
 
 UPDATE_TENSOR = "delta"
@@ -171,6 +171,12 @@ def pack_bundle(frames: list[bytes]) -> bytes:
 def unpack_bundle(data: bytes | memoryview, limits: Limits) -> list[bytes]:
     """Split a bundle into frames (still unverified); FrameRefused on any bad framing."""
     view = memoryview(data).cast("B")
+    return [bytes(view[start:end]) for start, end in bundle_spans(view, limits)]
+
+
+def bundle_spans(data: bytes | bytearray | memoryview, limits: Limits) -> list[tuple[int, int]]:
+    """(start, end) of each frame of a bundle, nothing copied; FrameRefused on any bad framing."""
+    view = memoryview(data).cast("B")
     if len(view) > limits.max_frame_bytes:
         raise FrameRefused(RefusalReason.TOO_LARGE, f"bundle {len(view)} bytes")
     if len(view) < _COUNT.size:
@@ -180,7 +186,7 @@ def unpack_bundle(data: bytes | memoryview, limits: Limits) -> list[bytes]:
         raise FrameRefused(RefusalReason.BAD_MAGIC, f"bundle magic {magic!r}")
     if count > limits.max_bundle_frames:
         raise FrameRefused(RefusalReason.TOO_LARGE, f"{count} frames, limit {limits.max_bundle_frames}")
-    frames, pos = [], _COUNT.size
+    spans, pos = [], _COUNT.size
     for i in range(count):
         if pos + _LENGTH.size > len(view):
             raise FrameRefused(RefusalReason.TRUNCATED, f"bundle ends before frame {i}")
@@ -190,8 +196,12 @@ def unpack_bundle(data: bytes | memoryview, limits: Limits) -> list[bytes]:
             raise FrameRefused(RefusalReason.TOO_LARGE, f"frame {i} is {length} bytes")
         if pos + length > len(view):
             raise FrameRefused(RefusalReason.TRUNCATED, f"bundle ends inside frame {i}")
-        frames.append(bytes(view[pos:pos + length]))
+        spans.append((pos, pos + length))
         pos += length
     if pos != len(view):
         raise FrameRefused(RefusalReason.TRAILING_BYTES, f"{len(view) - pos} bytes after the frames")
-    return frames
+    return spans
+
+
+BUNDLE_HEAD = _COUNT.size + _LENGTH.size
+"""Where a bundle's first frame starts: a receiver can read its sender from the first bytes."""

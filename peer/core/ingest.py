@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from async_opt import NeighbourCopy
 from protocol import (
-    Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy, peek_frame_sender,
-    unpack_bundle, verify_frame,
+    PREFIX_SIZE, Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy,
+    peek_frame_sender, verify_frame,
 )
 from protocol.frame import SIGNATURE_SIZE
-from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
+from protocol.messages import BUNDLE_HEAD, SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR, bundle_spans
 
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 
@@ -128,9 +128,23 @@ def exchange_work(body: bytes | bytearray, model_bytes: int, limits: Limits) -> 
     `SNAPSHOT_PASSES`; a body that is no bundle costs `CONTROL_WORK` (the node refuses it unread).
     Charged before the node sees the exchange, so a key or address out of budget costs nothing."""
     try:
-        frames = unpack_bundle(body, limits)
-        sender = peek_frame_sender(frames[0]) if frames else b""
+        spans = bundle_spans(body, limits)
     except FrameRefused:
         return b"", CONTROL_WORK
-    decoded = frames[1:1 + MAX_GAP_UPDATES]
-    return sender, CONTROL_WORK + len(decoded) + SNAPSHOT_PASSES * sum(map(len, decoded)) / max(1, model_bytes)
+    decoded = spans[1:1 + MAX_GAP_UPDATES]
+    passes = len(decoded) + SNAPSHOT_PASSES * sum(end - start for start, end in decoded) / max(1, model_bytes)
+    return bundle_sender(body), CONTROL_WORK + passes
+
+
+HEAD_BYTES = BUNDLE_HEAD + PREFIX_SIZE
+"""The first bytes of a bundle, which name its first frame's sender (`bundle_sender`)."""
+
+
+def bundle_sender(head: bytes | bytearray) -> bytes:
+    """The key a bundle's first frame names, unverified, from its first `HEAD_BYTES`
+    bytes (b"" when they are not a frame's prefix): the key an exchange is charged to can be
+    known, and refused, before the rest of its body is read."""
+    try:
+        return peek_frame_sender(memoryview(head)[BUNDLE_HEAD:BUNDLE_HEAD + PREFIX_SIZE])
+    except FrameRefused:
+        return b""

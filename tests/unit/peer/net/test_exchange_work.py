@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
+from aiohttp import ClientSession, TCPConnector, web
+from aiohttp.test_utils import TestServer
 
 from peer.core.ingest import CONTROL_WORK, exchange_work
 from peer.metrics import Metrics
@@ -49,22 +49,27 @@ def guard() -> tuple[RequestGuard, list[float]]:
 
 
 def send(g: RequestGuard, remote: str, data: bytes, n: int = 1, *, verified: bool = True) -> tuple[list[int], int]:
-    """(statuses, how many reached the handler) of `n` exchanges with body `data` from `remote`;
-    `verified`: the node verified the control frame (else it answers 400)."""
+    """(statuses, how many reached the handler) of `n` exchanges with body `data` from `remote` (a
+    127.x.y.z address) through a server guarded by `g`; `verified`: the node verified the control
+    frame (else it answers 400)."""
     reached = [0]
 
     async def handler(request: web.Request) -> web.Response:
         reached[0] += 1
+        assert bytes(request[BODY_KEY]) == data
         request[TICKETED_KEY] = True
         return web.Response(body=b"answer", status=200 if verified else 400)
 
     async def main() -> list[int]:
-        statuses = []
-        for _ in range(n):
-            request = make_mocked_request("POST", "/v1/exchange").clone(remote=remote)
-            request[BODY_KEY] = bytearray(data)  # as `_read_body` leaves it
-            statuses.append((await g.check(request, handler)).status)
-        return statuses
+        app = web.Application(middlewares=[g.middleware()])
+        app.router.add_post("/v1/exchange", handler)
+        async with TestServer(app, host="127.0.0.1") as server:
+            async with ClientSession(connector=TCPConnector(local_addr=(remote, 0), force_close=True)) as client:
+                statuses = []
+                for _ in range(n):
+                    async with client.post(server.make_url("/v1/exchange"), data=data) as response:
+                        statuses.append(response.status)
+                return statuses
 
     return asyncio.run(main()), reached[0]
 
@@ -83,20 +88,20 @@ def test_work_grows_with_the_frames_and_their_bytes() -> None:
 def test_a_key_replaying_ticketed_snapshots_is_refused_before_the_node_sees_it() -> None:
     g, clock = guard()
     attacker = Identity.generate(b"\x02" * 32)
-    statuses, reached = send(g, "10.0.0.1", body(attacker, 1, snapshot=True), 20)
+    statuses, reached = send(g, "127.0.0.11", body(attacker, 1, snapshot=True), 20)
     assert reached <= 3 and statuses.count(429) == 20 - reached  # burst 8 buys two snapshots, and a debt
     assert g.metrics.get("http_refused_total", reason="key_work") == 20 - reached
     clock[0] = 60.0  # paid back at its rate: one more passes
-    assert send(g, "10.0.0.1", body(attacker, 1, snapshot=True))[0] == [200]
+    assert send(g, "127.0.0.11", body(attacker, 1, snapshot=True))[0] == [200]
     honest = Identity.generate(b"\x03" * 32)  # another key, another address: not held back
-    assert send(g, "10.0.0.2", body(honest, 1)) == ([200], 1)
+    assert send(g, "127.0.0.12", body(honest, 1)) == ([200], 1)
 
 
 def test_fresh_keys_from_one_address_are_refused_before_their_body_is_read() -> None:
     g, _ = guard()
     reached = 0
     for i in range(40):
-        reached += send(g, "10.0.0.1", body(Identity.generate(bytes([10 + i]) * 32), 1, snapshot=True))[1]
+        reached += send(g, "127.0.0.11", body(Identity.generate(bytes([10 + i]) * 32), 1, snapshot=True))[1]
     assert reached <= 5  # burst 16 at about 4 a snapshot exchange
     assert g.metrics.get("http_refused_total", reason="address_work") == 40 - reached
 
@@ -107,7 +112,7 @@ def test_a_partner_at_an_honest_pace_is_never_refused() -> None:
     statuses = []
     for t in range(240):  # two exchanges a second, one update each, for two minutes
         clock[0] = t / 2
-        statuses += send(g, "10.0.0.1", body(partner, 1))[0]
+        statuses += send(g, "127.0.0.11", body(partner, 1))[0]
     assert statuses == [200] * 240
 
 
@@ -116,5 +121,5 @@ def test_naming_another_key_spends_none_of_its_budget() -> None:
     victim = Identity.generate(b"\x05" * 32)
     forged = body(victim, 1, snapshot=True)  # the victim's key in the prefix; the node refuses it (400)
     for i in range(20):
-        send(g, f"10.0.1.{i}", forged, verified=False)
-    assert send(g, "10.0.0.9", body(victim, 1, snapshot=True)) == ([200], 1)
+        send(g, f"127.0.1.{i + 1}", forged, verified=False)
+    assert send(g, "127.0.0.19", body(victim, 1, snapshot=True)) == ([200], 1)

@@ -81,6 +81,11 @@ class GossipConfig:
     would need a fresh snapshot."""
     outbox_bytes: int = 256 * 2**20
     """Recent update frames kept to fill a neighbour's gap without a full snapshot."""
+    outbox_min_frames: int = 2
+    """Update frames kept whatever `outbox_bytes` says: a partner one or two publishes behind
+    (an exchange under way while we publish) is sent them, not a snapshot. One update of the
+    800m preset at the default codec is over 100 MB, of echo-2.4b hundreds of MB: past the
+    byte bound alone, every such partner would need the whole model."""
     clip_quantile: float = 0.5
     """Self-centred clipping radius = clip_multiplier × this quantile (an order statistic, taken
     low) of the neighbours' latest distances, one per neighbour: fewer than 1 − q of the
@@ -139,8 +144,9 @@ class GossipConfig:
             raise ValueError(f"publish_catch_up must be finite and >= 0 (0: off), got {self.publish_catch_up!r}")
         if self.max_neighbours < 1:
             raise ValueError(f"max_neighbours must be >= 1, got {self.max_neighbours}")
-        if self.outbox_bytes < 0:
-            raise ValueError(f"outbox_bytes must be >= 0, got {self.outbox_bytes}")
+        if self.outbox_bytes < 0 or self.outbox_min_frames < 0:
+            raise ValueError(f"outbox_bytes and outbox_min_frames must be >= 0, got {self.outbox_bytes}, "
+                             f"{self.outbox_min_frames}")
         if not 0.0 < self.clip_quantile <= 1.0 or self.clip_multiplier <= 0:
             raise ValueError("clip_quantile must be in (0, 1] and clip_multiplier > 0")
         if self.clip_min_neighbours < 1 or not self.clip_max_relative > 0:

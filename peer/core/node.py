@@ -84,7 +84,7 @@ class GossipNode:
         x0 = x0.detach().to(torch.float32).cpu().clone()
         self.public = PublicCopy(x0, cfg.clip_own_window)
         self.last_x = x0  # exact parameters at the last publish: what /v1/state serves
-        self.outbox = Outbox(cfg.outbox_bytes)
+        self.outbox = Outbox(cfg.outbox_bytes, cfg.outbox_min_frames)
         self.neighbours: dict[bytes, Neighbour] = {}
         # A fresh epoch per start: others then know our public copy began anew, and nothing
         # recorded for an earlier run of ours is taken. A real peer passes random `entropy`;

@@ -362,3 +362,20 @@ def pair(corpus, tmp_path_factory):
     finally:
         for proc in started:
             proc.kill()
+
+
+@pytest.fixture
+def victim_on_its_own_core(pair):
+    """The victim alone on one core, its honest neighbour and the attacking threads on the other:
+    the leeches' own CPU (on their own machines in a real attack) does not come out of the
+    victim's training, so its rate shows what answering them costs it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two cores: the victim on one, its neighbour and the attacker on the other")
+    mine = set(cpus)
+    pin(pair.victim.proc.pid, {cpus[0]})
+    for pid in (pair.honest.proc.pid, os.getpid()):
+        pin(pid, {cpus[1]})
+    yield pair
+    for pid in (pair.victim.proc.pid, pair.honest.proc.pid, os.getpid()):
+        pin(pid, mine)

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import threading
@@ -26,7 +25,7 @@ import time
 import pytest
 
 from protocol import make_snapshot_frame, pack_bundle
-from tests.adversarial.conftest import Forger, connect_from, http, metric, pin, source_ip
+from tests.adversarial.conftest import Forger, connect_from, http, metric, source_ip
 from tests.adversarial.test_snapshot_leech import _thread_cpu_s
 from tests.paths import REPO
 
@@ -173,21 +172,7 @@ def test_a_replayed_snapshot_is_applied_once(pair) -> None:
     assert stale >= ok - 2 * KEYS
 
 
-@pytest.fixture
-def victim_on_its_own_core(pair):
-    """The victim alone on one core, its honest neighbour and the attacker on the other."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("needs two cores: the victim on one, its neighbour and the attacker on the other")
-    pin(pair.victim.proc.pid, {cpus[0]})
-    for pid in (pair.honest.proc.pid, os.getpid()):
-        pin(pid, {cpus[1]})
-    yield pair
-    for pid in (pair.victim.proc.pid, pair.honest.proc.pid, os.getpid()):
-        pin(pid, set(cpus))
-
-
-def test_ticketed_snapshots_from_one_address_cost_training_at_most_a_tenth(victim_on_its_own_core) -> None:
+def test_ticketed_snapshots_from_one_address_cost_the_victim_a_tenth_of_a_core_at_most(victim_on_its_own_core) -> None:
     """Four keys from one address, each pushing a snapshot signed anew with the next seq (each one
     would change the copy held: the dearest exchange there is) under every ticket it is handed."""
     pair = victim_on_its_own_core

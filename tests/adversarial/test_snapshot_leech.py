@@ -14,7 +14,6 @@ second are printed and bounded loosely (0.8x) against a gross loss."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import statistics
@@ -27,7 +26,7 @@ from typing import NamedTuple
 import pytest
 
 from peer.core.gossip_config import GossipConfig
-from tests.adversarial.conftest import connect_from, http, metric, pin, source_ip, status
+from tests.adversarial.conftest import connect_from, http, metric, source_ip, status
 from tests.paths import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -117,23 +116,6 @@ def _window(pair, addresses: int) -> Window:
     elapsed = time.monotonic() - t0
     steps, cpu = status(pair.base)["step"] - step0, _thread_cpu_s(pid, pid) - cpu0
     return Window(steps / elapsed, sum(got), sum(sent), cpu / elapsed)
-
-
-@pytest.fixture
-def victim_on_its_own_core(pair):
-    """The victim alone on one core, its honest neighbour and the attacking threads on the other:
-    the leeches' own CPU (on their own machines in a real attack) does not come out of the
-    victim's training, so its rate shows what answering them costs it."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("needs two cores: the victim on one, its neighbour and the attacker on the other")
-    mine = set(cpus)
-    pin(pair.victim.proc.pid, {cpus[0]})
-    for pid in (pair.honest.proc.pid, os.getpid()):
-        pin(pid, {cpus[1]})
-    yield pair
-    for pid in (pair.victim.proc.pid, pair.honest.proc.pid, os.getpid()):
-        pin(pid, mine)
 
 
 def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(victim_on_its_own_core):

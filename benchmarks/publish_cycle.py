@@ -30,6 +30,7 @@ The trainer holds its parameters as separate tensors and mixes through a full pa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -53,7 +54,7 @@ from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
 from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
-from protocol import Identity  # noqa: E402
+from protocol import Identity, VerifiedFrame  # noqa: E402
 
 NOW = 1.7e9
 START_STEP = 1000
@@ -177,8 +178,15 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
 
 
 def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2,
-            start_step: int = START_STEP) -> dict[str, Any]:
+            start_step: int = START_STEP,
+            census: Callable[[GossipNode, list[GossipNode]], dict[str, Any]] | None = None,
+            partner_steps: float | None = None) -> dict[str, Any]:
+    """The period's figures at `numel` parameters; `census(ours, partners)`, if given, is asked
+    at the end what the nodes hold (benchmarks/scale.py) and its answer kept as "census".
+    `partner_steps`: `GossipConfig.partner_steps` (None: its default)."""
     cfg = GossipConfig(swarm="cycle", compression=compression)
+    if partner_steps is not None:
+        cfg = dataclasses.replace(cfg, partner_steps=partner_steps)
     timer = Timer()
     ours = Params(numel, 1, timer, add_in_place, start_step)
     spec = ours.param_spec()
@@ -211,8 +219,9 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
     sub(a.codec, "compress_sparse", {"publish": "    codec"})
     sub(messages_module, "encode_frame", {"publish": "    lz4 + sign"})
     sub(a.average, "update", {"publish": "  averaged weights"})
-    for mod in (ingest_module, node_module):
-        sub(mod, "decode_frame", {"ingest x2": "  verify + decode", "serve x2": "  verify + decode "})
+    # a frame's signature and header check, its payload's decode, and each control frame's (no nesting)
+    for owner, attr in ((ingest_module, "check_frame"), (VerifiedFrame, "decode"), (node_module, "decode_frame")):
+        sub(owner, attr, {"ingest x2": "  verify + decode", "serve x2": "  verify + decode "})
 
     def run(name: str, fn: Callable[[], Any]) -> Any:
         current[0] = name
@@ -224,8 +233,11 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
 
     key = a.identity.public_key
     rows: dict[str, list[float]] = defaultdict(list)
+    wire = 0.0
     for period in range(periods + 3):  # the first three fill the copies and acknowledgements: not counted
         timer.on, timer.period = period >= 3, defaultdict(float)
+        if period == 3:
+            wire = metrics.total("bytes_sent_total") + metrics.total("bytes_received_total")
         clock[0] += PERIOD_S
         ours.train()
         run("boundary", lambda: hook(ours, StepStats(step=ours.steps, loss=0.0, samples=1)))
@@ -249,6 +261,10 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
     rows["training"] = list(rows["boundary"])
     out: dict[str, Any] = {name: statistics.fmean(values) for name, values in rows.items()}
     out["update_bytes"] = a.last_publish_bytes
+    # bytes our node sent and received per period: its two pulls and the two it answers
+    out["wire_bytes"] = (metrics.total("bytes_sent_total") + metrics.total("bytes_received_total") - wire) / periods
+    if census is not None:
+        out["census"] = census(a, partners)
     out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read when they sample
     out["per_period"] = dict(rows)
     return out

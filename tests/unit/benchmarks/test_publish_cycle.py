@@ -19,9 +19,10 @@ def test_every_stage_is_timed_and_the_copies_held_are_the_ones_asked_for() -> No
     two = pc.measure(200_000, periods=3, compression="topk:0.1+int8", add_in_place=True, held=2, start_step=0)
     six = pc.measure(200_000, periods=3, compression="topk:0.1+int8", add_in_place=True, held=6, start_step=0)
     for row in (two, six):
-        for stage in ("boundary", "  mix", "publish", "    codec", "  averaged weights", "ingest x2", "worker"):
-            assert row[stage] > 0, stage
-        assert row["update_bytes"] > 0
+        for stage in ("boundary", "  mix", "publish", "    codec", "    lz4 + sign", "  averaged weights", "ingest x2",
+                      "  verify + decode", "serve x2", "  verify + decode ", "worker"):
+            assert row[stage] > 0, stage  # a stage whose function was renamed under it would read 0
+        assert row["update_bytes"] > 0 and row["wire_bytes"] > 2 * row["update_bytes"]
     assert (two["copies_held"], six["copies_held"]) == (2, 6)
 
 

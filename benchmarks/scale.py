@@ -1,0 +1,228 @@
+"""What gossip costs a peer at each model size, and what that means at `800m` and `echo-2.4b`.
+
+    python benchmarks/scale.py [--sizes 10000000,30000000,100000000] [--held 2,8] [--periods 4] [--json OUT]
+
+For each size and each count of neighbour copies held, in a fresh process: the publish periods
+of benchmarks/publish_cycle.py (our node, two partners we pull and who pull us, the rest held
+without pulling; the trainer adds the mix in place, as the TTS trainer does; one torch thread).
+It prints, per size:
+
+- CPU per parameter per period, by stage and by thread (ns: thread CPU seconds / parameters);
+- what our node holds, in fp32 copies of the model (4 bytes a parameter): a census of every
+  tensor storage and byte string reachable from the node, each counted once — the persistent
+  cost — and the process's peak RSS turned into the same units after taking out the trainers'
+  own parameters and the partners' holdings (an estimate of our node's peak, temporaries included);
+- the bytes our node sends and receives per period.
+
+Then it fits CPU seconds per period = a + b·n over the sizes (least squares) and copies held
+= c + d·(neighbours beyond two), and extrapolates: CPU seconds per period and CPU RAM (with and
+without `--offload`, which adds the fp32 masters, AdamW's two moments and a bf16 staging copy:
+14 bytes a parameter) at `800m` and `echo-2.4b`, and the publish cadence a 5% budget of training
+time would pick against an H100 and an RTX 4090 step of those presets (matmul FLOPs at 40% MFU,
+`gossip_tts.model.flops`, batch 16 of 512 frames, 128 text bytes, 256 reference frames).
+Everything measured is measured on this machine, named on the first line; the extrapolations
+say they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import resource
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # this checkout's code
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from machine import describe  # noqa: E402
+
+PRESETS = {"800m": 811_757_824, "echo-2.4b": 2_381_270_912}
+"""Parameters of the presets users train (gossip_tts.model, counted on the meta device)."""
+OFFLOAD_COPIES = 3.5
+"""CPU memory `--offload` adds, in fp32 copies: master weights and AdamW's two moments (12 bytes a
+parameter) and the bf16 staging of gradients (2 bytes): gossip_tts/train/offload.py."""
+BUDGET = 0.05
+"""The share of training time the cadence line budgets for the protocol."""
+GPUS = {"H100": 989.0, "RTX 4090": 165.0}
+"""Dense bf16 peak TFLOP/s (gossip_tts.train.mfu.PEAK_BF16_TFLOPS)."""
+MFU = 0.4
+SAMPLE = dict(batch=16, frames=512, text_len=128, ref_len=256)
+STAGES = ("publish", "    codec", "    lz4 + sign", "  averaged weights", "request x2", "ingest x2", "serve x2",
+          "boundary", "  mix")
+
+
+def held_bytes(root: Any, storages: set[int] | None = None) -> int:
+    """Bytes of every tensor storage, array and byte string reachable from `root`, each once
+    (`storages`: data pointers already counted elsewhere, to count each storage once over calls)."""
+    storages = set() if storages is None else storages
+    seen, total, stack = set(), 0, [root]
+    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, str, int, float, bool)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, skip) or obj is None:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() not in storages:
+                storages.add(storage.data_ptr())
+                total += storage.nbytes()
+            continue
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            total += len(obj)
+            continue
+        if isinstance(obj, np.ndarray):
+            total += obj.nbytes if obj.base is None else 0
+            continue
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def by_attribute(node: Any) -> dict[str, int]:
+    """What each of the node's attributes holds, a storage counted under the first that reaches
+    it (a view shares its copies' tensors: it shows what it adds); neighbours one by one."""
+    storages: set[int] = set()
+    out: dict[str, int] = {}
+    for name, value in vars(node).items():
+        if name == "neighbours":
+            for i, neighbour in enumerate(value.values()):
+                out[f"neighbour {i + 1}"] = held_bytes(neighbour, storages)
+        else:
+            out[name.lstrip("_")] = held_bytes(value, storages)
+    return {name: size for name, size in out.items() if size}
+
+
+def child(numel: int, held: int, periods: int, compression: str) -> dict[str, Any]:
+    """One size in this process: publish_cycle's periods, a census, the peak RSS."""
+    import publish_cycle
+
+    torch.set_num_threads(1)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def census(ours: Any, partners: list[Any]) -> dict[str, Any]:
+        return {"ours": held_bytes(ours), "partners": sum(held_bytes(p) for p in partners),
+                "by_attribute": by_attribute(ours)}
+
+    # partner steps off: the TTS trainer's Adam steps do not add (Capabilities.additive_steps)
+    out = publish_cycle.measure(numel, periods, compression, add_in_place=True, held=held, census=census,
+                                partner_steps=0.0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    copy = 4.0 * numel
+    trainers = 4  # our parameters, the two partners' and the flat start publish_cycle builds them from
+    return {
+        "numel": numel, "held": held,
+        "ns": {name: out[name] / numel * 1e9 for name in (*STAGES, "worker", "training")},
+        "census_copies": out["census"]["ours"] / copy,
+        "by_attribute": {name: size / copy for name, size in out["census"]["by_attribute"].items()},
+        "peak_copies": (peak - base - out["census"]["partners"]) / copy - trainers,
+        "wire_bytes": out["wire_bytes"], "update_bytes": out["update_bytes"],
+        "cpu_s": out["worker"] + out["training"],
+    }
+
+
+def run_child(numel: int, held: int, periods: int, compression: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"scale.py: size {numel:,} with {held} copies failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares a + b·x (a = 0, b = the mean ratio, when there is one point)."""
+    if len(xs) == 1:
+        return 0.0, ys[0] / xs[0]
+    b, a = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(a), float(b)
+
+
+def step_seconds(preset: str, tflops: float) -> float:
+    from gossip_tts.model import model_config, train_flops_per_sample
+
+    flops = train_flops_per_sample(model_config(preset), SAMPLE["frames"], SAMPLE["text_len"], SAMPLE["ref_len"])
+    return flops * SAMPLE["batch"] / (tflops * 1e12 * MFU)
+
+
+def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
+    sizes = sorted({r["numel"] for r in rows})
+    at = {(r["numel"], r["held"]): r for r in rows}
+    low = min(helds)
+    print(f"| ns per parameter per period ({low} copies held) | " + " | ".join(f"{n / 1e6:g}M" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name in (*STAGES, "worker", "training"):
+        label = "· " + name.strip() if name.startswith(" ") else name
+        print(f"| {label} | " + " | ".join(f"{at[n, low]['ns'][name]:.1f}" for n in sizes) + " |")
+    for held in helds:
+        present = [n for n in sizes if (n, held) in at]
+        print(f"| node's copies held, census ({held} neighbours) | "
+              + " | ".join(f"{at[n, held]['census_copies']:.2f}" if n in present else "-" for n in sizes) + " |")
+        print(f"| node's peak, estimated from RSS ({held} neighbours) | "
+              + " | ".join(f"{at[n, held]['peak_copies']:.1f}" if n in present else "-" for n in sizes) + " |")
+    held_by = {k for n in sizes for k, v in at[n, low]["by_attribute"].items() if v >= 0.005}
+    for name in sorted(held_by):
+        print(f"| · {name} | " + " | ".join(f"{at[n, low]['by_attribute'].get(name, 0.0):.2f}" for n in sizes) + " |")
+    print(f"| MB on the wire per period | " + " | ".join(f"{at[n, low]['wire_bytes'] / 1e6:.1f}" for n in sizes) + " |")
+    a, b = fit(sizes, [at[n, low]["cpu_s"] for n in sizes])
+    both = [n for n in sizes if all((n, h) in at for h in helds)]
+    per_neighbour = 0.0
+    if len(helds) > 1 and both:
+        hi = max(helds)
+        per_neighbour = float(np.mean([(at[n, hi]["census_copies"] - at[n, low]["census_copies"]) / (hi - low)
+                                       for n in both]))
+    persistent = at[sizes[-1], low]["census_copies"]
+    peak = at[sizes[-1], low]["peak_copies"]  # the largest size: the allocator's fixed part matters least there
+    print(f"\nfit over {', '.join(f'{n / 1e6:g}M' for n in sizes)}: CPU per period = {a:.3f} s + {b * 1e9:.1f} ns × n; "
+          f"at {sizes[-1] / 1e6:g}M the node holds {persistent:.2f} copies with {low} neighbours (peak ~{peak:.1f}), "
+          f"{per_neighbour:.2f} more per further neighbour")
+    print("extrapolated (not measured) to the presets users train:")
+    out = {"fit_a_s": a, "fit_b_s": b, "persistent_copies": persistent, "peak_copies": peak,
+           "per_neighbour_copies": per_neighbour, "presets": {}}
+    for preset, n in PRESETS.items():
+        cpu = a + b * n
+        ram = peak * 4 * n / 2**30
+        cadence = {gpu: step_seconds(preset, tf) for gpu, tf in GPUS.items()}
+        line = "; ".join(f"{gpu} step {s * 1e3:.0f} ms → publish every {math.ceil(cpu / (BUDGET * s))} steps"
+                         for gpu, s in cadence.items())
+        print(f"  {preset} ({n / 1e6:,.0f}M): {cpu:.1f} CPU-s per period; CPU RAM for gossip {ram:.1f} GiB "
+              f"({ram + OFFLOAD_COPIES * 4 * n / 2**30:.1f} GiB with --offload); at a {BUDGET:.0%} budget: {line}")
+        out["presets"][preset] = {"cpu_s": cpu, "ram_gib": ram,
+                                  "ram_offload_gib": ram + OFFLOAD_COPIES * 4 * n / 2**30, "step_s": cadence}
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        numel, held, periods, compression = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        print(json.dumps(child(numel, held, periods, compression)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000000,30000000,100000000")
+    ap.add_argument("--held", default="2,8", help="neighbour copies held, each a run (the larger at the two "
+                                                  "smallest sizes only: at 100M it needs over 10 GB)")
+    ap.add_argument("--periods", type=int, default=4)
+    ap.add_argument("--compression", default="topk:0.1+int8")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    helds = sorted(int(h) for h in args.held.split(","))
+    print(describe())
+    rows = []
+    for n in sizes:
+        for held in helds:
+            if held != helds[0] and n not in sorted(sizes)[:2]:
+                continue
+            print(f"measuring {n:,} parameters, {held} neighbour copies…", file=sys.stderr, flush=True)
+            rows.append(run_child(n, held, args.periods, args.compression))
+    out = report(rows, helds)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": describe(), "rows": rows, **out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""benchmarks/scale.py: its census counts every storage a node holds once, and a run at a tiny
+size gives every figure its report and extrapolation read."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from tests.paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import scale  # noqa: E402
+
+
+def test_the_census_counts_a_shared_storage_once_and_sees_bytes_and_views():
+    x = torch.zeros(1000)
+    holder = {"a": x, "b": x[10:20], "c": [b"\x00" * 300], "d": (torch.ones(5, dtype=torch.float64),)}
+    assert scale.held_bytes(holder) == 4000 + 300 + 40
+    counted: set[int] = set()
+    assert scale.held_bytes({"x": x}, counted) == 4000
+    assert scale.held_bytes({"again": x[:5]}, counted) == 0  # already counted under the first holder
+
+
+def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
+    rows = [scale.child(60_000, held, periods=2, compression="topk:0.1+int8") for held in (2, 3)]
+    two, three = rows
+    for name in (*scale.STAGES, "worker", "training"):
+        assert two["ns"][name] > 0, name
+    # our node: its public copy, last parameters, average, cached snapshot and two neighbour copies
+    for name in ("public", "last_x", "average", "neighbour 1", "neighbour 2"):
+        assert 0.99 < two["by_attribute"][name] < 1.01, name
+    assert 5.5 < two["census_copies"] < 7.5
+    assert 0.9 < three["census_copies"] - two["census_copies"] < 1.1  # a further neighbour: one more copy
+    assert two["wire_bytes"] > 0
+    out = scale.report(rows, [2, 3])
+    assert 0.9 < out["per_neighbour_copies"] < 1.1
+    for preset in scale.PRESETS:
+        figures = out["presets"][preset]
+        assert figures["cpu_s"] > 0 and figures["ram_offload_gib"] > figures["ram_gib"] > 0
+    assert "extrapolated (not measured)" in capsys.readouterr().out

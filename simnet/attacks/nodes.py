@@ -88,8 +88,9 @@ class NanForgingNode(GossipNode):
 
     It appends the frame and signs its control frame again to bind it, as any sender may bind
     what it likes: receivers then decode the frame and refuse it for its values (`non_finite`),
-    not for being unbound. It forges only into bodies that spend a ticket: of a first contact
-    the receiver decodes nothing. Each forged body counts `forged_frames_total`.
+    not for being unbound, or drop it unread where it cannot follow the copy they hold of us (a
+    gap). It forges only into bodies that spend a ticket: of a first contact the receiver decodes
+    nothing. Each forged body counts `forged_frames_total`.
     """
 
     def build_request(self, peer_key: bytes | None, now: float) -> bytes:

@@ -57,7 +57,9 @@ def test_nan_updates_are_refused_by_the_protocol():
     s = simulate(world, [{"name": "nan"}, {"name": "clean", "set": {"attack": {"kind": "none"}}}], [["nan", "clean"]])
     t = s["runs"]["nan"]["totals"]
     assert t["publish_failures"] >= 1  # the honest encoder will not sign NaN
-    assert t["forged_frames"] >= 1 and t["frames_refused"]["non_finite"] == t["forged_frames"]  # receivers refuse
+    # receivers refuse them for their values, or drop them unread where they cannot follow the copy held
+    # (no copy of the attacker yet: a gap), so none is applied and some are never decoded
+    assert t["forged_frames"] >= 1 and 1 <= t["frames_refused"]["non_finite"] <= t["forged_frames"]
     assert s["runs"]["nan"]["diverged_peers"] == 0
     assert s["ratios"]["nan/clean"]["final_loss"] < 1.05
 

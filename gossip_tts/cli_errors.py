@@ -36,9 +36,6 @@ def one_line(message: str) -> str:
 def fail_cleanly(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run `fn`; turn a user-facing error (bad value, missing file, damaged checkpoint, taken
     port, unusable data, missing extra) into one clear line and an exit status."""
-    from gossip_tts.data.errors import EmptyStreamError
-    from peer.local.checkpoint import CheckpointError
-
     try:
         return fn(*args, **kwargs)
     except KeyboardInterrupt:  # Ctrl+C outside the training loop (start-up, joining): no traceback
@@ -46,8 +43,17 @@ def fail_cleanly(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         sys.exit(130)
     except ValueError as exc:
         raise SettingError(one_line(str(exc) or type(exc).__name__)) from exc
-    except (CheckpointError, EmptyStreamError, OSError, ImportError) as exc:
+    except _problems_met_while_running() as exc:
         raise click.ClickException(one_line(str(exc) or type(exc).__name__)) from exc
+
+
+def _problems_met_while_running() -> tuple[type[BaseException], ...]:
+    """Read only once an error other than a bad value is raised: their modules import torch, and
+    a mistyped flag value (a ValueError) must be answered without waiting for it."""
+    from gossip_tts.data.errors import EmptyStreamError
+    from peer.local.checkpoint import CheckpointError
+
+    return CheckpointError, EmptyStreamError, OSError, ImportError
 
 
 class OneLineCommand(click.Command):

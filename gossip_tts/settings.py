@@ -141,10 +141,17 @@ def resolve(flags: Mapping[Key, tuple[Any, str]], config: Path | None = None,
     return merged
 
 
+CHECKED_FIRST = ("net",)
+"""Sections built (so checked) before the others: their checks import nothing heavy, and their
+flags (--listen, --peer) are typed by hand; the gossip section's checks import torch, which
+takes seconds, and a typo should be answered as fast as `--help`."""
+
+
 def build(settings: Mapping[Key, Setting], flag_names: Mapping[Key, str]) -> Any:
     """The app config; a dataclass's complaint is reworded to name the flag, variable or file."""
     built: dict[str, Any] = {}
-    order = [n for n, _ in sections() if n != APP_SECTION] + [APP_SECTION]  # the app receives the others
+    rest = [n for n, _ in sections() if n not in (APP_SECTION, *CHECKED_FIRST)]
+    order = [*CHECKED_FIRST, *rest, APP_SECTION]  # the app receives the others
     for section in order:
         values = {f: s for (sec, f), s in settings.items() if sec == section}
         kwargs = {f: s.value for f, s in values.items()}

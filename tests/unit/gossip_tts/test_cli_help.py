@@ -32,3 +32,20 @@ def test_simnet_help_names_every_built_in_scenario():
     names = [p.stem for p in (Path(simnet.__file__).parent / "scenarios").glob("*.toml")]
     assert len(names) >= 9
     assert all(name in out for name in names), (names, out)
+
+
+MISTYPED = """
+import sys
+from click.testing import CliRunner
+from gossip_tts.cli import main
+for args in (["--listen", "nonsense"], ["--peer", "nonsense"], ["--listen", "127.0.0.1:99999"], ["--peer", "a:b"]):
+    result = CliRunner().invoke(main, ["peer", *args])
+    assert result.exit_code == 2 and "Error: --" in result.output, (args, result.output)
+print("torch" in sys.modules)
+"""
+
+
+def test_a_mistyped_listen_or_peer_address_is_answered_before_torch_loads():
+    out = subprocess.run([sys.executable, "-c", MISTYPED], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "checking --listen/--peer imported torch: they wait seconds for it"

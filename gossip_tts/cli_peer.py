@@ -123,7 +123,7 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
         _nothing_saved()
     try:
         cfg = preflight.prepare_data(cfg, emit)
-        emit("building the model and reading the first batch…")
+        emit("opening the data and reading its first batch…")
         from gossip_tts.peer_app import run
 
         run(cfg, emit=emit)

@@ -27,10 +27,13 @@ __all__ = ["PeerAppConfig", "default_sources", "load_identity", "run", "sigterm_
 
 
 def default_sources(cache_dir: Path | None, emit=print) -> list[str]:
-    """The built-in corpus (made on first use) as the data source."""
+    """The built-in corpus (made on first use, saying so: it takes seconds) as the data source."""
     from gossip_tts.data import ensure_builtin_corpus
 
-    train_dir, _val_dir = ensure_builtin_corpus(cache_dir)
+    def announce(folder: Path) -> None:
+        emit(f"building the built-in corpus into {folder} (once, about 10 s)…")
+
+    train_dir, _val_dir = ensure_builtin_corpus(cache_dir, announce=announce)
     emit(f"no --data given: training on the built-in corpus at {train_dir}")
     return [str(train_dir)]
 
@@ -109,7 +112,7 @@ def _train(cfg: PeerAppConfig, group, stop: threading.Event, emit) -> LoopResult
         trainer = tts if group is None else GroupTrainer(tts, group_app.comm_for(group), verify=cfg.parallel.verify_sync)
         emit(
             f"model {cfg.train.preset} ({count_parameters(tts.model) / 1e6:.2f}M params) on {tts.device}, "
-            f"codec {tts.info.codec} dim {tts.info.latent_dim} @ {tts.info.frame_rate:.2f} Hz"
+            f"{tts.info.describe()}"
         )
         if cfg.solo:
             average = SoloAverage(cfg.gossip, trainer.param_spec())

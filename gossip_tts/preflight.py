@@ -141,11 +141,10 @@ class DirectoryLock:
 
 
 def prepare_data(cfg: Any, emit: Callable[[str], None]) -> Any:
-    """`cfg` with the built-in corpus resolved as its sources when it names none, saying so first:
-    building it takes seconds on first use."""
+    """`cfg` with the built-in corpus resolved as its sources when it names none (built, with a
+    line saying so, only the first time)."""
     if cfg.train.sources:
         return cfg
     from gossip_tts.peer_app import default_sources
 
-    emit("preparing the built-in corpus (built once into the cache, about 10 s the first time)…")
     return cfg.with_train(sources=default_sources(cfg.cache_dir, emit))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -13,6 +15,7 @@ from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
 from gossip_tts.model import sample
 from gossip_tts.synth_config import SynthConfig
+from gossip_tts.text_coverage import unseen_warning
 from gossip_tts.train.load import load_model
 
 
@@ -32,7 +35,12 @@ def check_length(n_frames: int, limit: int, frame_rate: float) -> None:
         )
 
 
-def run(cfg: SynthConfig, emit=print) -> Path:
+def _to_stderr(line: str) -> None:
+    print(f"WARNING {line}", file=sys.stderr, flush=True)
+
+
+def run(cfg: SynthConfig, emit=print, warn: Callable[[str], None] = _to_stderr) -> Path:
+    """Speak `cfg.text` into `cfg.out`; progress through `emit`, what the user should know through `warn`."""
     device = resolve_device(cfg.device)
     model, meta = load_model(cfg.checkpoint, device, cfg.weights)
     emit(f"{'averaged' if meta['weights'] == 'average' else 'live'} weights of {cfg.checkpoint} at step {meta.get('step')}")
@@ -41,6 +49,9 @@ def run(cfg: SynthConfig, emit=print) -> Path:
     if codec.latent_dim != codec_meta["latent_dim"]:
         raise ValueError(f"codec {codec.name} gives dim {codec.latent_dim}, checkpoint wants {codec_meta['latent_dim']}")
     mc = model.cfg
+    unseen = unseen_warning(cfg.text, meta.get("text_bytes"))
+    if unseen:
+        warn(unseen)
     ids = encode_text(cfg.text, mc.text_frontend)
     if len(ids) > mc.max_text_bytes:
         raise ValueError(f"--text is {len(ids)} bytes; this model was trained on texts of at most {mc.max_text_bytes}: split it")

@@ -72,6 +72,15 @@ class PackReport:
         )
 
 
+class TooFewClips(ValueError):
+    """Fewer than two clips are left to pack; `skipped` holds each clip left out and why, so the
+    user learns which clips to mend, not only that too few were left."""
+
+    def __init__(self, message: str, skipped: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.skipped = list(skipped)
+
+
 @dataclass
 class _Clip:
     key: str
@@ -136,10 +145,9 @@ def pack(cfg: PackConfig, progress: Callable[[int, int], None] | None = None) ->
     skipped: list[tuple[str, str]] = []
     clips = read_metadata(src, skipped)
     if len(clips) < 2:
-        raise ValueError(
+        raise TooFewClips(
             f"{src} has {len(clips)} usable clip(s); pack needs at least two of the speaker, "
-            "because each clip's speaker reference comes from a different clip"
-        )
+            "because each clip's speaker reference comes from a different clip", skipped)
     _check_out_dir(cfg)
     codec = load_codec(cfg.codec, weights=cfg.codec_weights, device=cfg.device)
     info = CodecInfo(codec=codec.name, latent_dim=int(codec.latent_dim), frame_rate=float(codec.frame_rate))
@@ -170,10 +178,9 @@ def pack(cfg: PackConfig, progress: Callable[[int, int], None] | None = None) ->
             pending = (clip, latent, seconds)
 
         if pending is None or first is None or pending[0] is first[0]:
-            raise ValueError(
+            raise TooFewClips(
                 f"{src} has {0 if first is None else 1} readable clip(s); pack needs at least two of the "
-                "speaker, because each clip's speaker reference comes from a different clip"
-            )
+                "speaker, because each clip's speaker reference comes from a different clip", skipped)
         emit(*pending, *first)
     report.shards = writer.close()
     report.manifest = write_manifest(Path(cfg.out_dir))
@@ -181,18 +188,22 @@ def pack(cfg: PackConfig, progress: Callable[[int, int], None] | None = None) ->
 
 
 def run(cfg: PackConfig, emit: Callable[[str], None] = print) -> PackReport:
-    """`gossip-tts pack`: pack with a progress line every 10% and a summary at the end."""
+    """`gossip-tts pack`: pack with a progress line every 10%, a summary at the end and a line for
+    every clip left out (also when too few are left to pack)."""
 
     def progress(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
             emit(f"encoded {done}/{total} clips")
 
-    report = pack(cfg, progress=progress)
+    try:
+        report = pack(cfg, progress=progress)
+    except TooFewClips as exc:  # the clips left out are why: name them before the error line
+        for key, reason in exc.skipped:
+            emit(f"  skipped {key}: {reason}")
+        raise
     emit(report.summary())
-    for key, reason in report.skipped[:20]:
+    for key, reason in report.skipped:
         emit(f"  skipped {key}: {reason}")
-    if report.n_skipped > 20:
-        emit(f"  ... and {report.n_skipped - 20} more")
     if report.manifest is not None:
         emit(f"wrote {MANIFEST_NAME}: share this corpus with --data {report.manifest.swarm_id}")
     return report

@@ -273,8 +273,10 @@ def ensure_builtin_corpus(
     n_speakers: int = 4,
     clips_per_speaker: int = 32,
     val_clips_per_speaker: int = 4,
+    announce: Callable[[Path], None] | None = None,
 ) -> tuple[Path, Path]:
-    """Returns (train_dir, val_dir) of the built-in corpus, building it on first use.
+    """Returns (train_dir, val_dir) of the built-in corpus, building it on first use;
+    `announce(folder)` is told only then, before the seconds the build takes.
 
     `cache_dir` is the corpus folder itself (default: `default_cache_dir(...)`). It is
     built in a temporary sibling folder and renamed into place with its marker already
@@ -294,6 +296,8 @@ def ensure_builtin_corpus(
         raise FileExistsError(f"{root} exists and is not a gossip-tts built-in corpus; choose another cache_dir")
     from gossip_tts.audio import load_codec
 
+    if announce is not None:
+        announce(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
     try:

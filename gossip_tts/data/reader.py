@@ -187,7 +187,7 @@ class LatentStream:
     def _check(self, shard: str, found: CodecInfo, key: str | None = None) -> CodecInfo:
         if self.info is None:
             self.info = found
-            log.info("latent space taken from shard %s: %s", shard, found)
+            log.info("latent space taken from shard %s: %s", shard, found.describe())
         elif not same_info(found, self.info):
             raise ShardMismatchError(shard, found, self.info, key)
         return self.info

@@ -16,6 +16,10 @@ class CodecInfo:
     latent_dim: int
     frame_rate: float
 
+    def describe(self) -> str:
+        """In words, as logs show it: `codec mel, 128 dims at 86.13 frames/s`."""
+        return f"codec {self.codec}, {self.latent_dim} dims at {self.frame_rate:.2f} frames/s"
+
 
 @dataclass
 class LatentSample:

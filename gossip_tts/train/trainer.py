@@ -43,18 +43,22 @@ def build_model(cfg: ModelConfig, seed: int, device: torch.device) -> EchoDiT:
 
 
 def speech_pace(sources: list[str], info: CodecInfo, n: int = 64, limits: DataLimits | None = None,
-                stop: threading.Event | None = None) -> float:
+                stop: threading.Event | None = None) -> tuple[float, frozenset[int]]:
     """Latent frames per text byte over the first `n` whole clips (batches are cropped), so
-    synthesis can guess how long a text takes to say in this data's voice and pace."""
+    synthesis can guess how long a text takes to say in this data's voice and pace; and the
+    distinct text bytes of those clips, so it can say which characters it was never taught."""
     frames = text_bytes = 0
+    seen: set[int] = set()
     with LatentStream(StreamConfig(sources=sources, info=info, shuffle_shards=False, shuffle_buffer=1, loop=False,
                                    prefetch=8, limits=limits or DataLimits()), interrupt=stop) as stream:
         for i, sample in enumerate(stream):
             if i >= n:
                 break
             frames += sample.frames
-            text_bytes += len(sample.text.encode("utf-8"))
-    return frames / max(1, text_bytes)
+            encoded = sample.text.encode("utf-8")
+            text_bytes += len(encoded)
+            seen.update(encoded)
+    return frames / max(1, text_bytes), frozenset(seen)
 
 
 _LIMITS = ("max_frames", "max_ref_frames", "max_text_bytes")
@@ -104,10 +108,14 @@ class TTSTrainer(Trainer):
         self._batches: Iterator[Batch] = iter(self.batcher)
         self._first: Batch | None = next(self._batches)  # reading one batch tells us the codec
         self.info: CodecInfo = self.stream.info
-        self.frames_per_text_byte = speech_pace(cfg.sources, self.info, limits=data, stop=stop)
+        log.info("building the %s model on %s%s…", cfg.preset, self.device,
+                 f" from {cfg.init_from}" if cfg.init_from else "")  # seconds to a minute on a busy CPU
+        self.frames_per_text_byte, seen = speech_pace(cfg.sources, self.info, limits=data, stop=stop)
         # Position limits are what training sees (a fine-tune keeps its base's longer ones: they were trained).
         init = load_checkpoint(cfg.init_from) if cfg.init_from else None
         saved = init[1].get("model_config", {}) if init else {}
+        self.text_bytes = sorted(seen | set(init[1].get("text_bytes") or []) if init else seen)
+        """Text bytes seen in a sample of the training texts (and its base's): synthesis names the others."""
         self.model_cfg = model_config(
             cfg.preset, self.info.latent_dim, max_frames=max(cfg.max_frames, saved.get("max_frames", 0)),
             max_text_bytes=max(cfg.max_text_bytes, saved.get("max_text_bytes", 0)),
@@ -313,6 +321,7 @@ class TTSTrainer(Trainer):
             "codec": asdict(self.info),
             "train_config": self.cfg.to_json(),
             "frames_per_text_byte": self.frames_per_text_byte,
+            "text_bytes": self.text_bytes,
         }
         return tensors, meta
 

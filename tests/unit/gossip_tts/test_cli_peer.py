@@ -91,7 +91,8 @@ def test_default_checkpoint_dir_is_never_silently_overwritten(tmp_path):
 
 def test_a_given_checkpoint_dir_that_holds_a_run_is_never_silently_started_over(tmp_path):
     save_checkpoint(tmp_path / "run1", {"w": torch.zeros(2)}, {"step": 45, "train_config": {"preset": "tiny"}})
-    result = invoke("--checkpoint-dir", "run1", "--preset", "tiny", "--device", "cpu", "--solo")
+    result = invoke("--checkpoint-dir", "run1", "--preset", "tiny", "--device", "cpu", "--solo", "--max-steps", "1",
+                    "--data", str(tmp_path / "missing"))  # without the check, it would stop on the missing data
     assert result.exit_code == 2, result.output
     error = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "run1 already holds a checkpoint (step 45, preset tiny)" in error[0], result.output
@@ -109,6 +110,16 @@ def test_overwrite_starts_over_in_a_folder_that_holds_a_run(tmp_path):
 def test_resume_and_overwrite_together_are_refused(tmp_path):
     result = invoke("--checkpoint-dir", "run1", "--overwrite", "--resume", "--device", "cpu", "--solo")
     assert result.exit_code == 2 and "--resume and --overwrite" in result.output, result.output
+
+
+def test_the_built_in_corpus_line_is_said_only_when_it_is_built():
+    from gossip_tts.peer_config import PeerAppConfig
+    from gossip_tts.preflight import prepare_data
+
+    prepare_data(PeerAppConfig(), lambda line: None)  # built here if this machine never built it
+    again: list[str] = []
+    cfg = prepare_data(PeerAppConfig(), again.append)
+    assert cfg.train.sources and len(again) == 1 and again[0].startswith("no --data given: training on"), again
 
 
 def test_a_checkpoint_dir_is_locked_by_one_peer(tmp_path):

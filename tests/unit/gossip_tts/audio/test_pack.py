@@ -119,6 +119,24 @@ def test_one_clip_cannot_reference_another(tmp_path) -> None:
     assert not list((tmp_path / "out2").glob("*.tar"))
 
 
+def test_run_names_every_clip_it_drops_also_when_too_few_are_left(tmp_path) -> None:
+    src = _make_folder(tmp_path / "two", ["a|fine", "b|broken", "c|", "d|no wav"], {"a": _tone(200), "b": b"not a wav"})
+    lines: list[str] = []
+    with pytest.raises(ValueError, match="1 readable clip"):
+        run(PackConfig(src, tmp_path / "out"), emit=lines.append)
+    named = sorted(line for line in lines if line.startswith("  skipped"))
+    assert [line.split(":")[0] for line in named] == ["  skipped b", "  skipped c", "  skipped d"], lines
+    assert "unreadable wav" in named[0] and "empty text" in named[1] and "missing wav" in named[2]
+
+
+def test_run_names_every_dropped_clip_however_many(tmp_path) -> None:
+    keys = [f"k{i:02d}" for i in range(30)]
+    src = _make_folder(tmp_path / "many", ["a|one", "b|two", *(f"{k}|gone" for k in keys)], {"a": _tone(200), "b": _tone(300)})
+    lines: list[str] = []
+    run(PackConfig(src, tmp_path / "out"), emit=lines.append)
+    assert [line for line in lines if line.startswith("  skipped")] == [f"  skipped {k}: missing wav" for k in keys]
+
+
 def test_existing_shards_are_not_silently_mixed(tmp_path) -> None:
     src = _make_folder(tmp_path / "spk", ["a|one", "b|two"], {"a": _tone(200), "b": _tone(300)})
     pack(PackConfig(src, tmp_path / "out"))

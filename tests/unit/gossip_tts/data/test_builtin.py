@@ -102,6 +102,14 @@ def test_builtin_corpus_is_deterministic_real_and_reused(tmp_path, monkeypatch):
 
 
 @needs_mel
+@needs_mel
+def test_the_build_is_announced_only_when_it_happens(tmp_path):
+    told: list[Path] = []
+    ensure_builtin_corpus(tmp_path / "c", **SMALL, announce=told.append)
+    ensure_builtin_corpus(tmp_path / "c", **SMALL, announce=told.append)
+    assert told == [tmp_path / "c"]
+
+
 def test_builtin_refuses_a_foreign_folder(tmp_path):
     (tmp_path / "mine.txt").write_text("not a corpus")
     with pytest.raises(FileExistsError):

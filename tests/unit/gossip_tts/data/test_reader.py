@@ -257,3 +257,14 @@ def test_config_validation():
     with pytest.raises(ValueError):
         StreamConfig(["x"], info=CodecInfo("mel", -1, 86.0))
     assert StreamConfig("a/dir").sources == ["a/dir"]
+
+
+def test_the_latent_space_is_logged_in_words(tmp_path, caplog):
+    from gossip_tts.data import ensure_builtin_corpus
+
+    train, _ = ensure_builtin_corpus(tmp_path / "c", n_speakers=1, clips_per_speaker=2, val_clips_per_speaker=1)
+    caplog.set_level(logging.INFO, logger=READER_LOG)
+    with LatentStream(StreamConfig(sources=[str(train)], loop=False)) as stream:
+        next(iter(stream))
+    lines = [r.getMessage() for r in caplog.records if "latent space taken" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith(": codec mel, 128 dims at 86.13 frames/s"), lines

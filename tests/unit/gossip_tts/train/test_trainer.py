@@ -111,3 +111,21 @@ def test_step_trains_on_what_next_batch_returns(corpus):
         assert a.served == 3
     finally:
         a.close()
+
+
+def test_the_checkpoint_records_the_text_bytes_of_its_training_texts(corpus):
+    from gossip_tts.data.reader import LatentStream, StreamConfig
+
+    with LatentStream(StreamConfig(sources=[corpus], shuffle_shards=False, shuffle_buffer=1, loop=False)) as stream:
+        texts = [sample.text for sample in stream]
+    _, meta = make(corpus).state_tensors()
+    assert set(meta["text_bytes"]) == set("".join(texts).encode("utf-8")), meta["text_bytes"]
+
+
+def test_one_line_says_the_model_is_being_built(corpus, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="gossip_tts")
+    make(corpus)
+    said = [r.getMessage() for r in caplog.records if r.name == "gossip_tts.train.trainer"]
+    assert said == ["building the tiny model on cpu…"], said

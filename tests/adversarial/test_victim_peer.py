@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 import torch
 
 from protocol import VerifyPolicy, decode_frame
@@ -18,6 +19,8 @@ from protocol.limits import Limits
 from tests.adversarial.conftest import Forger
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import PeerProcess
+
+pytestmark = pytest.mark.slow  # attacks on a real victim peer process: run by .ci/run's slow section
 
 
 def _request(url: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, bytes]:

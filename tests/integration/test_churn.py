@@ -10,9 +10,13 @@ import re
 import signal
 import time
 
+import pytest
+
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import last_step
 from tests.integration.swarm_checks import eval_loss
+
+pytestmark = pytest.mark.slow  # real peer processes killed and joined over minutes: run by .ci/run's slow section
 
 STEP_LIMIT = 6000  # never reached: every peer here is stopped by a signal
 JOINER_STEPS = 60

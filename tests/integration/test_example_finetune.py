@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+pytestmark = pytest.mark.slow  # the voice example end to end, minutes: run by .ci/run's slow section
+
 ROOT = Path(__file__).resolve().parents[2]
 VOICE = ROOT.parent / "shared" / "data" / "ljspeech-mini"
 

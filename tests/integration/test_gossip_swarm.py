@@ -11,9 +11,12 @@ for gossip peers vs 1.114 for the control; mean pairwise parameter distance 3.4â
 top-1% (Î³=0.02) the spread was 8.8 vs 13.1, so that setting would fail it.
 """
 
+import pytest
 
 from tests.integration.conftest import tiny_args
 from tests.integration.swarm_checks import eval_loss, flat_params, mean_pairwise_distance
+
+pytestmark = pytest.mark.slow  # three real peer processes train for minutes: run by .ci/run's slow section
 
 STEPS = 400
 COMPRESSION = "topk:0.1+int8"

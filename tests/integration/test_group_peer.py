@@ -11,6 +11,8 @@ import pytest
 
 from tests.integration.conftest import tiny_args
 
+pytestmark = pytest.mark.slow  # a torchrun group of real peer processes per strategy: run by .ci/run's slow section
+
 STEPS = 60
 GLOO_LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo"} if Path("/sys/class/net/lo").exists() else {}
 

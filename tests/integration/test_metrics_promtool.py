@@ -17,6 +17,8 @@ import pytest
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import PeerProcess
 
+pytestmark = pytest.mark.slow  # a lone peer and a swarm of three real peer processes, scraped: run by .ci/run's slow section
+
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "gossip-tts-dashboard.json"

@@ -4,9 +4,13 @@ import re
 import signal
 import time
 
+import pytest
+
 from peer.local.checkpoint import load_checkpoint
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import last_step
+
+pytestmark = pytest.mark.slow  # real peer processes killed and resumed: run by .ci/run's slow section
 
 
 def test_kill_then_resume_continues_from_the_same_step(corpus, spawn, tmp_path):

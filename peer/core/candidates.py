@@ -17,7 +17,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from peer.core.addresses import PeerInfo, parse_address
+from peer.core.addresses import PeerInfo
+from peer.core.diversity import host_of
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,6 @@ class CandidateConfig:
             raise ValueError(f"dial_deadline_s must be a finite number > 0, got {self.dial_deadline_s!r}")
         if self.per_host < 1 or self.reserved < 0:
             raise ValueError(f"per_host must be >= 1 and reserved >= 0, got {self.per_host}, {self.reserved}")
-
-
-def host_of(address: str) -> str:
-    return parse_address(address)[0]
 
 
 def room_for(info: PeerInfo, unverified: list[str], max_candidates: int, cfg: CandidateConfig) -> bool:

@@ -8,25 +8,62 @@ hold a slot, never two with one neighbour; one open longer than a few smoothed r
 stalls and frees its slot (it still waits for its answer or timeout), and at most
 `max_partners` are open in all. Behind a partition most partners may sit across the cut:
 each stalls in turn, and the ones left free are those on our side. A partner whose
-exchange failed is replaced, first by a verified peer whose last request succeeded.
+exchange failed is replaced, first by a verified peer whose last request succeeded, and so is
+one whose answers keep carrying nothing. Vacancies are filled spread over hosts and subnets
+first (`peer.core.diversity`), and a pull goes to the free partner whose answers carried news
+most often, more likely (`PartnerConfig`).
 Pure and single-owner, like the session. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import dataclass
 
 from peer.core.config import SessionConfig
+from peer.core.diversity import spread
 from peer.core.table import NeighbourTable
+
+
+@dataclass(frozen=True)
+class PartnerConfig:
+    """How partners are weighed against each other; a session takes the defaults."""
+
+    per_host: int = 2
+    """Partners on one host (IP) while partners elsewhere can be found: one machine's many
+    listeners fill the rest of the slots only when nobody else is there."""
+    per_subnet: int = 4
+    """As `per_host`, per /24 (IPv4) or /64 (IPv6)."""
+    barren_answers: int = 3
+    """Consecutive answers that carried nothing after which a partner is replaced like a failed
+    one, and taken again only when we have no partner at all: a prompt but useless partner
+    otherwise keeps its slot for good. An honest partner that published since our last pull
+    sends news."""
+    news_weight: float = 0.25
+    """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
+    partner drawn in proportion to its score, a new one starting at half: one that answers news
+    gets most pulls, and one that answers nothing is still asked, until it is replaced."""
+
+    def __post_init__(self) -> None:
+        if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 1:
+            raise ValueError(f"per_host, per_subnet and barren_answers must be >= 1, got {self}")
+        if not (0 < self.news_weight <= 1 and math.isfinite(self.news_weight)):
+            raise ValueError(f"news_weight must be in (0, 1], got {self.news_weight!r}")
 
 
 class Exchanges:
     """The partner set and the exchanges in flight (token -> address)."""
 
-    def __init__(self, cfg: SessionConfig, rtt_smoothing: float) -> None:
+    def __init__(self, cfg: SessionConfig, rtt_smoothing: float, partner_cfg: PartnerConfig | None = None) -> None:
         self.cfg = cfg
+        self.partner_cfg = partner_cfg or PartnerConfig()
         self.rtt_smoothing = rtt_smoothing
         self.partners: list[str] = []
+        self.scores: dict[str, float] = {}
+        """Per partner, how often its answers carried news (an average weighted to the newest)."""
+        self._empty: dict[str, int] = {}  # partner -> consecutive answers that carried nothing
+        self._barren: set[str] = set()  # replaced for answering nothing: taken again only when nobody else is left
         self.in_flight: dict[int, str] = {}
         self._started: dict[int, float] = {}
         self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
@@ -54,26 +91,49 @@ class Exchanges:
                 if h.failures == 0:
                     healthy.add(p.address)
         self.partners = [a for a in self.partners if a in verified]
-        for eligible in (healthy, verified):
+        self._barren &= verified
+        p = self.partner_cfg
+        for eligible, spreading in ((healthy - self._barren, True), (verified - self._barren, True),
+                                    (healthy - self._barren, False), (verified - self._barren, False),
+                                    (verified if not self.partners else set(), False)):
+            vacancies = self.cfg.max_partners - len(self.partners)
             pool = sorted(eligible - set(self.partners))
-            while len(self.partners) < self.cfg.max_partners and pool:
-                self.partners.append(pool.pop(rng.randrange(len(pool))))
+            if vacancies <= 0 or not pool:
+                continue
+            order = [pool.pop(rng.randrange(len(pool))) for _ in range(len(pool))]
+            self.partners += (spread(order, vacancies, p.per_host, p.per_subnet, held=self.partners) if spreading
+                              else order[:vacancies])
+        self.scores = {a: self.scores.get(a, 0.5) for a in self.partners}
         busy = set(self.in_flight.values())
         free = [a for a in self.partners if a not in busy]
-        return rng.choice(free) if free else None
+        if not free:
+            return None
+        if len({self.scores[a] for a in free}) == 1:
+            return rng.choice(free)
+        return rng.choices(free, weights=[self.scores[a] for a in free])[0]
 
     def start(self, token: int, address: str, now: float) -> None:
         self.in_flight[token] = address
         self._started[token] = now
 
-    def finish(self, token: int, failed: bool, rtt: float | None = None) -> str | None:
-        """Close `token`; returns its address (None if unknown). A failed partner is dropped."""
+    def finish(self, token: int, failed: bool, rtt: float | None = None, carried: int | None = None) -> str | None:
+        """Close `token`; returns its address (None if unknown). A failed partner is dropped, and so
+        is one whose last `barren_answers` answers carried nothing (`carried`: the frames its answer
+        brought that changed or could change our copy of it; None: not told)."""
         address = self.in_flight.pop(token, None)
         self._started.pop(token, None)
         if address is None:
             return None
+        if not failed and carried is not None and address in self.scores:
+            w = self.partner_cfg.news_weight
+            self.scores[address] = (1 - w) * self.scores[address] + w * (carried > 0)
+            self._empty[address] = 0 if carried > 0 else self._empty.get(address, 0) + 1
+            if self._empty[address] >= self.partner_cfg.barren_answers:
+                self._barren.add(address)
+                failed = True
         if failed and address in self.partners:  # replaced at the next choice
             self.partners.remove(address)
+            self._empty.pop(address, None)
         if not failed and rtt is not None and rtt >= 0:
             a = self.rtt_smoothing
             self._rtt_s = rtt if self._rtt_s is None else (1 - a) * self._rtt_s + a * rtt

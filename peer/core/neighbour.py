@@ -52,3 +52,6 @@ class ExchangeResult:
     refused: int
     accepted: bool = True
     """False when the control frame held no live ticket of ours: nothing of it was applied."""
+    news: int = 0
+    """Frames that changed our copy of the sender: what an answer to our pull brought
+    (`Session.exchange_done(carried=...)`; a partner whose answers keep bringing none is replaced)."""

@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection
 
 import torch
 
-from async_opt import PublicCopy, safe_norm
+from async_opt import PublicCopy
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
@@ -40,7 +40,7 @@ from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
 from peer.core.partner_steps import PartnerSteps
 from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
-from peer.core.view import CopyView, MixView, ViewSlot
+from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
     bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
@@ -100,8 +100,8 @@ class GossipNode:
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
         self._published_at: float | None = None
-        self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
-        self.view_slot = ViewSlot(MixView(self.public.x_hat, (), self._public_norm, public_moves=()))
+        self._views = ViewBuilder()
+        self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
         self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
                                           cfg.max_neighbours, cfg.clip_power)
@@ -265,14 +265,9 @@ class GossipNode:
 
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
-        copies = tuple(
-            CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step, n.pulled)
-            for key, n in self.neighbours.items() if n.copy.x_hat is not None
-        )
-        if self._public_norm_of is not self.public.x_hat:  # once per public-copy change, on this thread
-            self._public_norm, self._public_norm_of = safe_norm(self.public.x_hat), self.public.x_hat
-        self.view_slot.publish(MixView(self.public.x_hat, copies, self._public_norm, self._published_at,
-                                       tuple(self.public.moves)))
+        copies = [CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step, n.pulled)
+                  for key, n in self.neighbours.items() if n.copy.x_hat is not None]
+        self.view_slot.publish(self._views.build(self.public.x_hat, copies, self._published_at, tuple(self.public.moves)))
 
     def _control_frame(self, peer_key: bytes | None, now: float, *, to_epoch: int, ticket: int, reply: int,
                        offer: int, frames: list[bytes]) -> bytes:
@@ -341,12 +336,12 @@ class GossipNode:
         frames, refusals = screen(raw_frames, sender, bound=control.bundle == bundle_digest(raw_frames))
         for reason, count in Counter(refusals).items():
             self.metrics.inc("frames_refused_total", count, reason=reason)
-        refused, changed = len(refusals), False
+        refused, news = len(refusals), 0
         for raw in frames:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
                 if (dropped := self._unchanging(n, raw, checked.header)) is None:
-                    changed |= self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
+                    news += self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
             except FrameRefused as exc:
                 dropped = exc.reason.value
             if dropped:
@@ -355,13 +350,13 @@ class GossipNode:
         if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq))[0]:
             self.metrics.inc("partner_steps_taken_total")
             self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
-        if changed:
+        if news:
             self._versions += 1
             n.version = self._versions
         n.pulled = n.version if pulled and n.copy.x_hat is not None else n.pulled
         self._publish_view()
         self.metrics.inc("exchanges_total")
-        return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted)
+        return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted, news)
 
     def _unchanging(self, n: Neighbour, raw: bytes, header: FrameHeader) -> str | None:
         """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap, counted) or why it is refused."""

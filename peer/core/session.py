@@ -176,9 +176,10 @@ class Session:
         return [Count("publish_failures_total"), Log(f"could not publish an update at step {step}: {error}", "error")]
 
     def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
-                      error: str | None = None) -> list[Action]:
-        """An exchange we started ended: `error` is None on a verified reply."""
-        address = self.exchanges.finish(token, error is not None, rtt)
+                      error: str | None = None, carried: int | None = None) -> list[Action]:
+        """An exchange we started ended: `error` is None on a verified reply; `carried`: how many of
+        its frames could change our copy of the partner (None: not told; `Exchanges.finish`)."""
+        address = self.exchanges.finish(token, error is not None, rtt, carried)
         if address is None:
             return []
         if error is not None:

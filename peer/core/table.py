@@ -26,6 +26,7 @@ from typing import Collection, Iterable
 
 from peer.core.addresses import PeerInfo, is_peer_id, parse_address
 from peer.core.config import SessionConfig
+from peer.core.diversity import spread
 
 
 @dataclass
@@ -44,6 +45,11 @@ class NeighbourConfig:
     """Addresses we listen on (after binding): never added."""
     rtt_smoothing: float = 0.125
     """Weight of a new round-trip sample in the smoothed RTT (TCP's SRTT uses 1/8)."""
+    hello_per_host: int = 4
+    """Peers on one host (IP) that one hello of ours names: many listeners on one machine that
+    answer us are not handed on to the swarm as many peers."""
+    hello_per_subnet: int = 8
+    """As `hello_per_host`, per /24 (IPv4) or /64 (IPv6)."""
 
     def __post_init__(self) -> None:
         if self.max_peers < 1:
@@ -52,6 +58,9 @@ class NeighbourConfig:
             raise ValueError(f"max_failures must be >= 1, got {self.max_failures}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.hello_per_host < 1 or self.hello_per_subnet < 1:
+            raise ValueError(f"hello_per_host and hello_per_subnet must be >= 1, got {self.hello_per_host}, "
+                             f"{self.hello_per_subnet}")
         if not 0 < self.rtt_smoothing <= 1:
             raise ValueError(f"rtt_smoothing must be in (0, 1], got {self.rtt_smoothing}")
         if isinstance(self.self_addresses, str):
@@ -149,12 +158,13 @@ class NeighbourTable:
         """Up to n live peers that answered us at least once, to share in a /v1/hello reply.
 
         Only peers we have reached ourselves are passed on, so one bad address is not
-        spread through the swarm by peers that never tried it.
+        spread through the swarm by peers that never tried it, and at most `hello_per_host` and
+        `hello_per_subnet` of one host and subnet (`peer.core.diversity`).
         """
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         pool = [p for p in self.verified() if p.address not in exclude and p.peer_id not in exclude]
-        return rng.sample(pool, min(n, len(pool)))
+        return spread(rng.sample(pool, len(pool)), n, self.cfg.hello_per_host, self.cfg.hello_per_subnet)
 
     def is_self(self, info: PeerInfo) -> bool:
         return bool(info.peer_id and info.peer_id == self.cfg.self_peer_id) or info.address in self.cfg.self_addresses

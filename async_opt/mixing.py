@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["clip", "safe_norm", "safe_distances",
-           "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta",
+           "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta", "mix_delta_of_copies",
            "check_power", "pull_scale", "consensus_distance"]
 
 
@@ -315,6 +315,39 @@ def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
     for d, w in rest:
         out.add_(d.to(out.dtype), alpha=w)
     return out
+
+
+def mix_delta_of_copies(public: Tensor, copies: Sequence[tuple[Tensor, float, float]], rho: float | None,
+                        power: float = 1.0) -> Tensor | None:
+    """`mix_delta` (per copy) from the copies themselves, ``(x̂_j, λ_j, ||x̂_j − x̂_i||)``, or None when
+    nothing moves x: the CHOCO-SGD consensus step ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ)`` (Koloskova et al.
+    2019; clipped as in He, Karimireddy & Jaggi 2022) built a `PIECE` at a time in one new buffer.
+
+    `mix_delta` needs every difference as a parameter-sized temporary, and so reads and writes
+    memory several times per copy; here each piece of every difference lives in a core's cache
+    while it is weighed and summed, so x̂_i and each x̂_j are read once and the result written
+    once. Each entry gets the same operations in the same order as in `mix_delta`: the same bits.
+    """
+    pulls = _pulls(copies, rho, power, per_copy=True)
+    if not pulls:
+        return None
+    ref = public.detach().reshape(-1)
+    flat = [(x.detach().reshape(-1), w) for x, w in pulls]
+    for x, _ in flat:
+        if x.shape != ref.shape:
+            raise ValueError(f"a copy of shape {tuple(x.shape)} against a public copy of {tuple(ref.shape)}")
+    out = torch.empty_like(ref)
+    diff = torch.empty(min(PIECE, ref.numel()), dtype=ref.dtype, device=ref.device)
+    for start in range(0, ref.numel(), PIECE):
+        part = slice(start, start + PIECE)
+        piece, d = out[part], diff[:out[part].numel()]
+        for i, (x, w) in enumerate(flat):
+            torch.sub(x[part], ref[part], out=d)
+            if i == 0:
+                torch.mul(d, w, out=piece)
+            else:
+                piece.add_(d, alpha=w)
+    return out.view_as(public)
 
 
 def consensus_distance(xs: Sequence[Tensor]) -> float:

@@ -41,8 +41,10 @@ class SwarmAverage:
         """Fold in the estimate at a publish, when due: `x` just published, `view` the copies held now."""
         if not self.due(step):
             return
-        # every copy's distance in one pass over x̂_i, without a parameter-sized temporary
-        distances = safe_distances([c.x_hat for c in view.copies], view.public)
+        # every copy's distance: as the view measured it, else in one pass over x̂_i without a temporary
+        missing = [c for c in view.copies if c.distance is None]
+        measured = iter(safe_distances([c.x_hat for c in missing], view.public))
+        distances = [c.distance if c.distance is not None else next(measured) for c in view.copies]
         copies = list(zip((c.x_hat for c in view.copies), distances))
         for c, distance in zip(view.copies, distances):
             self.radius.observe(c.key, distance)

@@ -19,8 +19,9 @@ class GossipConfig:
     """Local steps between publishing an update and starting exchanges. Every step: the noise of
     each peer's own batches is averaged away before it accumulates, which is what lets the step
     size grow with the swarm (`step_scale_max`; docs/mixing.md). A publish slower than a step
-    does not hold training up: the node worker publishes the newest copy when it is free
-    (`peer.boundary.PendingPublish`), so the cadence falls to what the worker can keep up with."""
+    does not hold training up: a copy is taken only at a boundary where the node worker is free
+    to publish it (`peer.boundary.PendingPublish.ready`), so the cadence falls to what the worker
+    can keep up with."""
     publish_catch_up: float = 1.5
     """Also publish (and exchange) once this many times the median neighbour's publish period
     has passed since our last publish, however few steps we took: a peer much slower than the

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import mix_delta, mix_diffs, parse_staleness, pull_scale, safe_norm
+from async_opt import mix_delta_of_copies, mix_diffs, parse_staleness, pull_scale, safe_distances
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import CopyView, MixView
 
@@ -110,25 +110,20 @@ class Mixer:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
 
         With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ), for
-        trainers that add it to their parameters in place: built in the first difference's own
-        buffer, so the only parameter-sized tensors allocated are the differences themselves.
+        trainers that add it to their parameters in place: built a cache-sized piece at a time
+        (`async_opt.mix_delta_of_copies`), so the change is the only parameter-sized tensor
+        allocated, and the distances come with the view where the node worker measured them.
 
         Distances fall back to float64 when float32 overflows, so a copy far out of range still
         has a finite distance and is clipped rather than passed through.
         """
         report = MixReport()
-        news = []
-        live = set()
-        for c in view.copies:
-            live.add(c.key)
-            version = self._version(c)
-            if not version or self._mixed_version.get(c.key) == version:
-                continue
-            diff = c.x_hat - view.public
-            distance = safe_norm(diff)
+        live = {c.key for c in view.copies}
+        fresh = [c for c in view.copies if self._version(c) and self._mixed_version.get(c.key) != self._version(c)]
+        news = list(zip(fresh, self._distances(view, fresh)))
+        for c, distance in news:
             self.radius.observe(c.key, distance)
             report.distances[c.key] = distance
-            news.append((c, diff, distance))
         for key in [key for key in self._mixed_version if key not in live]:
             del self._mixed_version[key]  # forgotten neighbours: keep these maps bounded
         self.radius.keep_only(live)
@@ -136,12 +131,12 @@ class Mixer:
         if not news:
             return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
-        diffs = []
+        pulls: list[tuple[torch.Tensor, float, float]] = []
         reference = now
         if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older
             # min(…, now): a publish stamped later than this boundary would make every copy stale.
             reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)
-        for c, diff, distance in news:
+        for c, distance in news:
             tau = self.staleness_steps(c.published_at, reference)
             # One consensus step per publish of ours: x̂_i stays put until then, so every newer
             # version of x̂_j − x̂_i would pull the whole difference again (a straggler receiving
@@ -162,11 +157,20 @@ class Mixer:
             self._weights[c.key] = self._weights.get(c.key, 0.0) + lam * scale
             report.staleness_steps.append(tau)  # of the copies that pull: a copy weighed 0 is not mixed
             report.clipped += rho is not None and not distance <= rho
-            diffs.append((diff, lam, distance))
-        report.mixed, report.radius = len(diffs), rho
-        if not diffs:
+            pulls.append((c.x_hat, lam, distance))
+        report.mixed, report.radius = len(pulls), rho
+        if not pulls:
             return (torch.zeros_like(view.public) if x is None else x), report
         if x is not None:
+            diffs = [(x_hat - view.public, lam, distance) for x_hat, lam, distance in pulls]
             return mix_diffs(x, diffs, rho, self.cfg.clip_power, per_copy=True), report
-        delta = mix_delta(diffs, rho, self.cfg.clip_power, per_copy=True)
+        delta = mix_delta_of_copies(view.public, pulls, rho, self.cfg.clip_power)
         return (torch.zeros_like(view.public) if delta is None else delta), report
+
+    @staticmethod
+    def _distances(view: MixView, copies: list[CopyView]) -> list[float]:
+        """||x̂_j − x̂_i|| of each copy: as the node worker measured it for this view where it did,
+        the others in one pass over x̂_i without a parameter-sized temporary."""
+        missing = [c for c in copies if c.distance is None]
+        measured = dict(zip((c.key for c in missing), safe_distances([c.x_hat for c in missing], view.public)))
+        return [c.distance if c.distance is not None else measured[c.key] for c in copies]

@@ -11,9 +11,13 @@ attribute store, which Python makes atomic. See docs/architecture.md.
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from dataclasses import dataclass
 
 import torch
+
+from async_opt import safe_distances, safe_norm
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,10 @@ class CopyView:
     """`version` as of the latest exchange this peer started with that neighbour (0: never). Only
     pulls move our parameters (`GossipConfig.pull_only`): a copy pushed at us waits for our own
     turn with its sender, so a neighbour cannot buy pulls by exchanging with us more often."""
+    distance: float | None = None
+    """||x̂_j − x̂_i|| against the view's public copy, measured by the node worker when it built
+    the view (None: not measured; the reader measures it): a pass over the model that the
+    training thread then does not make."""
 
 
 @dataclass(frozen=True)
@@ -67,3 +75,39 @@ class ViewSlot:
     def current(self) -> MixView:
         """Reader side: the newest view; keep using the object you got, it never changes."""
         return self._view
+
+
+class ViewBuilder:
+    """Builds each `MixView` on the node's owner thread, measuring there what the training thread
+    would otherwise measure at its step boundary: ||x̂_i|| once per public copy, and the distance
+    ||x̂_j − x̂_i|| of each copy that changed (one pass over x̂_i for all of them).
+
+    A copy that did not change while x̂_i did (we published) is left unmeasured: the mixer only
+    mixes news, and news arrives as a changed copy, measured then; the rare copy mixed after a
+    publish of ours is measured by its reader. It remembers tensors weakly: a measurement never
+    keeps an old parameter-sized copy alive.
+    """
+
+    def __init__(self) -> None:
+        self._norm: tuple[weakref.ref, float] | None = None
+        self._distances: dict[bytes, tuple[weakref.ref, weakref.ref, float]] = {}
+
+    def build(self, public: torch.Tensor, copies: list[CopyView], published_at: float | None,
+              moves: tuple[float, ...]) -> MixView:
+        """A view of `public` and `copies` (their `distance` left None), with the distances filled in."""
+        if self._norm is None or self._norm[0]() is not public:
+            self._norm = (weakref.ref(public), safe_norm(public))
+        known: dict[bytes, float] = {}
+        changed = []
+        for c in copies:
+            m = self._distances.get(c.key)
+            if m is None or m[0]() is not c.x_hat:
+                changed.append(c)
+            elif m[1]() is public:
+                known[c.key] = m[2]
+        fresh = {c.key: (weakref.ref(c.x_hat), weakref.ref(public), d)
+                 for c, d in zip(changed, safe_distances([c.x_hat for c in changed], public))}
+        self._distances = {c.key: fresh.get(c.key) or self._distances[c.key] for c in copies}
+        known.update((key, m[2]) for key, m in fresh.items())
+        measured = tuple(dataclasses.replace(c, distance=known.get(c.key)) for c in copies)
+        return MixView(public, measured, self._norm[1], published_at, moves)

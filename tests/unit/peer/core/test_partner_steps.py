@@ -187,7 +187,9 @@ class AddingTrainer:
         pass
 
 
-def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_summed_over_coalesced_copies():
+def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_until_the_next_hand_over():
+    """A copy waits for the worker at step 2, so none is handed over then: what came from outside at
+    step 2 goes with the next copy (step 3), not lost and not counted twice."""
     steps = PartnerSteps(weight=0.5, clip_multiplier=2.0, window=4)
     pending = PendingPublish()
     cfg = GossipConfig(swarm="t", partner_steps=0.5)
@@ -201,10 +203,16 @@ def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_summed_ove
     hook(tr, StepStats(1, 0.5, 8))
     steps.inbox.add(torch.tensor([0.0, 2.0, 0.0, 0.0]))
     tr.step_count = 2
-    hook(tr, StepStats(2, 0.5, 8))  # a second copy before the first was published: they coalesce
+    hook(tr, StepStats(2, 0.5, 8))  # the first copy is not published yet: no second one
     x, step, outside = pending.take()
-    assert step == 2 and torch.equal(x, torch.tensor([1.25, 2.25, 0.25, 0.25]))
-    assert torch.equal(outside, torch.tensor([1.0, 2.0, 0.0, 0.0]))  # the trainer's own step is not outside
+    assert step == 1 and torch.equal(x, torch.tensor([1.25, 0.25, 0.25, 0.25]))
+    assert torch.equal(outside, torch.tensor([1.0, 0.0, 0.0, 0.0]))  # the trainer's own step is not outside
+    pending.finished()
+    tr.step_count = 3
+    hook(tr, StepStats(3, 0.5, 8))
+    x, step, outside = pending.take()
+    assert step == 3 and torch.equal(x, torch.tensor([1.25, 2.25, 0.25, 0.25]))
+    assert torch.equal(outside, torch.tensor([0.0, 2.0, 0.0, 0.0]))
 
 
 def test_partner_steps_only_for_trainers_whose_steps_add():

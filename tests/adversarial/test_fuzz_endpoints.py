@@ -236,8 +236,10 @@ def _grown(before: dict[str, float], after: dict[str, float], prefix: str) -> Co
 
 
 def test_fuzz_every_endpoint(peers, swarm_name):
-    # Off: past its burst each address's exchanges would be refused before the decoder sees them.
-    victim = peers("victim", env={"GOSSIP_TTS_NET_STRANGER_EXCHANGES_PER_S": "inf"})
+    # Off: past its burst (or its work budget) each address's exchanges would be refused before the
+    # decoder sees them.
+    victim = peers("victim", env={"GOSSIP_TTS_NET_STRANGER_EXCHANGES_PER_S": "inf",
+                                  "GOSSIP_TTS_NET_ADDRESS_WORK_PER_S": "inf", "GOSSIP_TTS_NET_KEY_WORK_PER_S": "inf"})
     base = f"http://{victim.wait_listening()}"
     victim.wait_for(r"^step \d+ ", timeout=120)
     fingerprint, x = read_state(base, swarm_name)

@@ -123,7 +123,8 @@ def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(vi
     snapshot = len(http(pair.base + "/v1/state", source=source_ip(998))[1])  # the model's size, signed
     budget = (cfg.max_neighbours + cfg.answer_snapshots_per_min * WINDOW_S / 60) * snapshot
     refusals = lambda: (metric(pair.base, 'gossip_tts_snapshots_withheld_total{reason="unticketed"}')  # noqa: E731
-                        + metric(pair.base, 'gossip_tts_http_refused_total{reason="stranger_rate"}'))
+                        + sum(metric(pair.base, f'gossip_tts_http_refused_total{{reason="{r}"}}')
+                              for r in ("stranger_rate", "address_work", "key_work")))
     _window(pair, 0)  # settling: a peer that has just started trains faster than it will go on to
     refused0 = refusals()
     windows = [(n, _window(pair, n)) for n in [0, 1, 0, 8] * ROUNDS + [0]]  # clean ones: the control

@@ -63,7 +63,7 @@ class Exchanges:
         self.scores: dict[str, float] = {}
         """Per partner, how often its answers carried news (an average weighted to the newest)."""
         self._empty: dict[str, int] = {}  # partner -> consecutive answers that carried nothing
-        self._barren: set[str] = set()  # replaced for answering nothing: taken again only when nobody else is left
+        self._barren: set[str] = set()  # replaced for answering nothing: taken again only when we have no partner
         self.in_flight: dict[int, str] = {}
         self._started: dict[int, float] = {}
         self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
@@ -92,7 +92,7 @@ class Exchanges:
                     healthy.add(p.address)
         self.partners = [a for a in self.partners if a in verified]
         self._barren &= verified
-        p = self.partner_cfg
+        pc = self.partner_cfg
         for eligible, spreading in ((healthy - self._barren, True), (verified - self._barren, True),
                                     (healthy - self._barren, False), (verified - self._barren, False),
                                     (verified if not self.partners else set(), False)):
@@ -101,9 +101,10 @@ class Exchanges:
             if vacancies <= 0 or not pool:
                 continue
             order = [pool.pop(rng.randrange(len(pool))) for _ in range(len(pool))]
-            self.partners += (spread(order, vacancies, p.per_host, p.per_subnet, held=self.partners) if spreading
+            self.partners += (spread(order, vacancies, pc.per_host, pc.per_subnet, held=self.partners) if spreading
                               else order[:vacancies])
         self.scores = {a: self.scores.get(a, 0.5) for a in self.partners}
+        self._empty = {a: n for a, n in self._empty.items() if a in self.scores}
         busy = set(self.in_flight.values())
         free = [a for a in self.partners if a not in busy]
         if not free:

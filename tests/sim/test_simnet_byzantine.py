@@ -15,6 +15,8 @@ import pytest
 
 from conftest import simulate
 
+pytestmark = pytest.mark.slow  # a dozen 60 s swarms of 10 peers under attack, minutes on 2 cores: run by .ci/run's slow section
+
 WORLD = {
     "n_peers": 10, "duration_s": 60.0, "eval_every_s": 2.0, "model_args": {"lr_decay_steps": 200},
     "speed": {"base_step_s": 0.1, "spread": 0.1, "jitter": 0.05},

@@ -5,7 +5,10 @@ Control: the same churn with restarted peers training from fresh weights instead
 fetched state; the loss then spikes past 5% after a join.
 """
 
+import pytest
 from conftest import simulate
+
+pytestmark = pytest.mark.slow  # three 90 s swarms of 8 peers, minutes on 2 cores: run by .ci/run's slow section
 
 WORLD = {
     "n_peers": 8, "duration_s": 90.0, "eval_every_s": 1.0, "model_args": {"lr_decay_steps": 200},

@@ -4,6 +4,8 @@ gossip; the same top-k without them (error_feedback=False, the control) does cle
 import pytest
 from conftest import simulate
 
+pytestmark = pytest.mark.slow  # six 60 s swarms of 8 peers, minutes on 2 cores: run by .ci/run's slow section
+
 WORLD = {
     "n_peers": 8, "duration_s": 60.0, "eval_every_s": 2.0, "model_args": {"lr_decay_steps": 200},
     "topology": {"kind": "random_regular", "degree": 4}, "gossip": {"gossip_every": 4},

@@ -32,6 +32,7 @@ def small() -> dict:
     return simulate(WORLD, RUNS)
 
 
+@pytest.mark.slow  # a swarm fetching its corpus, tens of seconds on 2 cores: run by .ci/run's slow section
 def test_every_peer_gets_the_corpus_and_the_seed_uploads_at_most_3x(small) -> None:
     d = small["runs"]["swarm"]["totals"]["data"]
     assert d["peers_complete"] == d["peers_fetching"] == 5 and d["all_held_s"] is not None
@@ -42,6 +43,7 @@ def test_every_peer_gets_the_corpus_and_the_seed_uploads_at_most_3x(small) -> No
     assert small["runs"]["swarm"]["sim_time_s"] <= d["all_held_s"] + WORLD["eval_every_s"]  # stopped once replicated
 
 
+@pytest.mark.slow  # a swarm fetching its corpus, tens of seconds on 2 cores: run by .ci/run's slow section
 def test_the_seed_only_control_does_worse(small) -> None:
     plan, control = small["runs"]["swarm"]["totals"]["data"], small["runs"]["seed_only"]["totals"]["data"]
     assert control["peers_complete"] == 5
@@ -51,6 +53,7 @@ def test_the_seed_only_control_does_worse(small) -> None:
     assert control["all_held_s"] > plan["all_held_s"]
 
 
+@pytest.mark.slow  # a swarm fetching its corpus, tens of seconds on 2 cores: run by .ci/run's slow section
 def test_a_peer_trains_only_once_it_holds_a_shard(small) -> None:
     d = small["runs"]["swarm"]["totals"]["data"]
     assert d["peers_training"] == 5
@@ -59,6 +62,7 @@ def test_a_peer_trains_only_once_it_holds_a_shard(small) -> None:
     assert small["runs"]["swarm"]["peer_steps"] > 0
 
 
+@pytest.mark.slow  # a swarm fetching its corpus, tens of seconds on 2 cores: run by .ci/run's slow section
 def test_same_seed_same_summary_and_another_seed_another() -> None:
     runs = RUNS[:1]
     world = {**WORLD, "data": {**WORLD["data"], "shards": 4}}

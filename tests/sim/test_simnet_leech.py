@@ -14,6 +14,7 @@ from simnet.attacks.trainer import AttackConfig
 from test_simnet_byzantine import WORLD
 
 
+@pytest.mark.slow  # a 10-peer swarm with a leech, tens of seconds on 2 cores: run by .ci/run's slow section
 def test_a_leech_gets_tickets_and_no_snapshot():
     world = {**WORLD, "n_peers": 6, "duration_s": 20.0, "attack": {"kind": "leech", "peers": [0, 1], "leech_rate": 20.0}}
     runs = [{"name": "clean", "set": {"attack": {"kind": "none"}}}, {"name": "leech"},

@@ -62,6 +62,7 @@ def test_the_single_process_holds_the_very_samples_of_the_eight_shards():
         mlp_factory(1, 8, 3, held_shards=8)
 
 
+@pytest.mark.slow  # the built-in scenario at full size, minutes on 2 cores: run by .ci/run's slow section
 def test_the_swarm_ends_at_the_single_process_loss_and_the_cut_off_control_far_above(seed0):
     runs = seed0["runs"]
     single_final = runs["single"]["final_loss"]
@@ -75,6 +76,7 @@ def test_the_swarm_ends_at_the_single_process_loss_and_the_cut_off_control_far_a
     assert alone.holds(alone.read(seed0, {})), runs["alone"]
 
 
+@pytest.mark.slow  # the built-in scenario at full size, minutes on 2 cores: run by .ci/run's slow section
 def test_the_mixing_rule_gets_there_in_under_half_the_time_of_the_rule_before(seed0):
     runs, duration = seed0["runs"], seed0["runs"]["single"]["sim_time_s"]
     now, before = runs["gossip"]["time_to_target_s"], runs["gossip_before"]["time_to_target_s"]
@@ -90,6 +92,7 @@ def seed0_of16() -> dict:
     return summary
 
 
+@pytest.mark.slow  # the built-in scenario at full size, minutes on 2 cores: run by .ci/run's slow section
 @pytest.mark.parametrize("scenario, fixture", [("single", "seed0"), ("single16", "seed0_of16")])
 def test_the_peers_reach_the_single_process_final_loss_within_the_target(scenario, fixture, request):
     """8 peers within D / 3, 16 peers within D / 4."""
@@ -98,6 +101,7 @@ def test_the_peers_reach_the_single_process_final_loss_within_the_target(scenari
     assert gossip.holds(gossip.read(summary, {})), summary["runs"]["gossip"]
 
 
+@pytest.mark.slow  # the built-in scenario at full size, minutes on 2 cores: run by .ci/run's slow section
 @pytest.mark.parametrize("fixture", ["seed0", "seed0_of16"])
 def test_partner_steps_arrive_sooner_than_the_same_rule_without_them(fixture, request):
     """The control: without partner steps (the measured multiplier instead) seed 0 misses the target."""

@@ -122,6 +122,7 @@ class SlowToy(LeastSquaresTrainer):
         return super().step()
 
 
+@pytest.mark.slow  # two in-process peers training until they see each other, 30 s on 2 cores: run by .ci/run's slow section
 def test_two_peers_see_each_other_in_status_and_progress_lines(tmp_path):
     peers, threads, stops, lines = [], [], [], [[], []]
     address = None

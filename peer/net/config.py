@@ -64,20 +64,21 @@ class NetConfig:
     us together, more a second apart. Kept small because a flood that pauses finds the burst
     refilled, and each exchange in it reaches the node worker
     (docs/benchmarks.md#a-snapshot-leech-on-real-processes)."""
-    key_work_per_s: float = 6.0
+    key_work_per_s: float = 16.0
     """Work per second, in applied updates (`peer.core.ingest.exchange_work`: an exchange's own check
     and answer, plus a model-sized pass per frame it carries, more for a snapshot's bytes), that one
     key's exchanges may cost the node, ticketed or not; past `key_work_burst` its exchanges get 429
     until the budget refills. An answer hands out a fresh ticket, so without it one first contact
     buys an unrationed chain of exchanges, each decoded. An honest partner asks once per publish
-    of its own, one update each time: a few times below this."""
-    key_work_burst: float = 12.0
+    of its own, with one update, so as often as it steps: room for a small model stepping fast,
+    since a refused partner's exchange fails and it drops us as a partner."""
+    key_work_burst: float = 32.0
     """The most work one key's exchanges may cost at once (a few snapshots, or a gap fill)."""
-    address_work_per_s: float = 10.0
+    address_work_per_s: float = 24.0
     """As `key_work_per_s`, for all keys behind one remote address together: fresh keys are free to
     make, addresses are not. Room for a few honest peers behind one address (a NAT, or a swarm
     on one machine). `inf` turns either limit off."""
-    address_work_burst: float = 20.0
+    address_work_burst: float = 48.0
     """The most work one address's exchanges may cost at once."""
 
     trusted_keys: str | None = None

@@ -47,8 +47,9 @@ def test_a_peer_checkpoints_its_average_and_restores_it_on_resume(tmp_path) -> N
     _peer(tmp_path, 20, resume=False).run()
     tensors, meta = load_checkpoint(tmp_path)
     first, step = tensors[AVERAGE_PREFIX + "w"], meta["average"]["step"]
-    # as of the last publish the node worker finished (publishing never holds training up)
-    assert 0 < step <= 20 and step % GOSSIP.gossip_every == 0
+    # as of the last publish the node worker finished (publishing never holds training up); publishes
+    # are gossip_every steps apart, or more where the worker was still busy with the last one
+    assert GOSSIP.gossip_every <= step <= 20
     assert not torch.equal(first, tensors["w"])  # it lags the live weights
 
     resumed = _peer(tmp_path, 20, resume=True)  # already at step 20: trains nothing, publishes nothing

@@ -27,7 +27,7 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "bytes_sent_total": (COUNTER, "bytes of exchange bodies sent"),
     "candidates_refused_total": (COUNTER, "discovered addresses dropped: too many unverified candidates"),
     "clip_radius": (GAUGE, "self-centred clipping radius of the last mix"),
-    "connections_refused_total": (COUNTER, "connections closed at once: max_connections were open"),
+    "connections_refused_total": (COUNTER, "connections closed at once: their address, or all addresses together, held the most allowed"),
     "consensus_distance": (
         GAUGE, "RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean"),
     "copies_reset_total": (COUNTER, "neighbour copies dropped because they became non-finite"),

@@ -47,6 +47,8 @@ class Join:
         self.answers: list[tuple[int, str]] = []  # (step, address), those not yet fetched
         self.claims: list[int] = []  # every step a known peer answered with
         self.fetching = 0  # token of the state request in flight
+        self.fetching_from = ""  # its address
+        self.unsent: dict[str, str] = {}  # address -> why a peer further along sent no state
 
     @property
     def done(self) -> bool:
@@ -80,10 +82,13 @@ class Join:
         ordered = sorted(self.claims)
         return min(claimed, ordered[(len(ordered) - 1) // 2])
 
-    def fetch_ended(self, token: int) -> bool:
-        """The state request `token` ended; False when it is not the one joining waits for."""
+    def fetch_ended(self, token: int, error: str | None = None) -> bool:
+        """The state request `token` ended (`error`: why no state came); False when it is not the
+        one joining waits for."""
         if token != self.fetching:
             return False
+        if error is not None:
+            self.unsent[self.fetching_from] = error
         self.fetching = 0
         return True
 
@@ -128,11 +133,14 @@ class Join:
             self.answers = ahead[1:]
             if not ahead:
                 self.phase = JoinPhase.DONE
-                return [JoinDone(None), Count("joins_alone_total"),
-                        Log("joining: no peer is further along; training from our own weights")]
+                why = "no peer is further along"
+                if self.unsent:  # some were, and could not send their state: say so, not that none was
+                    why = "the peers further along sent no state (" + "; ".join(
+                        f"{a}: {e}" for a, e in sorted(self.unsent.items())) + ")"
+                return [JoinDone(None), Count("joins_alone_total"), Log(f"joining: {why}; training from our own weights")]
             self.phase = JoinPhase.FETCHING
             request = fetch(ahead[0][1])
-            self.fetching = request.token
+            self.fetching, self.fetching_from = request.token, ahead[0][1]
             return [request]
         return []
 

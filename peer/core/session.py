@@ -226,7 +226,7 @@ class Session:
         step buys nothing: a state that scores worse than ours is refused whatever it claims.
         """
         kind, address = self._requests.pop(token, ("", ""))
-        if kind != "state" or self._join is None or not self._join.fetch_ended(token):
+        if kind != "state" or self._join is None or not self._join.fetch_ended(token, error):
             return []
         if better is False:
             return [Count("joins_refused_total"), Log(f"not joining from {address}: its state scores worse than ours "

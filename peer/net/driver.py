@@ -27,7 +27,7 @@ from peer.core import (
     Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, JoinDone, Log, PeerInfo, Publish, SendHello,
     NeighbourHealth, Session, SessionConfig, format_address, make_hello, parse_address, read_hello,
 )
-from peer.net.errors import describe_failure
+from peer.net.errors import describe_failure, describe_status
 from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
@@ -257,7 +257,7 @@ class AsyncDriver:
             async with self._client.get(f"http://{a.address}/v1/hello", params={"nonce": nonce}) as resp:
                 data = await read_capped(resp, HELLO_MAX_BYTES)
                 if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}")
+                    raise RuntimeError(describe_status(resp.status))
             hello = read_hello(data, self.node.policy, self.wall(), nonce)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, FrameRefused, BodyTooLarge) as exc:
             self.dispatch(self.session.hello_done(a.token, self.mono(), error=describe_failure(exc)))
@@ -271,7 +271,7 @@ class AsyncDriver:
             async with self._client.get(f"http://{a.address}/v1/state", timeout=self._timeout(deadline)) as resp:
                 data = await read_capped(resp, self.node.limits.max_frame_bytes)
                 if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}")
+                    raise RuntimeError(describe_status(resp.status))
             x, step = await self.worker.call(self.node.read_state, data, NOW)
             # Scored off the loop: the training thread is waiting for the join, not using the trainer.
             better = await asyncio.get_running_loop().run_in_executor(None, self.probe, x) if self.probe else None

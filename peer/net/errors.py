@@ -44,6 +44,19 @@ def describe_failure(exc: BaseException) -> str:
     return describe_os_error(exc) or str(exc) or type(exc).__name__
 
 
+_BY_STATUS = {
+    429: "busy: it answers only so many requests from one address at a time (asked again later)",
+    503: "busy: its node worker has too much queued, or it is still joining (asked again later)",
+    403: "refused us (a private swarm whose --trusted-keys do not name us?)",
+    404: "has no such endpoint (is it a gossip-tts peer of this version?)",
+}
+
+
+def describe_status(status: int) -> str:
+    """One short phrase for a peer's HTTP answer other than 200: what it meant, not only its number."""
+    return f"HTTP {status}, " + _BY_STATUS[status] if status in _BY_STATUS else f"HTTP {status}"
+
+
 class ListenError(OSError):
     """The peer cannot serve on its --listen address; the message names the flag to change."""
 

@@ -129,3 +129,17 @@ def test_the_step_counted_on_from_is_at_most_the_median_claim_so_one_far_claim_c
     assert progress(join, req, 0.1, ["a", "b", "liar"]) == [FetchState(4, "liar")]  # the furthest along is fetched
     assert join.counted_step(10**9) == 510  # but its claim counts only up to the median answer
     assert join.counted_step(505) == 505  # a claim below the median stands
+
+
+def test_when_the_peers_further_along_send_no_state_it_says_so_and_why():
+    """The only peer ahead is busy (HTTP 429): joining ends alone naming it and the reason, not
+    claiming that no peer is further along."""
+    join, req = Join(SessionConfig(), now=0.0), Requests()
+    progress(join, req, 0.0, ["a", "b"])
+    assert join.hello_ended(1, "a", 500) and join.hello_ended(2, "b", 50)
+    assert progress(join, req, 0.1, ["a", "b"]) == [FetchState(3, "a")]
+    assert join.fetch_ended(3, "HTTP 429, busy")
+    done = progress(join, req, 0.2, ["a", "b"])
+    assert done[:2] == [JoinDone(None), Count("joins_alone_total")]
+    assert done[2] == Log("joining: the peers further along sent no state (a: HTTP 429, busy); "
+                          "training from our own weights")

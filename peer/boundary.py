@@ -31,15 +31,16 @@ class PendingPublish:
     """The newest parameter copy waiting to be published (newest wins), and whether a publish
     job is queued for it or running.
 
-    C(x_new − x̂) already carries everything an older, unpublished copy would have, so only
-    the newest copy is kept, and at most one publish job waits on the node worker: when
-    publishing is slower than the training steps that ask for it, publishes coalesce instead
-    of piling up in front of the exchanges. `ready` tells the training thread whether a copy
-    taken now would be published as it is: while one waits or is being published it would
-    only replace or follow it, and at the sizes users train a copy is the whole model (a
-    device-to-host transfer of gigabytes on a GPU peer), so none is taken then. What came from
-    outside our own steps (`outside`, for partner steps) adds up over coalesced copies. The lock
-    guards these reference swaps and that add, never any other work.
+    C(x_new − x̂) already carries everything an older, unpublished copy would have, so at most
+    one copy waits and at most one publish job is queued on the node worker: when publishing is
+    slower than the training steps that ask for it, publishes come less often instead of piling
+    up in front of the exchanges. `ready` tells the training thread whether a copy taken now
+    would be the next one published: while one waits or is being published it would only
+    replace or follow it, and at the sizes users train a copy is the whole model (a
+    device-to-host transfer of gigabytes on a GPU peer), so the boundary takes none then. A copy
+    put while another waits replaces it, and what came from outside our own steps (`outside`,
+    for partner steps) then adds up. The lock guards these reference swaps and that add, never
+    any other work.
     """
 
     def __init__(self) -> None:

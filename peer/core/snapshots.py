@@ -21,6 +21,7 @@ from peer.core.ingest import FRAME_OVERHEAD
 from peer.core.token_bucket import AddressBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
 
+
 def snapshot_bytes(numel: int, with_steps: bool) -> int:
     """The most an honest snapshot frame of a `numel`-parameter model takes on the wire: one
     exact fp32 vector, two with its sender's steps sum (`peer.core.partner_steps`), and the frame's

@@ -98,7 +98,9 @@ class Session:
     def next_deadline(self) -> float:
         """When `tick` next has something to do."""
         times = [self._next_hello, self._next_evict, next_deadline(self._dialling, self._unverified(), self.candidates)]
-        times += [r.next_at for r in self._retry.values()]
+        # a retry of an address still being dialled cannot go out before that dial ends (and the
+        # session hears of it then): counted here, it would be a deadline in the past, forever
+        times += [r.next_at for address, r in self._retry.items() if address not in self._dialling]
         if self._join is not None and self._join.waiting:
             times.append(self._join.deadline())
         return min(times)

@@ -301,3 +301,25 @@ def test_a_failing_address_learned_by_exchange_is_not_reported_as_a_bootstrap_fa
     learned = s.found(PeerInfo(peer_id=IDS[addr(2)], address=addr(2), source="exchange"), 0.2)
     dial = [h for h in of(learned, SendHello) if h.address == addr(2)][0]
     assert not [a for a in of(s.hello_done(dial.token, 0.3, error="connection refused"), Log) if a.level == "warning"]
+
+
+def test_a_retry_due_while_its_hello_is_still_out_does_not_make_the_timer_spin():
+    """Packets to a dead `--peer` address vanish: its hello waits the whole request timeout. A
+    retry that comes due meanwhile cannot be sent (one dial at a time), so it must not be the
+    next deadline either: a driver's timer would fire at once, again and again, until the hello
+    times out (simnet's clock would never move on)."""
+    s = session(max_failures=1, evict_every_s=1.0, bootstrap_retry_min_s=5.0, hello_every_s=1e6)
+    first = of(s.start(0.0, listen="", bootstrap=[addr(1)], step=0, hello_seq_base=0), SendHello)
+    s.hello_done(first[0].token, 0.5, error="connection refused")
+    t, out = 1.0, []
+    while not of(out, SendHello):  # the first retry goes out at bootstrap_retry_min_s, and vanishes
+        out, t = s.tick(t), t + 0.5
+    ticks_while_out = 0
+    now = t
+    while now < t + 25.0:  # its answer never comes; the request timeout (30 s) has not passed
+        due = s.next_deadline()
+        assert due > now, f"the next deadline {due} is not after now ({now}): the timer would spin"
+        now = due
+        s.tick(now)
+        ticks_while_out += 1
+    assert ticks_while_out < 100

@@ -172,5 +172,6 @@ class Mixer:
         """||x̂_j − x̂_i|| of each copy: as the node worker measured it for this view where it did,
         the others in one pass over x̂_i without a parameter-sized temporary."""
         missing = [c for c in copies if c.distance is None]
-        measured = dict(zip((c.key for c in missing), safe_distances([c.x_hat for c in missing], view.public)))
+        measured = dict(zip((c.key for c in missing), safe_distances([c.x_hat for c in missing], view.public)
+                            if missing else []))
         return [c.distance if c.distance is not None else measured[c.key] for c in copies]

@@ -105,8 +105,8 @@ class ViewBuilder:
                 changed.append(c)
             elif m[1]() is public:
                 known[c.key] = m[2]
-        fresh = {c.key: (weakref.ref(c.x_hat), weakref.ref(public), d)
-                 for c, d in zip(changed, safe_distances([c.x_hat for c in changed], public))}
+        measured = safe_distances([c.x_hat for c in changed], public) if changed else []
+        fresh = {c.key: (weakref.ref(c.x_hat), weakref.ref(public), d) for c, d in zip(changed, measured)}
         self._distances = {c.key: fresh.get(c.key) or self._distances[c.key] for c in copies}
         known.update((key, m[2]) for key, m in fresh.items())
         measured = tuple(dataclasses.replace(c, distance=known.get(c.key)) for c in copies)

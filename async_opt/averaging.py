@@ -3,7 +3,7 @@
 Why not the live parameters: on a noisy workload most of a replica's loss is the noise of its
 last few optimiser steps, and no mixing every few steps removes it (the head-to-head MLP,
 benchmarks/averaging_probe.py: a lone replica scores about twice what its own recent average
-scores; docs/benchmarks.md). Diffusion and flow-matching models are therefore sampled from
+scores; docs/benchmarks/replica-loss.md). Diffusion and flow-matching models are therefore sampled from
 averaged weights. A gossiping peer can average over its neighbours as well as over time: it
 holds their public copies, so its estimate of the swarm's mean is
 
@@ -15,7 +15,7 @@ track (top-k sends a tenth of a change per publish). No copy moves x̃ by more t
 with ρ the mixer's radius (a low quantile of the neighbours' distances, capped by our own norm:
 a bound no neighbour sets). The plain mean of the copies, (x + Σ_j x̂_j) / (1 + m), would
 inherit their lag, which is worst early while the copies trail far behind
-(docs/benchmarks.md#what-changed-in-the-peer-and-what-a-replicas-loss-is-made-of).
+(docs/benchmarks/replica-loss.md#what-a-replicas-loss-is-made-of).
 
 A peer far behind its neighbours (a slow machine among fast ones) weighs its own parameters by
 how far behind it is: with r the neighbours' lower-median step over ours (at least 1), x
@@ -25,7 +25,7 @@ mostly the pulls it took towards those very copies (its own steps are few), so c
 full it counts them twice; and its own lagging parameters would otherwise weigh as much as
 any of the swarm's. With both rules a straggler's averaged weights score close to the fast
 replicas' (`benchmarks/averaging_probe.py --straggler`;
-docs/benchmarks.md#quiet-machine-4-processes-per-arm-live-and-averaged-weights-the-current-figures).
+docs/benchmarks/head-to-head.md#quiet-machine-4-processes-per-arm-live-and-averaged-weights-the-current-figures).
 No copy's share ever exceeds 1/m, so no copy moves x̃ by
 more than ρ/m, and only a majority of at least two neighbours can raise r.
 
@@ -75,7 +75,7 @@ MAX_SAMPLE_GAP = 4
 """Never more than this many steps between samples, however wide the window: below the span over
 which an optimiser's consecutive steps stay correlated (Adam's momentum: ~10 steps), a sample
 every few steps sees nearly all the noise the average is there to remove, while a longer gap would
-average fewer independent samples. Evidence: docs/benchmarks.md#the-averaged-weights-sampled-every-few-steps."""
+average fewer independent samples. Evidence: docs/benchmarks/protocol-cpu.md#the-averaged-weights-sampled-every-few-steps."""
 
 
 class PowerEma:

@@ -18,7 +18,7 @@ publish. A neighbour cannot raise it past what the mixer lets any copy weigh.
 
 With ``decay_steps`` K > 0 the part above 1 shrinks as training goes on, by K / (K + k) at step
 k: under Adam the larger step buys speed while the loss falls fast and costs loss late in a run,
-where a quieter gradient is what counts (docs/benchmarks.md#the-step-size-multiplier-helps-early-and-costs-later).
+where a quieter gradient is what counts (docs/benchmarks/mixing-rule.md#the-step-size-multiplier-helps-early-and-costs-later).
 The step is the trainer's, which a joiner takes over from the state it adopts.
 
 Pure: no clocks, no tensors; the step-boundary hook feeds it the weights the mixer used.

@@ -8,7 +8,7 @@ HTTP on 127.0.0.1. Its training alternates between phases with gossip (mix, publ
 machine noise hits both arms alike. Every phase trains on the same `--steps-per-phase`
 batches, drawn once and replayed (`ReplayTrainer`): the corpus's clips differ in length, so
 with fresh batches a phase's cost also depends on which clips it drew, and the first gossip
-phase would always draw the same ones (docs/benchmarks.md#throughput-with-gossip-on-and-off). The
+phase would always draw the same ones (docs/benchmarks/peer.md#throughput-with-gossip-on-and-off). The
 neighbours run the same model but do not train
 (each takes a step every few seconds, so they still publish and answer exchanges): on
 this 2-core machine two training neighbours would measure CPU contention, not gossip.

@@ -44,7 +44,7 @@ TAIL_FRACTION = 0.1
 def tail_loss(records: Sequence[dict], curve: str = "curve", fraction: float = TAIL_FRACTION) -> float:
     """Mean over processes of each one's mean evaluation in the last `fraction` of its run: the loss
     at the budget read with less of the noise of the last few steps in it, which is most of a
-    single live reading's spread on the MLP (docs/benchmarks.md#the-square-root-rule-for-adam)."""
+    single live reading's spread on the MLP (docs/benchmarks/mixing-rule.md#the-square-root-rule-for-adam)."""
     means = []
     for r in records:
         points = [p for p in r.get(curve) or [] if math.isfinite(p[2])]

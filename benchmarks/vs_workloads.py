@@ -4,7 +4,7 @@
   fixed random teacher net plus noise, Adam, batch 1024. Held-out targets are the teacher's
   clean outputs: the loss is the excess error a model can still remove (noisy held-out targets
   put the noise's σ² = 0.01 under every arm's loss and push every ratio towards 1;
-  docs/benchmarks.md#the-workloads-benchmarksvs_workloadspy).
+  docs/benchmarks/head-to-head.md#the-workloads-benchmarksvs_workloadspy).
 - `tts` (TTSWorkload): the project's `tiny` TTS preset (EchoDiT, ~0.4M parameters) trained
   with rectified flow on the built-in corpus (synthetic speech, 4 speakers, 128 training
   clips; gossip_tts.data.builtin), AdamW with the trainer's betas, weight decay and gradient

@@ -86,7 +86,7 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     bits = np.unpackbits(hi, bitorder="little")
     if bits[nbits:].any():
         raise CodecError("index code has stray padding bits")
-    # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks.md#finiteness-checks-and-index-decoding)
+    # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks/peer.md#finiteness-checks-and-index-decoding)
     pos = np.flatnonzero(bits.view(bool))
     if pos.size != k:
         raise CodecError(f"index code holds {pos.size} indices, expected {k}")

@@ -2,7 +2,7 @@
 
 `torch.isfinite(x).all()` builds a bool tensor in several passes, on every publish and every
 decoded frame. numpy's vectorised `isfinite` gives the same answer many times faster
-(docs/benchmarks.md#finiteness-checks-and-index-decoding), so CPU float32/float64 tensors go
+(docs/benchmarks/peer.md#finiteness-checks-and-index-decoding), so CPU float32/float64 tensors go
 through it.
 """
 

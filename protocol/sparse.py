@@ -5,7 +5,7 @@ a model-sized allocation, a scatter, a finiteness scan and a dense addition, on 
 peer sends or receives. Kept sparse, adding it to a copy costs one copy of that copy (copies
 are never written in place: another thread may be reading them) and an indexed add of the k
 entries; its norm and its finiteness are read from the k values
-(docs/benchmarks.md#sparse-updates-on-the-publish-and-ingest-paths).
+(docs/benchmarks/protocol-cpu.md#protocol-cpu-per-publish-period).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ shifted and scaled by fixed numbers: `(log(max(mel, 1e-5)) - LOG_MEL_MEAN) / LOG
 with LOG_MEL_MEAN = -5.5 and LOG_MEL_STD = 2.2: the mean and standard deviation of the
 log-mel over all frames and bands of the 24 LJSpeech clips LJ001-0001..0024, rounded, so
 those clips' latents have mean about 0 and standard deviation about 1
-(docs/benchmarks.md#the-mel-codecs-normalisation); digital silence (the floor) maps to -2.73.
+(docs/benchmarks/peer.md#the-mel-codecs-normalisation); digital silence (the floor) maps to -2.73.
 Constants, not per-clip statistics: the latent of a clip must not depend on which other clips
 were packed with it, and loudness differences must survive the round trip.
 """

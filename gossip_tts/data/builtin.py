@@ -183,7 +183,7 @@ Built in {secs:.1f} s. Delete this folder to rebuild it; corpus.json is the mark
 @contextmanager
 def _one_torch_thread() -> Iterator[None]:
     """Per-clip tensors are small: on a busy machine, intra-op threads cost more than they save
-    (docs/benchmarks.md#the-built-in-corpus-on-one-torch-thread)."""
+    (docs/benchmarks/peer.md#the-built-in-corpus-on-one-torch-thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -107,7 +107,7 @@ def decode_sample(
         a = load_npy(parts[ext], what)
         if a.shape[1] != info.latent_dim:
             raise Bad(CORRUPT, f"{what} has {a.shape[1]} dims, the shard says {info.latent_dim}")
-        # before the check: isfinite on float16 is far slower (docs/benchmarks.md#finiteness-checks-and-index-decoding)
+        # before the check: isfinite on float16 is far slower (docs/benchmarks/peer.md#finiteness-checks-and-index-decoding)
         a = a.astype(np.float32)
         if not np.isfinite(a).all():
             raise Bad(NONFINITE, f"{what} holds NaN or inf")

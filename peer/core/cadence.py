@@ -3,7 +3,7 @@
 A peer publishes, exchanges and lets each neighbour pull once per publish of its own
 (`peer.core.mixer`). Counted in its own steps alone, a peer k times slower than the others
 mixes k times less often per second while they run away from it, and its averaged weights lag
-the swarm's (docs/benchmarks.md#quiet-machine-4-processes-per-arm-live-and-averaged-weights-the-current-figures).
+the swarm's (docs/benchmarks/head-to-head.md#quiet-machine-4-processes-per-arm-live-and-averaged-weights-the-current-figures).
 So a publish is also due once `catch_up` × the median
 neighbour's publish period has passed since our last one: a peer slower than that publishes
 at the swarm's pace (at most once per step), and peers of about equal speed, which never fall

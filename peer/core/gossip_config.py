@@ -30,7 +30,7 @@ class GossipConfig:
     compression: str = "topk:0.1+int8"
     """Tensor codec spec for published updates (see protocol.parse_codec). Top-10% + int8
     rather than top-1%: top-1% forces the consensus step down so far that peers barely agree
-    (docs/benchmarks.md#the-default-codec-and-its-mixing-rate)."""
+    (docs/benchmarks/peer.md#the-default-codec-and-its-mixing-rate)."""
     staleness: str = "pipemare:K=2000,p_min=0,tau_max=64"
     """Staleness schedule spec (see async_opt.parse_staleness). Without `gamma=`, the mixing
     rate is chosen from the compression (see `default_gamma`)."""
@@ -74,7 +74,7 @@ class GossipConfig:
     """What one partner's steps may add per publish period of ours, as a multiple of the median
     norm of our own steps per publish (over `clip_own_window` publishes): a bound no partner sets;
     past it a sum is shortened by `clip_power`. 1 rather than 2: as fast in simnet `single`, and
-    ALIE-type liars cost half as much (docs/simnet.md#partner-steps)."""
+    ALIE-type liars cost half as much (docs/simnet/single.md#partner-steps)."""
     max_neighbours: int = 8
     """Neighbour copies kept in memory. When full, a copy only ever pushed at us is dropped before
     one we pulled (least recently heard first within each): in a swarm larger than this, the
@@ -235,7 +235,7 @@ def default_gamma(compression: str) -> float:
     CHOCO-SGD's consensus step must shrink with the compression quality δ (the kept
     fraction for top-k/random-k), else compressed gossip with error feedback diverges: γ = 2δ,
     within [0.02, 0.5]. Dense codecs (fp16, bf16, int8) keep δ≈1, so γ=0.5 is safe
-    (docs/benchmarks.md#the-default-codec-and-its-mixing-rate).
+    (docs/benchmarks/peer.md#the-default-codec-and-its-mixing-rate).
     """
     head = compression.split("+")[0]
     name, _, arg = head.partition(":")

@@ -37,7 +37,7 @@ def limits_for(numel: int) -> Limits:
 MAX_GAP_UPDATES = 32
 """Update frames one bundle carries at most; a longer gap is filled with one exact snapshot.
 Past this many, decoding the updates costs more than decoding a snapshot
-(docs/benchmarks.md#update-frames-against-a-snapshot)."""
+(docs/benchmarks/peer.md#update-frames-against-a-snapshot)."""
 DUPLICATE_FRAME = "duplicate_frame"
 """The refusal reason of a frame sent twice in one bundle (an honest bundle never repeats one)."""
 STALE_SEQ = "stale_seq"

@@ -63,7 +63,7 @@ class NetConfig:
     """The most such exchanges one address may send at once: a few peers behind one address meet
     us together, more a second apart. Kept small because a flood that pauses finds the burst
     refilled, and each exchange in it reaches the node worker
-    (docs/benchmarks.md#a-snapshot-leech-on-real-processes)."""
+    (docs/benchmarks/peer.md#a-snapshot-leech-on-real-processes)."""
     key_work_per_s: float = 16.0
     """Work per second, in applied updates (`peer.core.ingest.exchange_work`: an exchange's own check
     and answer, plus a model-sized pass per frame it carries, more for a snapshot's bytes), that one

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 LINGER_S = 0.0
 """How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
 the connection is closed after the answer: reading on lets refused senders keep streaming, and
-buffers what is dropped (docs/benchmarks.md#the-http-servers-linger-and-shutdown-timeouts)."""
+buffers what is dropped (docs/benchmarks/peer.md#the-http-servers-linger-and-shutdown-timeouts)."""
 SHUTDOWN_TIMEOUT_S = 5.0
 """At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
 reader) may go on before it is cancelled; the cancelled handler gets as long again to end.

@@ -42,7 +42,7 @@ SUMMARY_WAIT_S = 2.0
 """How long a status request waits for the node worker before using the last summary."""
 CONSENSUS_MIN_S = 30.0
 """Fewest seconds between two consensus-distance computations: a gauge people read, and one
-computation reads every parameter of every copy held (docs/benchmarks.md#protocol-cpu-by-job)."""
+computation reads every parameter of every copy held (docs/benchmarks/protocol-cpu.md#protocol-cpu-by-job)."""
 CONSENSUS_DUTY = 0.05
 """Most of the node worker's time the consensus distance may take: it reads every parameter
 of every neighbour copy, which at the 800m preset takes seconds that exchanges wait for."""

@@ -55,7 +55,7 @@ class SwarmDataConfig:
     """All shard uploads together send at most this many MB (10^6 bytes) a second (0: as fast as the
     network takes them). 25 MB/s (200 Mb/s) is above most WAN uplinks; on a LAN or loopback, serving
     without a cap took most of a 2-core machine from training (benchmarks/shard_serving.py;
-    docs/benchmarks.md#sharing-a-corpus-serving-and-seeding)."""
+    docs/benchmarks/peer.md#sharing-a-corpus-serving-and-seeding)."""
 
     def __post_init__(self) -> None:
         if self.cache_dir is not None:

@@ -9,7 +9,7 @@ snapshot: ~1.9 GB out per 20 s window at the tiny preset, and training fell to 0
 Throughput is judged by the training thread's CPU time, not its steps: on a shared machine the
 steps one CPU-second buys drift by a third between windows (the batches' lengths, the host),
 more than the effect measured, while the CPU that answering the leech takes from training is
-what an attacker controls (docs/benchmarks.md#a-snapshot-leech-on-real-processes). Steps per
+what an attacker controls (docs/benchmarks/peer.md#a-snapshot-leech-on-real-processes). Steps per
 second are printed and bounded loosely (0.8x) against a gross loss."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The joiner is compared with the survivors as they are when it stops, not with where they
 would be later: the survivors train on until the joiner has done its own steps and are then
 stopped too, so how early the join lands (it varies with the machine's speed) does not
-decide the outcome. Measured numbers: docs/benchmarks.md ("Three peers as processes, and churn").
+decide the outcome. Measured numbers: docs/benchmarks/peer.md#three-peers-as-processes-and-churn.
 """
 
 import re

@@ -4,9 +4,9 @@ The single process is an `allreduce` run with one peer (one real step per round,
 communication) holding the very samples of all 8 peers' shards. The target (the shipped
 `single` scenario): the 8 peers' mean loss reaches the single process's final loss (its run
 lasts D) within D / 3, i.e. 8 peers are worth 3 machines: seed 0 gets there with partner
-steps, and not without them (`no_partner_steps`, the control; seeds 0-4 in docs/simnet.md,
-"single"). The mixing rule reaches the target in under half the time the rule
-before it takes (`gossip_before`, the control), and every link cut (`alone`) never gets there.
+steps, and not without them (`no_partner_steps`, the control; seeds 0-4 in docs/simnet/single.md).
+The mixing rule reaches the target in under half the time the rule before it takes
+(`gossip_before`, the control), and every link cut (`alone`) never gets there.
 `single16`, the same with 16 peers, must get there within D / 4, and without partner steps does not.
 """
 

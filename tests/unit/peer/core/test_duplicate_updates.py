@@ -3,7 +3,7 @@
 It happens every publish period: our pull brings a partner's newest update, and the partner's
 own request, built from what our older control frame said we held, pushes the same frame again.
 Decoding it (a signature check and a model-sized expansion) only to drop it was a sixth of the
-node worker's time (docs/benchmarks.md#protocol-cpu-per-publish-period). Its payload must not be
+node worker's time (docs/benchmarks/protocol-cpu.md#protocol-cpu-per-publish-period). Its payload must not be
 read, it must be counted as before, and change nothing else; its signature is still checked, so
 other bytes under a remembered signature are refused, not counted as a duplicate."""
 

@@ -217,7 +217,8 @@ def test_the_boundary_applies_taken_steps_and_reports_them_as_outside_until_the_
 
 def test_partner_steps_only_for_trainers_whose_steps_add():
     """Adam-type steps are normalised per coordinate: adding a partner's multiplies the step size
-    (docs/benchmarks.md), so those trainers keep them off and train with the measured multiplier."""
+    (docs/benchmarks/replica-loss.md#a-partners-gradients-under-adam), so those trainers keep
+    them off and train with the measured multiplier."""
     from simnet.world.mlp_trainer import MLPTrainer
     from peer.local.toy_trainer import LeastSquaresTrainer
 

@@ -148,7 +148,8 @@ class Mixer:
             if budget <= 0.0:
                 continue  # the period is spent: this version pulls in the next one
             self._mixed_version[c.key] = self._version(c)
-            lam = min(self.share * self.schedule.lam(tau, max(k, 0)) - self._spent.get(c.key, 0.0), budget)
+            weight = self.schedule.lam(tau / self.cfg.staleness_unit_steps, max(k, 0))
+            lam = min(self.share * weight - self._spent.get(c.key, 0.0), budget)
             if lam <= 0.0:
                 continue
             self._spent[c.key] = self._spent.get(c.key, 0.0) + lam

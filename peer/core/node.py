@@ -103,7 +103,7 @@ class GossipNode:
         self._views = ViewBuilder()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
-        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
+        self.partner_steps = PartnerSteps(cfg.partner_step_weight, cfg.partner_step_clip, cfg.clip_own_window,
                                           cfg.max_neighbours, cfg.clip_power)
         """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
 
@@ -356,7 +356,7 @@ class GossipNode:
         n.pulled = n.version if pulled and n.copy.x_hat is not None else n.pulled
         self._publish_view()
         self.metrics.inc("exchanges_total")
-        return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, accepted, news)
+        return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, True, news, n.owes(header.step))
 
     def _unchanging(self, n: Neighbour, raw: bytes, header: FrameHeader) -> str | None:
         """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap, counted) or why it is refused."""

@@ -185,3 +185,29 @@ def test_the_mixer_keeps_no_old_public_copy_alive():
     del old
     gc.collect()
     assert gone() is None
+
+
+def pipemare_mixer(gossip_every: int, per_period: bool) -> Mixer:
+    """PipeMare at step 0 (p = 1: weight 1 / (1 + τ)), one pull, γ 0.5, one step per second."""
+    cfg = GossipConfig(swarm="test", staleness="pipemare:K=2000,p_min=0,gamma=0.5", clip=False,
+                       gossip_every=gossip_every, per_period=per_period)
+    mixer = Mixer(cfg, 1)
+    mixer.observe_boundary(T - 1.0)
+    mixer.observe_boundary(T)
+    return mixer
+
+
+@pytest.mark.parametrize("per_period, pull", [(True, 0.5 / 1.5), (False, 0.5 / 33)])
+def test_at_a_long_period_staleness_counts_in_periods(per_period, pull):
+    """A publish every 64 steps, a copy published 32 steps before ours: half a period old, it
+    pulls 1 / 1.5 of γ; counted in steps (the control) it pulls 1 / 33 of it, as if it were a
+    copy 32 publishes old."""
+    mixed, report = pipemare_mixer(64, per_period).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 34.0)]), 0, T + 3.0)
+    assert report.staleness_steps == [32.0]  # reported in steps either way
+    assert mixed.tolist() == pytest.approx([pull] * 4)
+
+
+def test_at_a_publish_every_step_periods_and_steps_are_the_same():
+    a, _ = pipemare_mixer(1, True).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0)
+    b, _ = pipemare_mixer(1, False).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0)
+    assert torch.equal(a, b)

@@ -1,6 +1,7 @@
 """Partner steps through the real node and step boundary: who may move us, by how much, and what
 counts as our own steps (peer.core.partner_steps)."""
 
+import pytest
 import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
@@ -229,3 +230,13 @@ def test_partner_steps_only_for_trainers_whose_steps_add():
     assert cfg.step_scale_rule().max_scale == 1.0  # with partner steps the multiplier stays 1
     assert MLPTrainer.capabilities.additive_steps and LeastSquaresTrainer.capabilities.additive_steps  # plain SGD
     assert not Capabilities().additive_steps  # a trainer says so, or it is taken as Adam-like
+
+
+@pytest.mark.parametrize("every, per_period, weight", [(1, True, 0.7), (64, True, 0.7 / 64), (64, False, 0.7)])
+def test_a_partners_steps_weigh_per_period(every, per_period, weight):
+    """A partner's H steps reach us in its copy too; per period, its steps are taken at
+    `partner_steps` / H, so at H = 1 nothing changes and at H = 64 they are not added 64 times over."""
+    cfg = GossipConfig(swarm="t", partner_steps=0.7, gossip_every=every, per_period=per_period)
+    assert cfg.partner_step_weight == pytest.approx(weight)
+    built = GossipNode(cfg, Identity.generate(bytes([1]) * 32), SPEC, torch.zeros(DIM), now=NOW, metrics=Metrics())
+    assert built.partner_steps.weight == pytest.approx(weight)

@@ -97,6 +97,8 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "leech_requests_total": (COUNTER, "simnet leech attackers: exchanges sent from fresh keys to be sent the model"),
     "leech_bytes_total": (COUNTER, "simnet leech attackers: bytes of the answers they received"),
     "leech_snapshots_total": (COUNTER, "simnet leech attackers: frames past the control frame in those answers"),
+    "partners_barren_total": (
+        COUNTER, "partners replaced because their answers kept carrying nothing when they owed news"),
     "tflops": (GAUGE, "model TFLOP/s of the last step (the model's own FLOP count / wall time)"),
     "update_gaps_total": (COUNTER, "updates that could not be applied in order"),
     "updates_applied_total": (COUNTER, "neighbour updates applied to their public copies"),

@@ -36,10 +36,11 @@ class PartnerConfig:
     per_subnet: int = 4
     """As `per_host`, per /24 (IPv4) or /64 (IPv6)."""
     barren_answers: int = 3
-    """Consecutive answers that carried nothing after which a partner is replaced like a failed
-    one, and taken again only when we have no partner at all: a prompt but useless partner
-    otherwise keeps its slot for good. An honest partner that published since our last pull
-    sends news."""
+    """Consecutive answers that owed news and carried nothing after which a partner is replaced
+    like a failed one, and taken again only when we have no partner at all: a prompt but useless
+    partner otherwise keeps its slot for good. An answer owes news when its sender says it
+    published past the copy we hold of it (or we hold none): an honest partner then sends it, and
+    one between its publishes owes nothing, however rarely it publishes."""
     news_weight: float = 0.25
     """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
     partner drawn in proportion to its score, a new one starting at half: one that answers news
@@ -117,25 +118,31 @@ class Exchanges:
         self.in_flight[token] = address
         self._started[token] = now
 
-    def finish(self, token: int, failed: bool, rtt: float | None = None, carried: int | None = None) -> str | None:
-        """Close `token`; returns its address (None if unknown). A failed partner is dropped, and so
-        is one whose last `barren_answers` answers carried nothing (`carried`: the frames its answer
-        brought that changed or could change our copy of it; None: not told)."""
+    def finish(self, token: int, failed: bool, rtt: float | None = None, carried: int | None = None,
+               owed: bool = True) -> tuple[str | None, bool]:
+        """Close `token`; returns its address (None if unknown) and whether this answer made it barren.
+        A failed partner is dropped, and so
+        is one whose last `barren_answers` answers that owed news carried nothing (`carried`: the
+        frames its answer brought that changed our copy of it; None: not told). An empty answer that
+        owed nothing (`owed` False: the partner has not published past the copy we hold, as a
+        straggler or a partner with a long publish period has not between its publishes) says
+        nothing about the partner: neither its score nor its count moves."""
         address = self.in_flight.pop(token, None)
         self._started.pop(token, None)
         if address is None:
-            return None
-        if not failed and carried is not None and address in self.scores:
+            return None, False
+        barren = False
+        if not failed and carried is not None and (carried > 0 or owed) and address in self.scores:
             w = self.partner_cfg.news_weight
             self.scores[address] = (1 - w) * self.scores[address] + w * (carried > 0)
             self._empty[address] = 0 if carried > 0 else self._empty.get(address, 0) + 1
             if self._empty[address] >= self.partner_cfg.barren_answers:
                 self._barren.add(address)
-                failed = True
+                failed = barren = True
         if failed and address in self.partners:  # replaced at the next choice
             self.partners.remove(address)
             self._empty.pop(address, None)
         if not failed and rtt is not None and rtt >= 0:
             a = self.rtt_smoothing
             self._rtt_s = rtt if self._rtt_s is None else (1 - a) * self._rtt_s + a * rtt
-        return address
+        return address, barren

@@ -36,6 +36,12 @@ class Neighbour:
         self.copy, self.epoch = NeighbourCopy(), epoch
         self.applied.clear()
 
+    def owes(self, step: int) -> bool:
+        """Whether a neighbour that says it is at `step` (the step of its last publish, as its
+        control frame carries it) has published past the copy we hold of it: only then should
+        its answer have brought something."""
+        return self.copy.x_hat is None or step > self.copy.step
+
     def holds(self, signature: bytes) -> bool:
         """Whether an update frame with this signature was applied to the copy held now."""
         return signature in self.applied
@@ -55,3 +61,7 @@ class ExchangeResult:
     news: int = 0
     """Frames that changed our copy of the sender: what an answer to our pull brought
     (`Session.exchange_done(carried=...)`; a partner whose answers keep bringing none is replaced)."""
+    owed: bool = True
+    """The sender's step is past the copy we hold of it (`Neighbour.owes`): an answer without news
+    then withheld what it had. An honest partner between two of its publishes owes nothing, however
+    long its publish period and however often we ask (`Session.exchange_done(owed=...)`)."""

@@ -178,17 +178,18 @@ class Session:
         return [Count("publish_failures_total"), Log(f"could not publish an update at step {step}: {error}", "error")]
 
     def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
-                      error: str | None = None, carried: int | None = None) -> list[Action]:
+                      error: str | None = None, carried: int | None = None, owed: bool = True) -> list[Action]:
         """An exchange we started ended: `error` is None on a verified reply; `carried`: how many of
-        its frames could change our copy of the partner (None: not told; `Exchanges.finish`)."""
-        address = self.exchanges.finish(token, error is not None, rtt, carried)
+        its frames changed our copy of the partner (None: not told), `owed`: whether the partner had
+        published past the copy we held (`ExchangeResult.news`, `.owed`; `Exchanges.finish`)."""
+        address, barren = self.exchanges.finish(token, error is not None, rtt, carried, owed)
         if address is None:
             return []
         if error is not None:
             return (self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
                     + self._probe(address, now))
         self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
-        return [Count("exchanges_ok_total")]
+        return [Count("exchanges_ok_total")] + ([Count("partners_barren_total")] if barren else [])
 
     def hello_done(self, token: int, now: float, hello: Hello | None = None, error: str | None = None) -> list[Action]:
         """A hello we asked for arrived verified (`hello`), or failed (`error`)."""

@@ -248,7 +248,7 @@ class AsyncDriver:
             return
         self.metrics.observe("exchange_seconds", self.mono() - t0, help="an exchange we started: request to verified reply")
         self.dispatch(self.session.exchange_done(a.token, self.mono(), peer_id=result.sender.hex(),
-                                                 rtt=self.mono() - t0))
+                                                 rtt=self.mono() - t0, carried=result.news, owed=result.owed))
 
     async def _hello(self, a: SendHello) -> None:
         try:

@@ -248,7 +248,8 @@ class SimPeer(SimServer):
                 self._sess().exchange_done(a.token, self.world.now(), error=err))
         cost = self.world.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel * self._vectors())
         return cost, lambda: self.dispatch(self._sess().exchange_done(
-            a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0))
+            a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0,
+            carried=result.news, owed=result.owed))
 
     def _forget_job(self, key: bytes) -> tuple[float, Callable[[], None] | None]:
         self._node().forget(key)

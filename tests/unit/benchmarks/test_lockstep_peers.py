@@ -1,15 +1,21 @@
-"""benchmarks/lockstep_peers.py: its arms draw the same batches and differ only where they say."""
+"""benchmarks/lockstep_peers.py: its arms draw the same batches and differ only where they say,
+and the script runs every arm at every publish period."""
 
 from __future__ import annotations
 
+import math
 import sys
+
+import torch
 
 from tests.paths import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from lockstep_peers import alone, ddp, gossip  # noqa: E402
+import lockstep_peers  # noqa: E402
+from lockstep_arms import Feed, Periodic, one, run  # noqa: E402
 from vs_workloads import MLPWorkload  # noqa: E402
 
+from async_opt.sync import DiLoCoOuter  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 
 SMALL = MLPWorkload(in_dim=8, hidden=16, out_dim=4, batch_size=32, eval_samples=64, seed=3)
@@ -17,12 +23,58 @@ STEPS = 12
 
 
 def test_one_replica_alone_is_ddp_of_one_process_step_for_step() -> None:
-    assert alone(SMALL, 1, STEPS) == ddp(SMALL, 1, STEPS)  # same model, same batches, same optimiser
+    # same model, same batches, same optimiser
+    assert one(SMALL, 1, STEPS, "alone").loss == one(SMALL, 1, STEPS, "ddp").loss
 
 
 def test_mixing_changes_the_run_and_late_copies_change_it_again() -> None:
     cfg = GossipConfig(swarm="t")
-    on_time, _ = gossip(SMALL, 3, STEPS, cfg, late=False)
-    late, _ = gossip(SMALL, 3, STEPS, cfg, late=True)
-    assert len({alone(SMALL, 3, STEPS), on_time, late}) == 3
-    assert gossip(SMALL, 3, STEPS, cfg, late=False)[0] == on_time  # deterministic from the seed
+    on_time = one(SMALL, 3, STEPS, "gossip", cfg=cfg, late=False, seed=0).loss
+    late = one(SMALL, 3, STEPS, "gossip", cfg=cfg, late=True, seed=0).loss
+    assert len({one(SMALL, 3, STEPS, "alone").loss, on_time, late}) == 3
+    assert one(SMALL, 3, STEPS, "gossip", cfg=cfg, late=False, seed=0).loss == on_time  # deterministic from the seed
+
+
+def test_per_period_changes_nothing_in_lockstep_with_adam() -> None:
+    """At H = 1 the two rules are one (why the script runs the control only above it); above it,
+    every copy a replica mixes was published at the step of its own last copy (staleness 0 in
+    steps and in periods) and Adam takes no partner steps, so the control's rows match gossip's:
+    a difference there means the rule changed."""
+    def loss(every: int, per_period: bool) -> float:
+        cfg = GossipConfig(swarm="t", gossip_every=every, per_period=per_period)
+        return one(SMALL, 3, 16, "gossip", cfg=cfg, late=False, seed=0).loss
+
+    assert loss(1, True) == loss(1, False)
+    assert loss(4, True) == loss(4, False) != one(SMALL, 3, 16, "alone").loss
+
+
+def test_a_period_ends_with_every_replica_at_the_global_point() -> None:
+    feed = Feed(SMALL)
+    arms = {"local": Periodic(SMALL, feed, 3, 8, 4, None),
+            "diloco 1, no momentum": Periodic(SMALL, feed, 3, 8, 4, DiLoCoOuter(1.0, 0.0)),
+            "diloco": Periodic(SMALL, feed, 3, 8, 4, DiLoCoOuter(0.7, 0.9))}
+    run(feed, 3, arms)
+    for arm in arms.values():
+        xs = [r.get_flat_params() for r in arm.replicas]
+        assert all(torch.equal(x, arm.global_x) for x in xs)
+    # an outer step of lr 1 without momentum is the plain average; the published one is not
+    assert torch.allclose(arms["local"].global_x, arms["diloco 1, no momentum"].global_x, atol=1e-6)
+    assert not torch.allclose(arms["local"].global_x, arms["diloco"].global_x, atol=1e-4)
+
+
+def test_the_script_runs_every_arm_at_every_period_at_its_smallest() -> None:
+    out = lockstep_peers.main(["--peers", "2", "--steps", "8", "--every", "1,4", "--seeds", "0",
+                               "--hidden", "16", "--batch", "32"])
+    result, ratio = out["result"], out["ratio"]
+    gossip = ["gossip", "gossip, late"]
+    control = ["gossip, per_period off", "gossip, per_period off, late"]
+    expected = {"0": ["alone", "DDP"], "1": [*gossip, "local SGD", "DiLoCo"],
+                "4": [*gossip, *control, "local SGD", "DiLoCo"]}
+    assert {h: sorted(arms) for h, arms in result.items()} == {h: sorted(arms) for h, arms in expected.items()}
+    for h, arms in result.items():
+        for name, by_seed in arms.items():
+            row = by_seed["0"]
+            assert math.isfinite(row["loss"]) and math.isfinite(row["end"]), (h, name)
+            assert (row["wire"] != {}) == (name != "alone"), (h, name)
+    assert result["4"]["gossip"]["0"]["wire"]["sent"] > 0
+    assert sorted(ratio) == ["1", "4"] and len(ratio["4"]["capture"]["control_over_diloco"]) == 1

@@ -65,6 +65,8 @@ GUIDANCE = {  # label -> SynthConfig fields
 def load_example():
     """The voice example's own split and packing helpers (one source of truth for its settings)."""
     path = ROOT / "examples" / "finetune_voice" / "finetune_voice.py"
+    if str(path.parent) not in sys.path:  # the example imports its sibling modules (stage_progress)
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("finetune_voice", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -162,6 +162,9 @@ def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compr
         net.join(30)
         worker.close()
     print(file=sys.stderr)
+    if not hook_s:
+        raise SystemExit(f"{numel:,} parameters: no boundary mixed before the neighbour's {prepared} updates "
+                         "ran out; raise --prepared or --step-seconds")
 
     def q(xs: list[float], p: float) -> float:
         s = sorted(xs)

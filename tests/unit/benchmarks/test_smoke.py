@@ -40,6 +40,7 @@ FAST: dict[str, tuple[list[str], str]] = {
     "adam_partner_gradients": (["--steps", "9", "--seeds", "0", "--every", "2"], "result: "),
     "average_sampling": (["--steps", "20", "--seeds", "0", "--checks", "10,20"], "ratio: "),
     "averaging_probe": (["--steps", "8", "--seeds", "0"], "ratio: "),
+    "cadence": (["--periods", "4", "--seeds", "0", "--duration", "1", "--length", "1"], "ratio: "),
     "codec": (["--delta-source", "synthetic", "--numel", "20000", "--repeats", "1"], "summary: "),
     "device_check": (["--device", "cpu", "--presets", "tiny", "--steps", "1", "--judge-clips", "0",
                       "--budget-s", "0"], "summary: "),
@@ -78,9 +79,10 @@ SLOW_MORE: dict[str, tuple[str, list[str], str]] = {
     "joiner_first_mix processes": ("joiner_first_mix", ["processes", "--runs", "1"], "first_mix_s"),
 }
 # imported by the scripts above and run through them: vs_ddp runs vs_common, vs_gossip_peer, vs_load,
-# vs_report and vs_workloads; simnet_seeds runs simnet_figures and simnet_variants; codec runs codec_selection
+# vs_report and vs_workloads; simnet_seeds runs simnet_figures and simnet_variants; codec runs codec_selection;
+# lockstep_peers runs lockstep_arms
 LIBRARIES = {"machine", "vs_common", "vs_gossip_peer", "vs_load", "vs_report", "vs_workloads", "simnet_figures",
-             "simnet_variants", "codec_selection"}
+             "simnet_variants", "codec_selection", "lockstep_arms"}
 # the two with a test of their own below
 OWN = {"echo_faithful", "vs_hivemind"}
 VOICE = REPO.parent / "shared" / "data" / "ljspeech-mini"

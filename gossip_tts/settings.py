@@ -64,11 +64,12 @@ def section_class(name: str) -> type:
 
 
 def section_fields(name: str) -> dict[str, Any]:
-    """{field: type} of a section: init fields, less the app config's sub-sections."""
+    """{field: type} of a section: its init fields that hold a value. A field that is itself a config
+    dataclass is a section of its own (the app config's) or a part of its section's component that
+    keeps its defaults here (`SessionConfig.partners`)."""
     cls = section_class(name)
     hints = typing.get_type_hints(cls)
-    subsections = {n for n, _ in sections()} if name == APP_SECTION else set()
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init and f.name not in subsections}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init and not dataclasses.is_dataclass(hints[f.name])}
 
 
 def default_of(key: Key) -> Any:

@@ -15,31 +15,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
 
 from peer.core.addresses import PeerInfo
+from peer.core.config import CandidateConfig
 from peer.core.diversity import host_of
-
-
-@dataclass(frozen=True)
-class CandidateConfig:
-    """How candidate slots are shared; a session takes the defaults (`Session`)."""
-
-    dial_deadline_s: float = 5.0
-    """A hello to an unverified candidate not answered within this drops the candidate (a known
-    peer's hello waits the whole request timeout). A hello is a few hundred bytes: a live peer
-    answers well within the time a TCP connect may take."""
-    per_host: int = 4
-    """Unverified candidates at one host (the IP of their address) at once: room for a few peers
-    on one machine or behind one address, while one address's claims cannot fill every slot."""
-    reserved: int = 4
-    """Candidate slots hearsay cannot take, kept for addresses found by mDNS."""
-
-    def __post_init__(self) -> None:
-        if not (self.dial_deadline_s > 0 and math.isfinite(self.dial_deadline_s)):
-            raise ValueError(f"dial_deadline_s must be a finite number > 0, got {self.dial_deadline_s!r}")
-        if self.per_host < 1 or self.reserved < 0:
-            raise ValueError(f"per_host must be >= 1 and reserved >= 0, got {self.per_host}, {self.reserved}")
 
 
 def room_for(info: PeerInfo, unverified: list[str], max_candidates: int, cfg: CandidateConfig) -> bool:

@@ -1,4 +1,4 @@
-"""The timeouts and cadences of a peer's session: one place for every one of them.
+"""The timeouts, cadences and counts of a peer's session: one place for every one of them.
 
 Both drivers (the asyncio/aiohttp one of a real peer and simnet's virtual-clock one) read
 these values from here and nowhere else, so a simulated peer waits, retries and gives up
@@ -9,13 +9,64 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PULLS_MIXING_ONLY = 2
 """Pulls per publish where a pull only mixes copies: more arrived no sooner (docs/mixing.md#how-many-pulls)."""
 PULLS_WITH_PARTNER_STEPS = 4
 """Pulls per publish where each pull also brings a partner's steps, a step on its batch: more pulls
 are more batches per step (docs/mixing.md#how-many-pulls)."""
+
+
+@dataclass(frozen=True)
+class CandidateConfig:
+    """How unverified candidates share their slots (`peer.core.candidates`): `SessionConfig.candidates`."""
+
+    dial_deadline_s: float = 5.0
+    """A hello to an unverified candidate not answered within this drops the candidate (a known
+    peer's hello waits the whole request timeout). A hello is a few hundred bytes: a live peer
+    answers well within the time a TCP connect may take."""
+    per_host: int = 4
+    """Unverified candidates at one host (the IP of their address) at once: room for a few peers
+    on one machine or behind one address, while one address's claims cannot fill every slot."""
+    reserved: int = 4
+    """Candidate slots hearsay cannot take, kept for addresses found by mDNS."""
+
+    def __post_init__(self) -> None:
+        if not (self.dial_deadline_s > 0 and math.isfinite(self.dial_deadline_s)):
+            raise ValueError(f"dial_deadline_s must be a finite number > 0, got {self.dial_deadline_s!r}")
+        if self.per_host < 1 or self.reserved < 0:
+            raise ValueError(f"per_host must be >= 1 and reserved >= 0, got {self.per_host}, {self.reserved}")
+
+
+
+@dataclass(frozen=True)
+class PartnerConfig:
+    """How partners are weighed against each other (`peer.core.exchanges`): `SessionConfig.partners`."""
+
+    per_host: int = 2
+    """Partners on one host (IP) while partners elsewhere can be found: one machine's many
+    listeners fill the rest of the slots only when nobody else is there."""
+    per_subnet: int = 4
+    """As `per_host`, per /24 (IPv4) or /64 (IPv6)."""
+    barren_answers: int = 3
+    """Consecutive answers that owed news and carried nothing after which a partner is replaced
+    like a failed one, and taken again only when we have no partner at all: a prompt but useless
+    partner otherwise keeps its slot for good. An answer owes news when its sender says it
+    published past the copy we hold of it (or we hold none): an honest partner then sends it, and
+    one between its publishes owes nothing, however rarely it publishes. At least 2: the answer to
+    a first contact (a request without a ticket of the partner's) carries a ticket and nothing else."""
+    news_weight: float = 0.25
+    """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
+    partner drawn in proportion to its score, a new one starting at half: one that answers news
+    gets most pulls, and one that answers nothing is still asked, until it is replaced."""
+
+    def __post_init__(self) -> None:
+        if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 2:
+            raise ValueError(f"per_host and per_subnet must be >= 1 and barren_answers >= 2, got {self}")
+        if not (0 < self.news_weight <= 1 and math.isfinite(self.news_weight)):
+            raise ValueError(f"news_weight must be in (0, 1], got {self.news_weight!r}")
+
 
 
 @dataclass
@@ -87,6 +138,10 @@ class SessionConfig:
     """Known peers asked for their step when joining (each costs one small hello)."""
     join_retry_s: float = 1.0
     """While joining and nobody answered yet, known peers are asked again after this long."""
+    candidates: CandidateConfig = field(default_factory=CandidateConfig)
+    """How unverified candidates share the `max_candidates` slots."""
+    partners: PartnerConfig = field(default_factory=PartnerConfig)
+    """How the `max_partners` partners are chosen, scored and replaced."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -118,6 +173,8 @@ class SessionConfig:
         for name in ("join_wait_s", "join_timeout_s"):
             if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
+        if not isinstance(self.candidates, CandidateConfig) or not isinstance(self.partners, PartnerConfig):
+            raise TypeError("candidates and partners must be a CandidateConfig and a PartnerConfig")
         self.connect_timeout_s = min(self.connect_timeout_s, self.request_timeout_s)
 
     def transfer_deadline_s(self, nbytes: int) -> float:

@@ -17,48 +17,19 @@ Pure and single-owner, like the session. See docs/architecture.md.
 
 from __future__ import annotations
 
-import math
 import random
-from dataclasses import dataclass
 
-from peer.core.config import SessionConfig
+from peer.core.config import PartnerConfig, SessionConfig
 from peer.core.diversity import spread
 from peer.core.table import NeighbourTable
-
-
-@dataclass(frozen=True)
-class PartnerConfig:
-    """How partners are weighed against each other; a session takes the defaults."""
-
-    per_host: int = 2
-    """Partners on one host (IP) while partners elsewhere can be found: one machine's many
-    listeners fill the rest of the slots only when nobody else is there."""
-    per_subnet: int = 4
-    """As `per_host`, per /24 (IPv4) or /64 (IPv6)."""
-    barren_answers: int = 3
-    """Consecutive answers that owed news and carried nothing after which a partner is replaced
-    like a failed one, and taken again only when we have no partner at all: a prompt but useless
-    partner otherwise keeps its slot for good. An answer owes news when its sender says it
-    published past the copy we hold of it (or we hold none): an honest partner then sends it, and
-    one between its publishes owes nothing, however rarely it publishes."""
-    news_weight: float = 0.25
-    """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
-    partner drawn in proportion to its score, a new one starting at half: one that answers news
-    gets most pulls, and one that answers nothing is still asked, until it is replaced."""
-
-    def __post_init__(self) -> None:
-        if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 1:
-            raise ValueError(f"per_host, per_subnet and barren_answers must be >= 1, got {self}")
-        if not (0 < self.news_weight <= 1 and math.isfinite(self.news_weight)):
-            raise ValueError(f"news_weight must be in (0, 1], got {self.news_weight!r}")
 
 
 class Exchanges:
     """The partner set and the exchanges in flight (token -> address)."""
 
-    def __init__(self, cfg: SessionConfig, rtt_smoothing: float, partner_cfg: PartnerConfig | None = None) -> None:
+    def __init__(self, cfg: SessionConfig, rtt_smoothing: float) -> None:
         self.cfg = cfg
-        self.partner_cfg = partner_cfg or PartnerConfig()
+        self.partner_cfg: PartnerConfig = cfg.partners
         self.rtt_smoothing = rtt_smoothing
         self.partners: list[str] = []
         self.scores: dict[str, float] = {}

@@ -26,7 +26,7 @@ from peer.core.actions import (
     Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
 )
 from peer.core.addresses import PeerInfo
-from peer.core.candidates import CandidateConfig, next_deadline, overdue, room_for
+from peer.core.candidates import next_deadline, overdue, room_for
 from peer.core.config import SessionConfig
 from peer.core.exchanges import Exchanges
 from peer.core.hello import Hello
@@ -42,10 +42,9 @@ class _Retry:
 class Session:
     """See the module docstring. Public attributes are read-only for drivers."""
 
-    def __init__(self, cfg: SessionConfig, *, peer_id: str, rng: random.Random,
-                 candidates: CandidateConfig | None = None) -> None:
+    def __init__(self, cfg: SessionConfig, *, peer_id: str, rng: random.Random) -> None:
         self.cfg = cfg
-        self.candidates = candidates or CandidateConfig()
+        self.candidates = cfg.candidates
         """How unverified candidates share their slots (`peer.core.candidates`)."""
         self.peer_id = peer_id
         self.rng = rng

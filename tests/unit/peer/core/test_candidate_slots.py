@@ -12,8 +12,7 @@ import random
 
 from peer.core.actions import Count, SendHello
 from peer.core.addresses import PeerInfo
-from peer.core.candidates import CandidateConfig
-from peer.core.config import SessionConfig
+from peer.core.config import CandidateConfig, SessionConfig
 from peer.core.hello import Hello
 from peer.core.session import Session
 

@@ -14,8 +14,7 @@ import random
 import torch
 
 from peer.core.actions import Exchange, SendHello
-from peer.core.config import SessionConfig
-from peer.core.exchanges import PartnerConfig
+from peer.core.config import PartnerConfig, SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.hello import Hello
 from peer.core.node import GossipNode

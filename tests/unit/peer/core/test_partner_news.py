@@ -12,11 +12,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import pytest
 import torch
 
 from peer.core.actions import Count, Exchange, SendHello
 from peer.core.addresses import PeerInfo
-from peer.core.config import SessionConfig
+from peer.core.config import PartnerConfig, SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.hello import Hello
 from peer.core.node import GossipNode
@@ -43,10 +44,10 @@ def node(i: int, cls: type[GossipNode] = GossipNode) -> GossipNode:
 class Swarm:
     """A victim's session and node, and the real nodes at each address it may pull."""
 
-    def __init__(self, addresses: list[str], seed: int = 0, **cfg: int) -> None:
+    def __init__(self, addresses: list[str], seed: int = 0, **cfg: object) -> None:
         self.victim = node(0)
         self.nodes = {a: node(i + 1, EmptyAnswerNode if a in SYBILS else GossipNode) for i, a in enumerate(addresses)}
-        self.session = Session(SessionConfig(join=False, **cfg), peer_id=self.victim.identity.public_key.hex(),
+        self.session = Session(SessionConfig(join=False, **cfg), peer_id=self.victim.identity.public_key.hex(),  # type: ignore[arg-type]
                                rng=random.Random(seed))
         self.verify(self.session.start(0.0, listen="10.0.0.99:7000", bootstrap=addresses, step=0, hello_seq_base=0))
         self.pulls: dict[str, int] = {a: 0 for a in addresses}
@@ -126,3 +127,15 @@ def test_a_partner_that_publishes_rarely_or_pushes_its_news_keeps_its_slot() -> 
     assert s.barren == 0
     assert s.pulls[SLOW] == 320 and s.news[SLOW] == 11, (s.pulls, s.news)  # its first copy and each publish
     assert s.news[HONEST] <= 0.1 * s.pulls[HONEST], (s.pulls, s.news)  # its own pushes brought its updates
+
+
+def test_the_session_weighs_partners_by_its_config() -> None:
+    """`SessionConfig.partners` is what the session's partner choice reads; a first contact's answer
+    (a ticket, no frames) counts, so fewer than two such answers would drop honest partners too."""
+    s = Swarm([HONEST] + SYBILS[:4], partners=PartnerConfig(barren_answers=2)).run(40, honest_every_step)
+    assert s.barren == 4 and max(s.pulls[a] for a in SYBILS[:4]) == 2, s.pulls
+    assert s.session.partners == [HONEST]
+    with pytest.raises(ValueError, match="barren_answers"):
+        PartnerConfig(barren_answers=1)
+    with pytest.raises(TypeError, match="PartnerConfig"):
+        SessionConfig(partners={"barren_answers": 2})  # type: ignore[arg-type]

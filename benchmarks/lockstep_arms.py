@@ -226,6 +226,7 @@ class Gossip(Arm):
         for node, slot in zip(self.nodes, self.pending):
             if (item := slot.take()) is not None:
                 node.publish(item[0], item[1], now, item[2])
+                slot.finished()  # as the worker says once a publish ends: else no copy is taken next step
                 published = True
         if published and not self.late:
             self.pull_round(now)

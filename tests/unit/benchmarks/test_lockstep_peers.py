@@ -12,7 +12,7 @@ from tests.paths import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import lockstep_peers  # noqa: E402
-from lockstep_arms import Feed, Periodic, one, run  # noqa: E402
+from lockstep_arms import Feed, Gossip, Periodic, one, run  # noqa: E402
 from vs_workloads import MLPWorkload  # noqa: E402
 
 from async_opt.sync import DiLoCoOuter  # noqa: E402
@@ -33,6 +33,14 @@ def test_mixing_changes_the_run_and_late_copies_change_it_again() -> None:
     late = one(SMALL, 3, STEPS, "gossip", cfg=cfg, late=True, seed=0).loss
     assert len({one(SMALL, 3, STEPS, "alone").loss, on_time, late}) == 3
     assert one(SMALL, 3, STEPS, "gossip", cfg=cfg, late=False, seed=0).loss == on_time  # deterministic from the seed
+
+
+def test_a_replica_publishes_every_h_steps() -> None:
+    for every in (1, 4):
+        feed = Feed(SMALL)
+        arm = Gossip(SMALL, feed, 3, 12, GossipConfig(swarm="t", gossip_every=every), False, 0)
+        run(feed, 3, {"gossip": arm})
+        assert [node.public.seq for node in arm.nodes] == [12 // every] * 3
 
 
 def test_per_period_changes_nothing_in_lockstep_with_adam() -> None:

@@ -9,17 +9,19 @@ from peer.core.gossip_config import GossipConfig
 from protocol import Identity
 from simnet.attacks.leech import LeechPeer, SnapshotsToAnyonePeer
 from simnet.attacks.peers import (
-    AttackerPeer, FuturePeer, JoinLiarPeer, NanPeer, SybilPeer, TimestampTrustingPeer, UnprobingPeer, UnverifyingPeer,
+    AttackerPeer, FuturePeer, JoinLiarPeer, NanPeer, SlotSybilPeer, SybilPeer, TimestampTrustingPeer, UnprobingPeer,
+    UnscoringPeer, UnverifyingPeer,
 )
 from simnet.attacks.trainer import AttackConfig
 from simnet.driver.sim_peer import SimPeer
 from simnet.world.sim_world import SimWorld
 
 ATTACKERS: dict[str, type[AttackerPeer]] = {"nan": NanPeer, "future": FuturePeer, "join_liar": JoinLiarPeer,
-                                            "sybil": SybilPeer, "leech": LeechPeer}
+                                            "sybil": SybilPeer, "leech": LeechPeer, "slot_sybil": SlotSybilPeer}
 """Attack kinds that change more than the trainer; every other kind is an `AttackerPeer`."""
 CONTROLS: dict[str, type[SimPeer]] = {"future": TimestampTrustingPeer, "join_liar": UnprobingPeer,
-                                      "sybil": UnverifyingPeer, "leech": SnapshotsToAnyonePeer}
+                                      "sybil": UnverifyingPeer, "leech": SnapshotsToAnyonePeer,
+                                      "slot_sybil": UnscoringPeer}
 """The honest peer of each `undefended` control arm."""
 
 

@@ -129,3 +129,11 @@ def forge_non_finite_update(node: GossipNode, now: float) -> bytes:
         codec="identity", tensors=(TensorSpec("delta", (node.numel,), "float32"),), extra={"epoch": node.epoch},
     )
     return encode_frame(node.identity, header, {f"delta/{k}": v for k, v in packed.items()}, node.limits)
+
+
+class EmptyAnswerNode(GossipNode):
+    """A partner-slot sybil's node: every request and every answer carries its signed control
+    frame (a ticket, its step) and no frame of its copy, however far behind the other side is."""
+
+    def _frames_for(self, peer_key: bytes | None, now: float, withheld: Any) -> list[bytes]:
+        return []

@@ -3,7 +3,7 @@
 An honest peer runs `SimPeer` itself, with no attack in its path. An attacker is an
 `AttackerPeer`: the real node over the real wire, its trainer wrapped (`AttackTrainer`) so
 that what its node reads and publishes lies; the attacks on the protocol override the one
-thing they change: the node class (`future`, `nan`, `join_liar`), the step its hellos claim
+thing they change: the node class (`future`, `nan`, `join_liar`, `slot_sybil`), the step its hellos claim
 (`join_liar`) or a stream of made-up requests (`sybil`). Attackers sign everything with their
 own keys and send well-formed frames, so honest peers defend with production code.
 
@@ -14,7 +14,9 @@ run's attack targets:
 - join_liar: `UnprobingPeer` adopts the furthest-along state without probing it;
 - sybil: `UnverifyingPeer` takes an inbound exchange's listen address as verified at once,
   without dialling it for a hello signed over its nonce;
-- leech: `SnapshotsToAnyonePeer` answers every asker with a snapshot (`simnet.attacks.leech`).
+- leech: `SnapshotsToAnyonePeer` answers every asker with a snapshot (`simnet.attacks.leech`);
+- slot_sybil: `UnscoringPeer`'s session is not told what answers carried, so a partner that answers
+  nothing keeps its slot.
 `pushy` and `pushy_undefended` change only the settings a peer is built with; `simnet.attacks.build`
 chooses each slot's peer.
 """
@@ -31,11 +33,11 @@ from peer.core.actions import Action, Count
 from peer.core.addresses import PeerInfo
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
-from peer.core.node import GossipNode
+from peer.core.node import ExchangeResult, GossipNode
 from peer.core.session import Session
 from peer.trainer import Trainer
 from protocol import FrameKind, Identity, make_control_frame, pack_bundle
-from simnet.attacks.nodes import FutureClockNode, JoinLiarNode, NanForgingNode, TimestampTrustingNode
+from simnet.attacks.nodes import EmptyAnswerNode, FutureClockNode, JoinLiarNode, NanForgingNode, TimestampTrustingNode
 from simnet.attacks.trainer import AttackConfig, AttackTrainer
 from simnet.driver.sim_peer import SimPeer
 from simnet.driver.sim_server import HTTP_OVERHEAD
@@ -92,6 +94,14 @@ class JoinLiarPeer(AttackerPeer):
 
     def _hello_step(self, step: int) -> int:
         return self.attack.claim_step
+
+
+class SlotSybilPeer(AttackerPeer):
+    """A partner-slot sybil: answers every hello and every exchange at once, and never carries a frame
+    of its copy, so the partners it is given are pulls that bring nothing."""
+
+    def _make_node(self, *args: Any, **kwargs: Any) -> GossipNode:
+        return EmptyAnswerNode(*args, **kwargs)
 
 
 class FloodingPeer(AttackerPeer):
@@ -173,6 +183,14 @@ class UnprobingPeer(SimPeer):
 
     def _judge(self) -> Callable[[torch.Tensor], bool | None] | None:
         return None
+
+
+class UnscoringPeer(SimPeer):
+    """Control arm of `slot_sybil`: an honest peer whose session is not told what answers carried,
+    so no partner is scored or replaced for answering nothing."""
+
+    def _answer_news(self, result: ExchangeResult) -> tuple[int | None, bool]:
+        return None, True
 
 
 class UnverifyingPeer(SimPeer):

@@ -35,14 +35,16 @@ Attacks on the protocol rather than the parameters (the driver side is in
 - sybil: sends `sybil_rate` control-only exchanges per second, each from a fresh key and
   naming a fresh made-up listen address, to bait peers into adopting those addresses;
 - leech: sends `leech_rate` first contacts per second, each from a fresh key, and spends each
-  answer's ticket asking for the whole model (`simnet.attacks.leech`).
+  answer's ticket asking for the whole model (`simnet.attacks.leech`);
+- slot_sybil: answers every hello and exchange promptly and never carries a frame of its copy,
+  to hold partner slots that bring nothing (`simnet.attacks.peers.SlotSybilPeer`).
 
 `pushy = true` with any parameter attack: the attacker starts an exchange with every partner
 it has at every publish (as many pulls as partners), so under a rule where any copy with news
 pulls, every honest peer mixes its lie every period; `pushy_undefended` is that arm's control,
 in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
 
-`undefended = true` is the control arm of those three: the honest peers of that run drop
+`undefended = true` is the control arm of the attacks in `CONTROLLED`: the honest peers of that run drop
 the one defence the attack targets (see `simnet.attacks.peers`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
 """
@@ -59,8 +61,8 @@ import torch
 from peer.trainer import Capabilities, Trainer, WrappedTrainer
 
 KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil",
-         "leech")
-CONTROLLED = ("future", "join_liar", "sybil", "leech")
+         "leech", "slot_sybil")
+CONTROLLED = ("future", "join_liar", "sybil", "leech", "slot_sybil")
 """Attacks with an `undefended` control arm."""
 PAYLOADS = ("sign_flip", "scale", "random", "alie", "edge", "steer")
 """What a `future` attacker may publish."""
@@ -97,7 +99,7 @@ class AttackConfig:
     """False: the attacker ignores what it receives, so the vector it lies with follows its own
     training alone instead of the swarm's (a sign flip then points away from the honest copies)."""
     undefended: bool = False
-    """Control arm of future, join_liar, sybil and leech: honest peers drop the defence it targets."""
+    """Control arm of future, join_liar, sybil, leech and slot_sybil: honest peers drop the defence it targets."""
     pushy: bool = False
     """The attacker exchanges with every partner it has at every publish (module docstring)."""
     pushy_undefended: bool = False

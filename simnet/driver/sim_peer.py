@@ -24,6 +24,7 @@ from peer.core import (
     Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipConfig, GossipNode, JoinDone, Log, Mixer,
     PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
 )
+from peer.core.neighbour import ExchangeResult
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.driver.sim_server import HTTP_OVERHEAD, SimServer
@@ -247,9 +248,14 @@ class SimPeer(SimServer):
             return self.world.cost.ingest(len(data), 0, node.numel), lambda: self.dispatch(
                 self._sess().exchange_done(a.token, self.world.now(), error=err))
         cost = self.world.cost.ingest(len(data), result.frames_in - 1 - result.refused, node.numel * self._vectors())
+        carried, owed = self._answer_news(result)
         return cost, lambda: self.dispatch(self._sess().exchange_done(
             a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0,
-            carried=result.news, owed=result.owed))
+            carried=carried, owed=owed))
+
+    def _answer_news(self, result: ExchangeResult) -> tuple[int | None, bool]:
+        """What the session is told an answer brought (`Session.exchange_done`'s carried, owed)."""
+        return result.news, result.owed
 
     def _forget_job(self, key: bytes) -> tuple[float, Callable[[], None] | None]:
         self._node().forget(key)

@@ -79,13 +79,15 @@ class SwarmStepScale:
         """The multiplier to train with now (the pinned one, when pinned)."""
         return self.pinned if self.pinned is not None else self._value
 
-    def period_ended(self, weights: Sequence[float], step: int = 0) -> float:
+    def period_ended(self, weights: Sequence[float], step: int = 0, steps_per_period: int | None = None) -> float:
         """Record the weights one publish period mixed (empty: none), ending at the trainer's `step`,
-        and return the new value."""
+        and return the new value. `steps_per_period`: the local steps between our mixes as
+        measured, where they outnumber the configured ones (None: the configured)."""
         self._recent.append(effective_models(weights))
         ordered = sorted(self._recent)
         n_eff = ordered[(len(ordered) - 1) // 2]  # the lower median
-        target = min(self.max_scale, (1.0 + (n_eff - 1.0) / self.steps_per_period) ** self.power)
+        local = self.steps_per_period if steps_per_period is None else max(1, steps_per_period)
+        target = min(self.max_scale, (1.0 + (n_eff - 1.0) / local) ** self.power)
         if self.decay_steps:
             target = 1.0 + (target - 1.0) * self.decay_steps / (self.decay_steps + max(0, step))
         self._value = target if target <= self._value else min(target, self._value + self.rise)

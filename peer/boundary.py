@@ -122,7 +122,8 @@ class BoundaryHook:
         self.cadence.observe(view)
         self.last_mixed = 0
         ended = self.mixer.end_period(view)
-        scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended, k)
+        period = self.cadence.period.steps() if self.mixer.cfg.per_period else self.mixer.cfg.gossip_every
+        scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended, k, period)
         if scale != self._scale_set:
             trainer.set_step_scale(scale)
             self._scale_set = scale
@@ -137,7 +138,7 @@ class BoundaryHook:
             self.metrics.inc("partner_steps_applied_total")
         if self.mixer.has_news(view):
             x = None if add else trainer.get_flat_params()
-            mixed, report = self.mixer.mix(x, view, k, now)
+            mixed, report = self.mixer.mix(x, view, k, now, period)
             if report.mixed:
                 self.last_mixed = report.mixed
                 (add or trainer.set_flat_params)(mixed)

@@ -23,7 +23,39 @@ from collections import deque
 from peer.core.view import MixView
 
 HISTORY = 8
-"""Versions kept per neighbour to measure its publish period."""
+"""Versions kept per neighbour to measure its publish period; also our own publishes kept to measure ours."""
+
+
+class PublishPeriod:
+    """Our own steps per publish, as measured: the lower median of the steps between our last
+    publishes, never below `floor` (`gossip_every`), and `floor` before two publishes.
+
+    `gossip_every` is only the shortest period: a copy is taken when the node worker is free,
+    so at a large model the period is what the worker keeps up with, tens of steps where the
+    setting says one. The rules that depend on how long a period is (staleness counted in
+    periods, a partner's steps per period, the step-size rule's local steps per mix) read this.
+    The lower median: one long pause (a checkpoint, a stall) does not stretch it."""
+
+    def __init__(self, floor: int) -> None:
+        if floor < 1:
+            raise ValueError(f"a publish period is at least 1 step, got {floor}")
+        self.floor = floor
+        self._gaps: deque[int] = deque(maxlen=HISTORY)
+        self._last: int | None = None
+
+    def published(self, step: int) -> None:
+        """We published at `step` (a step before the last one: a new run, measured afresh)."""
+        if self._last is not None and step < self._last:
+            self._gaps.clear()
+        elif self._last is not None and step > self._last:
+            self._gaps.append(step - self._last)
+        self._last = step
+
+    def steps(self) -> int:
+        if not self._gaps:
+            return self.floor
+        ordered = sorted(self._gaps)
+        return max(self.floor, ordered[(len(ordered) - 1) // 2])
 
 
 class PublishCadence:
@@ -35,6 +67,8 @@ class PublishCadence:
         if not catch_up >= 0:
             raise ValueError(f"catch_up must be >= 0 (0: off), got {catch_up!r}")
         self.gossip_every, self.catch_up = gossip_every, catch_up
+        self.period = PublishPeriod(gossip_every)
+        """Our steps per publish as they come out (`PublishPeriod`)."""
         self._seen: dict[bytes, deque[tuple[int, float]]] = {}
         self._last_publish: tuple[int, float] | None = None
         """(step, time) of our last publish."""
@@ -75,3 +109,4 @@ class PublishCadence:
 
     def published(self, step: int, now: float) -> None:
         self._last_publish = (step, now)
+        self.period.published(step)

@@ -41,12 +41,15 @@ class GossipConfig:
     (x̂_i's own age counted against every neighbour: a copy one publish period old, which every
     copy is by construction, weighed ~(1 + gossip_every)^-1); it is kept as the control."""
     per_period: bool = True
-    """Measure a copy's staleness in our publish periods (`gossip_every` steps) rather than in
-    steps, and take partners' steps at `partner_steps` / `gossip_every`. A partner's copy
-    published a few steps before ours belongs to the same round however long the round is,
-    and a partner's H steps already reach us in its copy, which the consensus step averages
-    in: on top of that, a weight per step adds them again H times over. Both are unchanged at
-    a publish every step (docs/mixing.md#a-long-publish-period). False: both per step (the control)."""
+    """Count a copy's staleness in our publish periods rather than in steps, take a partner's
+    steps at `partner_steps` per period rather than per step, and let the step-size rule count
+    the steps of the periods we actually publish. A period is our measured steps per publish
+    (`peer.core.cadence.PublishPeriod`): `gossip_every` at the least, more where the node worker
+    takes longer than that, as at a large model. A partner's copy published a few steps before
+    ours belongs to the same round however long the round is, and a partner's steps of a long
+    period already reach us in its copy, which the consensus step averages in. At a publish
+    every step nothing changes (docs/mixing.md#a-long-publish-period). False: staleness and
+    partner steps per step, the step-size rule per `gossip_every` (the control)."""
     pull_only: bool = True
     """Only the copies of partners this peer chose itself (the answers to exchanges it started)
     move its parameters; a copy pushed at us waits for our own turn with its sender, and still
@@ -226,16 +229,6 @@ class GossipConfig:
         from peer.core.cadence import PublishCadence
 
         return PublishCadence(self.gossip_every, self.publish_catch_up)
-
-    @property
-    def staleness_unit_steps(self) -> int:
-        """Local steps one unit of staleness stands for (`per_period`)."""
-        return self.gossip_every if self.per_period else 1
-
-    @property
-    def partner_step_weight(self) -> float:
-        """What a pulled partner's steps weigh in ours (`partner_steps`, per period with `per_period`)."""
-        return self.partner_steps / self.staleness_unit_steps
 
     @property
     def resolved_staleness(self) -> str:

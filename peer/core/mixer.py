@@ -106,8 +106,12 @@ class Mixer:
             return 0.0
         return max(0.0, reference - published_at) / self.step_seconds
 
-    def mix(self, x: torch.Tensor | None, view: MixView, k: int, now: float) -> tuple[torch.Tensor, MixReport]:
+    def mix(self, x: torch.Tensor | None, view: MixView, k: int, now: float, period_steps: int = 1
+            ) -> tuple[torch.Tensor, MixReport]:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
+
+        `period_steps`: our steps per publish (`peer.core.cadence.PublishPeriod`); with
+        `GossipConfig.per_period` a copy's staleness is counted in such periods.
 
         With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ), for
         trainers that add it to their parameters in place: built a cache-sized piece at a time
@@ -132,7 +136,7 @@ class Mixer:
             return (torch.zeros_like(view.public) if x is None else x), report
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         pulls: list[tuple[torch.Tensor, float, float]] = []
-        reference = now
+        reference, unit = now, (max(1, period_steps) if self.cfg.per_period else 1)
         if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older
             # min(…, now): a publish stamped later than this boundary would make every copy stale.
             reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)
@@ -148,7 +152,7 @@ class Mixer:
             if budget <= 0.0:
                 continue  # the period is spent: this version pulls in the next one
             self._mixed_version[c.key] = self._version(c)
-            weight = self.schedule.lam(tau / self.cfg.staleness_unit_steps, max(k, 0))
+            weight = self.schedule.lam(tau / unit, max(k, 0))
             lam = min(self.share * weight - self._spent.get(c.key, 0.0), budget)
             if lam <= 0.0:
                 continue

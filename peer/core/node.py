@@ -103,8 +103,8 @@ class GossipNode:
         self._views = ViewBuilder()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
-        self.partner_steps = PartnerSteps(cfg.partner_step_weight, cfg.partner_step_clip, cfg.clip_own_window,
-                                          cfg.max_neighbours, cfg.clip_power)
+        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
+                                          cfg.max_neighbours, cfg.clip_power, cfg.gossip_every if cfg.per_period else 0)
         """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
 
     @property
@@ -141,7 +141,7 @@ class GossipNode:
         self.step = int(step)
         seq = self.public.seq + 1
         frames: list[bytes] = []
-        carried = self.partner_steps.to_send(x, self.last_x, outside)
+        carried = self.partner_steps.to_send(x, self.last_x, outside, step)
         kw = dict(swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step, timestamp=now,
                   codec=self.codec, extra={"epoch": self.epoch})
 

@@ -30,6 +30,7 @@ import torch
 
 from async_opt.partner_steps import OwnStepNorms, bounded_sum
 from async_opt.mixing import safe_norm
+from peer.core.cadence import PublishPeriod
 
 
 class StepInbox:
@@ -74,10 +75,14 @@ class PartnerSteps:
     """Own steps out, partners' steps in; see the module docstring."""
 
     def __init__(self, weight: float, clip_multiplier: float, window: int, waiting: int = 8,
-                 power: float = 1.0) -> None:
+                 power: float = 1.0, per_period_from: int = 0) -> None:
         """`waiting`: sums the inbox holds for the training thread at most (one per neighbour);
-        `power`: how a sum past the bound is shortened (`GossipConfig.clip_power`)."""
-        self.weight, self.power = weight, power
+        `power`: how a sum past the bound is shortened (`GossipConfig.clip_power`);
+        `per_period_from`: with a period's shortest length (`gossip_every`), `weight` is per
+        publish period of ours, divided by our measured steps per publish
+        (`GossipConfig.per_period`); 0: per step."""
+        self.base_weight, self.power = weight, power
+        self._period = PublishPeriod(per_period_from) if per_period_from > 0 else None
         self.norms = OwnStepNorms(window, clip_multiplier)
         self.inbox = StepInbox(waiting)
         self._residual: torch.Tensor | None = None
@@ -88,7 +93,12 @@ class PartnerSteps:
 
     @property
     def enabled(self) -> bool:
-        return self.weight > 0.0
+        return self.base_weight > 0.0
+
+    @property
+    def weight(self) -> float:
+        """What a pulled partner's steps weigh in ours now."""
+        return self.base_weight if self._period is None else self.base_weight / self._period.steps()
 
     def taken(self) -> StepInbox | None:
         """The inbox the training thread's step boundary drains; None when partner steps are off
@@ -96,9 +106,13 @@ class PartnerSteps:
         return self.inbox if self.enabled else None
 
     # ------------------------------------------------------------------ sending
-    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, outside: torch.Tensor | None) -> torch.Tensor | None:
+    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, outside: torch.Tensor | None, step: int = 0
+                ) -> torch.Tensor | None:
         """What the next update frame carries as our steps (residual included), or None when
-        partner steps are off or the caller could not say what came from outside."""
+        partner steps are off or the caller could not say what came from outside. `step`: the
+        trainer's step of this publish (it measures our publish period)."""
+        if self._period is not None:
+            self._period.published(step)
         if not self.enabled or outside is None:
             return None
         own = x - last_x
@@ -150,6 +164,8 @@ class PartnerSteps:
     def reset(self) -> None:
         """We start afresh from an adopted state: nothing sent or received before applies."""
         self._residual = self.published = None
+        if self._period is not None:
+            self._period = PublishPeriod(self._period.floor)
         self._taken.clear()
         self.norms.clear()
         self.inbox.clear()

@@ -74,3 +74,10 @@ def test_with_decay_steps_the_part_above_one_shrinks_as_k_over_k_plus_step():
     with pytest.raises(ValueError, match="step_scale.*decay_steps"):
         GossipConfig(step_scale_decay_steps=-1)
     assert GossipConfig(step_scale_decay_steps=50, partner_steps=0.0).step_scale_rule().decay_steps == 50
+
+
+def test_the_local_steps_per_mix_are_the_measured_ones_where_given():
+    """n_eff 4 over periods of 30 measured steps: 1 + 3/30, whatever the configured period says."""
+    rule = SwarmStepScale(max_scale=4.0, warmup_periods=1)
+    assert rule.period_ended([0.25] * 3, 0, steps_per_period=30) == pytest.approx(1.1)
+    assert SwarmStepScale(max_scale=4.0, warmup_periods=1).period_ended([0.25] * 3) == pytest.approx(4.0)

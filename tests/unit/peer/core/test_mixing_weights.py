@@ -202,12 +202,13 @@ def test_at_a_long_period_staleness_counts_in_periods(per_period, pull):
     """A publish every 64 steps, a copy published 32 steps before ours: half a period old, it
     pulls 1 / 1.5 of γ; counted in steps (the control) it pulls 1 / 33 of it, as if it were a
     copy 32 publishes old."""
-    mixed, report = pipemare_mixer(64, per_period).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 34.0)]), 0, T + 3.0)
+    mixed, report = pipemare_mixer(64, per_period).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 34.0)]), 0, T + 3.0,
+                                                       period_steps=64)
     assert report.staleness_steps == [32.0]  # reported in steps either way
     assert mixed.tolist() == pytest.approx([pull] * 4)
 
 
 def test_at_a_publish_every_step_periods_and_steps_are_the_same():
-    a, _ = pipemare_mixer(1, True).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0)
-    b, _ = pipemare_mixer(1, False).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0)
+    a, _ = pipemare_mixer(1, True).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0, period_steps=1)
+    b, _ = pipemare_mixer(1, False).mix(torch.zeros(4), view(T - 2.0, [(1.0, T - 10.0)]), 0, T + 3.0, period_steps=1)
     assert torch.equal(a, b)

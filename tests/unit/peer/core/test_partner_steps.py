@@ -237,6 +237,16 @@ def test_a_partners_steps_weigh_per_period(every, per_period, weight):
     """A partner's H steps reach us in its copy too; per period, its steps are taken at
     `partner_steps` / H, so at H = 1 nothing changes and at H = 64 they are not added 64 times over."""
     cfg = GossipConfig(swarm="t", partner_steps=0.7, gossip_every=every, per_period=per_period)
-    assert cfg.partner_step_weight == pytest.approx(weight)
     built = GossipNode(cfg, Identity.generate(bytes([1]) * 32), SPEC, torch.zeros(DIM), now=NOW, metrics=Metrics())
     assert built.partner_steps.weight == pytest.approx(weight)
+
+
+def test_the_period_is_the_one_we_publish_at_not_the_setting():
+    """`gossip_every` 1, but the worker lets us publish only every 10 steps (as at a large model):
+    the weight is per 10 steps; a new run (adopting a state) measures afresh."""
+    n = node(0, gossip_every=1)
+    for k in range(0, 50, 10):
+        n.publish(n.last_x + 0.01, k, NOW, torch.zeros(DIM))
+    assert n.partner_steps.weight == pytest.approx(0.5 / 10)
+    n.adopt(torch.zeros(DIM), 3)
+    assert n.partner_steps.weight == pytest.approx(0.5)

@@ -79,3 +79,21 @@ def test_a_neighbour_that_restarts_is_measured_afresh() -> None:
 def test_bad_settings_are_refused(every: int, catch_up: float) -> None:
     with pytest.raises(ValueError):
         PublishCadence(every, catch_up)
+
+
+def test_our_period_is_measured_from_our_publishes():
+    """The lower median of the last gaps, never below the setting; one long pause does not
+    stretch it; a step before the last one (a new run) measures afresh."""
+    from peer.core.cadence import PublishPeriod
+
+    period = PublishPeriod(4)
+    assert period.steps() == 4
+    for step in (0, 10, 20, 30, 130, 140):
+        period.published(step)
+    assert period.steps() == 10
+    period.published(2)
+    assert period.steps() == 4
+    small = PublishPeriod(4)
+    for step in (0, 1, 2, 3):
+        small.published(step)
+    assert small.steps() == 4

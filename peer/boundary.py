@@ -155,6 +155,7 @@ class BoundaryHook:
         due = self.cadence.due(k, now) and self.pending.ready()  # a busy worker: no copy, it comes later
         if due:  # a copy: the worker compresses it while training goes on
             self.cadence.published(k, now)
+            self.metrics.set("publish_period_steps", self.cadence.period.steps())
             x = trainer.get_flat_params()
             outside = None
             if self.steps is not None:

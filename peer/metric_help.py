@@ -88,6 +88,8 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at"),
     "snapshots_withheld_total": (COUNTER, "answers that carried no snapshot where the asker lacks our copy, by reason"),
     "step_scale": (GAUGE, "step-size multiplier for the swarm this peer mixes with"),
+    "publish_period_steps": (GAUGE, "our steps per publish as measured: gossip_every at least, more where the node "
+                                    "worker takes longer to publish (peer.core.cadence.PublishPeriod)"),
     "partner_steps_taken_total": (COUNTER, "pulled partners whose own steps were taken (peer.core.partner_steps)"),
     "partner_steps_clipped_total": (COUNTER, "partners' steps shortened to the bound our own steps set"),
     "partner_steps_applied_total": (COUNTER, "step boundaries that added partners' steps to the parameters"),

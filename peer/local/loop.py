@@ -84,8 +84,9 @@ class GossipRates:
 
     neighbours (copies held), exchanges/s (completed on either side), bytes/s in and out of
     exchange bodies, the median staleness (in steps) of the copies mixed since the last
-    line, and the consensus distance (RMS distance to the mean of our parameters and the
-    copies we hold; refreshed by the status service, '-' until first computed).
+    line, the consensus distance (RMS distance to the mean of our parameters and the
+    copies we hold; refreshed by the status service, '-' until first computed), and our
+    measured steps per publish, the period the mixing rule counts in ('-' before a publish).
     """
 
     def __init__(self, metrics: Metrics) -> None:
@@ -106,7 +107,14 @@ class GossipRates:
         consensus = next((v for name, _, v in self.metrics.series() if name == "consensus_distance"), None)
         return (f"neighbours {int(self.metrics.get('neighbours'))} exchanges/s {exchanges * per_s:.2f} "
                 f"in {_bytes_per_s(bytes_in * per_s)} out {_bytes_per_s(bytes_out * per_s)} "
-                f"staleness {staleness} consensus {'-' if consensus is None else f'{consensus:.4g}'}")
+                f"staleness {staleness} consensus {'-' if consensus is None else f'{consensus:.4g}'} "
+                f"publish every {self._period()}")
+
+    def _period(self) -> str:
+        steps = self.metrics.get("publish_period_steps")
+        if not steps:
+            return "-"
+        return "step" if steps == 1 else f"{int(steps)} steps"
 
 
 def _bytes_per_s(rate: float) -> str:

@@ -205,7 +205,7 @@ def test_progress_line_carries_gossip_figures():
     t[0] = 1.0
     meter.update(StepStats(1, 2.0, samples=4))
     assert lines == ["step 1 loss 2.0000 samples/s 4.0 audio-s/s 0.0 neighbours 0 exchanges/s 0.00 in 0B/s out 0B/s "
-                     "staleness - consensus -"]
+                     "staleness - consensus - publish every -"]
     metrics.set("neighbours", 2)
     metrics.inc("exchanges_total", 30)
     metrics.inc("bytes_received_total", 25_000)
@@ -214,13 +214,14 @@ def test_progress_line_carries_gossip_figures():
     for tau in (9, 1, 2, 4):  # the first one is older than the last line's interval
         metrics.observe("mixed_staleness_steps", tau)
     metrics.set("consensus_distance", 0.125)
+    metrics.set("publish_period_steps", 12)
     t[0] = 5.0
     meter.update(StepStats(2, 1.0, samples=4))
     assert len(lines) == 1  # not yet: 10 s between lines
     t[0] = 11.0
     meter.update(StepStats(3, 1.0, samples=4))
     assert lines[1] == ("step 3 loss 1.0000 samples/s 0.8 audio-s/s 0.0 neighbours 2 exchanges/s 3.00 in 2.5kB/s "
-                        "out 200.0kB/s staleness 2 consensus 0.125")
+                        "out 200.0kB/s staleness 2 consensus 0.125 publish every 12 steps")
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ the same batches, the methods built for a long publish period.
 
     python benchmarks/lockstep_peers.py [--peers 4] [--steps 200] [--seeds 0,1,2] [--every 1,16,64] [--no-late]
     python benchmarks/lockstep_peers.py --peers 2 --steps 810 --ddp-steps 705 --gossip-steps 565
-    python benchmarks/lockstep_peers.py --every 16,64 --hidden 256 --batch 256 --steps 1024 --no-late
+    python benchmarks/lockstep_peers.py --every 1,16,64 --hidden 256 --batch 256 --steps 448 --no-late
 
 Each replica is the head-to-head MLP (benchmarks/vs_workloads.py: 1.1M parameters, Adam, batch
 1024; `--hidden` and `--batch` shrink it where a long run would not fit the machine). For each
@@ -14,7 +14,9 @@ publish period H of `--every`, with the same total steps (benchmarks/lockstep_ar
   peer's defaults at `gossip_every` H (publishing, and pulling `SessionConfig().pulls` random
   others, every H steps); unless `--no-late`, also with each copy mixed a step later;
 - ``gossip, per_period off``: the same with `GossipConfig.per_period` false, the rule before
-  (identical at H = 1, so run only above it);
+  (identical at H = 1, so run only above it; with Adam in lockstep identical above it too, as
+  every copy comes from the round of the replica's own and Adam takes no partner steps: a
+  difference there means the rule changed);
 - ``local SGD``: an exact average of the replicas' parameters every H steps;
 - ``DiLoCo``: `async_opt.DiLoCoOuter` (published settings: lr 0.7, Nesterov momentum 0.9; see
   `--outer-lr`, `--outer-momentum`) on the mean pseudo-gradient every H steps, every replica
@@ -26,9 +28,9 @@ replicas' batches). Score: the replicas' mean held-out loss over an arm's last 8
 `end`, after its last step (with the steps a multiple of H, where local SGD and DiLoCo have just
 synchronised and their replicas hold the global model); capture = (alone − arm) / (alone − DDP),
 the figure vs_ddp.py measures on real processes; per H, gossip's capture over DiLoCo's, the
-long-period rule's target. Bytes one
-replica sends per step: gossip's from the frames it sends; local SGD's, DiLoCo's and DDP's those
-of a ring all-reduce (2(n−1)/n × the values × 4 bytes for fp32, 1 for int8, / H).
+long-period rule's target. Bytes one replica sends per step: gossip's from the frames it sends;
+local SGD's, DiLoCo's and DDP's those of a ring all-reduce (2(n−1)/n × the values × 4 bytes for
+fp32, 1 for int8, / H).
 
 Capture falls with length (the step-size rule's larger step buys speed early, DDP's quieter
 gradient a lower floor later): run for as many steps as a real run takes. `--ddp-steps` and

@@ -26,11 +26,12 @@ publish period H of `--every`, with the same total steps (benchmarks/lockstep_ar
 and, whatever H: the replicas alone, and DDP (one model stepping on the mean gradient of the N
 replicas' batches). Score: the replicas' mean held-out loss over an arm's last 8 steps, and
 `end`, after its last step (with the steps a multiple of H, where local SGD and DiLoCo have just
-synchronised and their replicas hold the global model); capture = (alone − arm) / (alone − DDP),
-the figure vs_ddp.py measures on real processes; per H, gossip's capture over DiLoCo's, the
-long-period rule's target. Bytes one replica sends per step: gossip's from the frames it sends;
-local SGD's, DiLoCo's and DDP's those of a ring all-reduce (2(n−1)/n × the values × 4 bytes for
-fp32, 1 for int8, / H).
+synchronised and their replicas hold the global model; gossip mixes a round's copies at the
+boundary after it, so `--gossip-steps` one more than `--steps` scores it just after its last
+mix); capture = (alone − arm) / (alone − DDP), the figure vs_ddp.py measures on real processes;
+per H, gossip's capture over DiLoCo's, the long-period rule's target. Bytes one replica sends per
+step: gossip's from the frames it sends; local SGD's, DiLoCo's and DDP's those of a ring
+all-reduce (2(n−1)/n × the values × 4 bytes for fp32, 1 for int8, / H).
 
 Capture falls with length (the step-size rule's larger step buys speed early, DDP's quieter
 gradient a lower floor later): run for as many steps as a real run takes. `--ddp-steps` and

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from peer.core.fetched import FetchedStates
     from peer.core.hello import make_hello, read_hello
     from peer.core.mixer import Mixer
+    from peer.core.neighbour import ExchangeResult
     from peer.core.node import GossipNode
     from peer.core.session import Session
     from peer.core.table import NeighbourHealth
@@ -35,7 +36,8 @@ _HOME = {
     **dict.fromkeys(("PeerInfo", "format_address", "parse_address"), "peer.core.addresses"),
     **dict.fromkeys(("make_hello", "read_hello"), "peer.core.hello"),
     # what a driver holds beside it
-    "GossipNode": "peer.core.node", "Mixer": "peer.core.mixer", "FetchedStates": "peer.core.fetched",
+    "GossipNode": "peer.core.node", "ExchangeResult": "peer.core.neighbour", "Mixer": "peer.core.mixer",
+    "FetchedStates": "peer.core.fetched",
     "NeighbourHealth": "peer.core.table",
 }
 """Each public name and the module that defines it."""

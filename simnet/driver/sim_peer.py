@@ -21,10 +21,9 @@ import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
 from peer.core import (
-    Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, GossipConfig, GossipNode, JoinDone, Log, Mixer,
-    PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
+    Action, Adopt, Count, Exchange, ExchangeResult, FetchState, FetchedStates, Forget, GossipConfig, GossipNode,
+    JoinDone, Log, Mixer, PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
 )
-from peer.core.neighbour import ExchangeResult
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
 from simnet.driver.sim_server import HTTP_OVERHEAD, SimServer

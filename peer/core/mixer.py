@@ -111,7 +111,8 @@ class Mixer:
         """Return the mixed parameters (a new tensor; `x` is not modified) and what was done.
 
         `period_steps`: our steps per publish (`peer.core.cadence.PublishPeriod`); with
-        `GossipConfig.per_period` a copy's staleness is counted in such periods.
+        `GossipConfig.per_period` a copy's staleness is counted in such periods, and the rate
+        follows the codec sent at that period (`GossipConfig.rate_at_period`).
 
         With `x=None` it returns the change instead, Σ_j λ_j · clip(x̂_j − x̂_i, ρ), for
         trainers that add it to their parameters in place: built a cache-sized piece at a time
@@ -137,6 +138,7 @@ class Mixer:
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         pulls: list[tuple[torch.Tensor, float, float]] = []
         reference, unit = now, (max(1, period_steps) if self.cfg.per_period else 1)
+        rate = self.cfg.rate_at_period(unit)
         if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older
             # min(…, now): a publish stamped later than this boundary would make every copy stale.
             reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)
@@ -148,12 +150,12 @@ class Mixer:
             # own rate exceeds the weight that neighbour already got in this period.
             # The period's budget: m shares at the fresh rate, so copies pulled late in one period
             # and early in the next cannot add up to more than the mean of the m + 1 models.
-            budget = min(1.0, self.pulls * self.share * self.schedule.lam(0.0, max(k, 0))) - self._spent_total
+            budget = min(1.0, self.pulls * self.share * rate * self.schedule.lam(0.0, max(k, 0))) - self._spent_total
             if budget <= 0.0:
                 continue  # the period is spent: this version pulls in the next one
             self._mixed_version[c.key] = self._version(c)
             weight = self.schedule.lam(tau / unit, max(k, 0))
-            lam = min(self.share * weight - self._spent.get(c.key, 0.0), budget)
+            lam = min(self.share * rate * weight - self._spent.get(c.key, 0.0), budget)
             if lam <= 0.0:
                 continue
             self._spent[c.key] = self._spent.get(c.key, 0.0) + lam

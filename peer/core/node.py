@@ -6,19 +6,18 @@ state and must be called from the owner only; none takes a lock. The training th
 calls it: it reads the `view_slot` and `average.current` (immutable snapshots, see
 `peer.core.view`, `peer.core.average`) and hands parameter copies to the owner to `publish`.
 
-An exchange is push-pull in one request. Each side sends a control frame (its epoch, step,
-listen address, the last seq it holds of the *other* side's public copy, tickets; see
-`peer.core.control`) followed by the update frames the other lacks, or an exact snapshot
-when the gap can no longer be filled from the outbox. The control frame names its receiver,
-the receiver's epoch and a ticket the receiver issued (`protocol.replay.TicketBook`), and
-binds the frames after it by their signatures; only then does the bundle change anything
-here: a recording made before our restart (a new epoch) or used once (a spent ticket) is
-refused however many senders came between. A request without a live ticket is answered
-with a fresh ticket and never a snapshot, and changes nothing: none of its frames is
-decoded, and a first contact pushes on its second exchange. An answer carries our snapshot
-only to a ticketed, verified asker, within a budget (`peer.core.snapshots`). Of a ticketed
-bundle, at most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply
-strictly in seq order; a new epoch of a neighbour voids its copy. See docs/architecture.md.
+An exchange is push-pull in one request. Each side sends a control frame (its epoch, step, listen
+address, the last seq it holds of the *other* side's public copy, tickets; see `peer.core.control`)
+followed by the update frames the other lacks, or an exact snapshot when the gap can no longer be
+filled from the outbox. The control frame names its receiver, the receiver's epoch and a ticket the
+receiver issued (`protocol.replay.TicketBook`), and binds the frames after it by their signatures;
+only then does the bundle change anything here: a recording made before our restart (a new epoch) or
+used once (a spent ticket) is refused however many senders came between. A request without a live
+ticket is answered with a fresh ticket and never a snapshot, and changes nothing: none of its frames
+is decoded, and a first contact pushes on its second exchange. An answer carries our snapshot only
+to a ticketed, verified asker, within a budget (`peer.core.snapshots`). Of a ticketed bundle, at
+most a gap fill's worth of frames is decoded (`peer.core.ingest`). Updates apply strictly in seq
+order; a new epoch of a neighbour voids its copy. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -39,12 +38,13 @@ from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
 from peer.core.outbox import Outbox
 from peer.core.partner_steps import PartnerSteps
+from peer.core.period_codec import PeriodCodecs
 from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
 from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
     bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
-    SparseVector, model_fingerprint, next_epoch, pack_bundle, parse_codec, unpack_bundle,
+    SparseVector, model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
@@ -75,7 +75,7 @@ class GossipNode:
         self.metrics: MetricsSink = metrics or NoMetrics()
         self.numel = int(x0.numel())
         self.fingerprint = model_fingerprint(spec)
-        self.codec = parse_codec(cfg.compression)
+        self.codecs = PeriodCodecs(cfg.compression, cfg.gossip_every, cfg.per_period)
         self.limits = limits or limits_for(self.numel)
         self.policy = VerifyPolicy(
             swarm=cfg.swarm, fingerprint=self.fingerprint, allowed_keys=cfg.allowed_keys,
@@ -103,8 +103,8 @@ class GossipNode:
         self._views = ViewBuilder()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
-        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window,
-                                          cfg.max_neighbours, cfg.clip_power, cfg.gossip_every if cfg.per_period else 0)
+        self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window, cfg.max_neighbours,
+                                          cfg.clip_power, self.codecs.period if cfg.per_period else None)
         """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""
 
     @property
@@ -141,9 +141,9 @@ class GossipNode:
         self.step = int(step)
         seq = self.public.seq + 1
         frames: list[bytes] = []
-        carried = self.partner_steps.to_send(x, self.last_x, outside, step)
+        carried = self.partner_steps.to_send(x, self.last_x, outside)
         kw = dict(swarm=self.cfg.swarm, fingerprint=self.fingerprint, seq=seq, step=step, timestamp=now,
-                  codec=self.codec, extra={"epoch": self.epoch})
+                  codec=self.codecs.published(step), extra={"epoch": self.epoch})
 
         def compress(delta: torch.Tensor) -> SparseVector:
             if carried is None:

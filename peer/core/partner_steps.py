@@ -75,14 +75,13 @@ class PartnerSteps:
     """Own steps out, partners' steps in; see the module docstring."""
 
     def __init__(self, weight: float, clip_multiplier: float, window: int, waiting: int = 8,
-                 power: float = 1.0, per_period_from: int = 0) -> None:
+                 power: float = 1.0, period: PublishPeriod | None = None) -> None:
         """`waiting`: sums the inbox holds for the training thread at most (one per neighbour);
         `power`: how a sum past the bound is shortened (`GossipConfig.clip_power`);
-        `per_period_from`: with a period's shortest length (`gossip_every`), `weight` is per
-        publish period of ours, divided by our measured steps per publish
-        (`GossipConfig.per_period`); 0: per step."""
+        `period`: our measured steps per publish, which `weight` is then per
+        (`GossipConfig.per_period`); None: per step."""
         self.base_weight, self.power = weight, power
-        self._period = PublishPeriod(per_period_from) if per_period_from > 0 else None
+        self._period = period
         self.norms = OwnStepNorms(window, clip_multiplier)
         self.inbox = StepInbox(waiting)
         self._residual: torch.Tensor | None = None
@@ -106,13 +105,9 @@ class PartnerSteps:
         return self.inbox if self.enabled else None
 
     # ------------------------------------------------------------------ sending
-    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, outside: torch.Tensor | None, step: int = 0
-                ) -> torch.Tensor | None:
+    def to_send(self, x: torch.Tensor, last_x: torch.Tensor, outside: torch.Tensor | None) -> torch.Tensor | None:
         """What the next update frame carries as our steps (residual included), or None when
-        partner steps are off or the caller could not say what came from outside. `step`: the
-        trainer's step of this publish (it measures our publish period)."""
-        if self._period is not None:
-            self._period.published(step)
+        partner steps are off or the caller could not say what came from outside."""
         if not self.enabled or outside is None:
             return None
         own = x - last_x
@@ -164,8 +159,6 @@ class PartnerSteps:
     def reset(self) -> None:
         """We start afresh from an adopted state: nothing sent or received before applies."""
         self._residual = self.published = None
-        if self._period is not None:
-            self._period = PublishPeriod(self._period.floor)
         self._taken.clear()
         self.norms.clear()
         self.inbox.clear()

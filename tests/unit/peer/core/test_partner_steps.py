@@ -243,10 +243,11 @@ def test_a_partners_steps_weigh_per_period(every, per_period, weight):
 
 def test_the_period_is_the_one_we_publish_at_not_the_setting():
     """`gossip_every` 1, but the worker lets us publish only every 10 steps (as at a large model):
-    the weight is per 10 steps; a new run (adopting a state) measures afresh."""
+    the weight is per 10 steps. The period is our machine's, so adopting a state keeps it."""
     n = node(0, gossip_every=1)
     for k in range(0, 50, 10):
         n.publish(n.last_x + 0.01, k, NOW, torch.zeros(DIM))
     assert n.partner_steps.weight == pytest.approx(0.5 / 10)
-    n.adopt(torch.zeros(DIM), 3)
-    assert n.partner_steps.weight == pytest.approx(0.5)
+    n.adopt(torch.zeros(DIM), 900)
+    n.publish(n.last_x + 0.01, 910, NOW, torch.zeros(DIM))
+    assert n.partner_steps.weight == pytest.approx(0.5 / 10)

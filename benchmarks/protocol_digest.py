@@ -102,6 +102,7 @@ def life(n: int, codec: str, periods: int = 10) -> str:
             item = p.take()
             if item is not None and not (period == 4 and i == 1):  # one skipped publish: a gap later
                 node.publish(item[0], item[1], clock[0])
+            p.finished()  # as the worker says when a publish ends: a copy at every step
         for i, j in ((0, 1), (0, 2), (1, 2), (2, 0), (1, 0), (2, 1)):
             body = nodes[i].build_request(keys[j] if keys[j] in nodes[i].neighbours else None, clock[0])
             answer, _ = nodes[j].handle_request(body, clock[0])

@@ -54,7 +54,7 @@ from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
 from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
-from protocol import Identity, VerifiedFrame  # noqa: E402
+from protocol import CodecBase, Identity, SparseCodec, VerifiedFrame  # noqa: E402
 
 NOW = 1.7e9
 START_STEP = 1000
@@ -142,6 +142,7 @@ class Timer:
     def __init__(self) -> None:
         self.on = False
         self.period: dict[str, float] = defaultdict(float)
+        self._wrapped: list[tuple[Any, str, Any]] = []
 
     def stage(self, name: str) -> "_Stage":
         return _Stage(self, name)
@@ -149,6 +150,7 @@ class Timer:
     def wrap(self, owner: Any, attr: str, name_now: Callable[[], str | None]) -> None:
         """Time `owner.attr` as the stage `name_now()` names at each call (None: not timed)."""
         original = getattr(owner, attr)
+        self._wrapped.append((owner, attr, owner.__dict__[attr] if attr in vars(owner) else None))
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             name = name_now()
@@ -158,6 +160,15 @@ class Timer:
                 return original(*args, **kwargs)
 
         setattr(owner, attr, timed)
+
+    def restore(self) -> None:
+        """Put back everything `wrap` replaced (a module's function, a class's method)."""
+        for owner, attr, before in reversed(self._wrapped):
+            if before is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, before)
+        self._wrapped.clear()
 
 
 class _Stage:
@@ -216,7 +227,8 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
 
     sub(hook.mixer, "mix", {"boundary": "  mix"})
     sub(node_module, "make_update_frame", {"publish": "  update frame"})
-    sub(a.codec, "compress_sparse", {"publish": "    codec"})
+    for codec_class in (CodecBase, SparseCodec):  # the codec of a publish follows its period (peer.core.period_codec)
+        sub(codec_class, "compress_sparse", {"publish": "    codec"})
     sub(messages_module, "encode_frame", {"publish": "    lz4 + sign"})
     sub(a.average, "update", {"publish": "  averaged weights"})
     # a frame's signature and header check, its payload's decode, and each control frame's (no nesting)
@@ -267,6 +279,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
         out["census"] = census(a, partners)
     out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read when they sample
     out["per_period"] = dict(rows)
+    timer.restore()
     return out
 
 

@@ -1,7 +1,8 @@
 """Partner-slot sybils and pushy liars at 20% of the swarm cost honest peers at most 5% of their loss.
 
-10 peers on a full mesh, 2 of them attacking, over seeds 0-4 (the byzantine world of
-test_simnet_byzantine.py, 40 s):
+10 peers on a full mesh, 2 of them attacking, over seeds 0-2 (the byzantine world of
+test_simnet_byzantine.py, 40 s; seeds 0-4 when `range(3)` below is widened, as
+SECURITY.md gives them):
 - slot_sybil: the attackers answer every hello and exchange at once and never carry a frame of
   their copy, to hold partner slots that bring nothing; an honest peer replaces a partner whose
   answers keep carrying nothing when they owed news (`peer.core.exchanges`);
@@ -15,7 +16,7 @@ import pytest
 from conftest import simulate
 from test_simnet_byzantine import WORLD as BYZANTINE
 
-pytestmark = pytest.mark.slow  # 16 swarms of 10 peers for 40 simulated seconds: minutes on 2 cores
+pytestmark = pytest.mark.slow  # 10 swarms of 10 peers for 40 simulated seconds: minutes on 2 cores
 
 WORLD = {**BYZANTINE, "duration_s": 40.0, "attack": {"kind": "slot_sybil", "fraction": 0.2}}
 ARMS = [{"name": "clean", "set": {"attack": {"kind": "none"}}}, {"name": "slot_sybil"},
@@ -23,7 +24,7 @@ ARMS = [{"name": "clean", "set": {"attack": {"kind": "none"}}}, {"name": "slot_s
 CONTROL = {"name": "slot_sybil_unscored", "set": {"attack": {"kind": "slot_sybil", "fraction": 0.2, "undefended": True}}}
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(3))
 def test_slot_sybils_and_pushy_liars_stay_within_5_percent(seed: int) -> None:
     runs = ARMS + ([CONTROL] if seed == 0 else [])
     s = simulate(WORLD, runs, [[r["name"], "clean"] for r in runs[1:]], seed=seed)

@@ -125,7 +125,16 @@ class WorldConfig:
         if unknown or "join" in self.session:
             raise ValueError(f"unknown session setting(s) {sorted(unknown | ({'join'} & set(self.session)))}; "
                              f"known: {sorted(known - {'join'})} (joining is churn.fetch_state)")
-        return SessionConfig(**self.session)
+        defaults, values = SessionConfig(), {}
+        for name, value in self.session.items():  # a nested section (`partners`, `candidates`) is a table
+            nested = getattr(defaults, name)
+            if dataclasses.is_dataclass(nested) and isinstance(value, dict):
+                fields = {f.name for f in dataclasses.fields(nested)}
+                if unknown := sorted(set(value) - fields):
+                    raise ValueError(f"unknown session.{name} setting(s) {unknown}; known: {sorted(fields)}")
+                value = dataclasses.replace(nested, **value)
+            values[name] = value
+        return SessionConfig(**values)
 
 
 @dataclass

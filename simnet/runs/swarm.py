@@ -31,7 +31,7 @@ COUNTERS = (
     "joins_alone_total", "diverged_total", "forged_frames_total", "joins_refused_total", "candidates_refused_total",
     "sybil_requests_total", "admitted_unverified_total", "exchanges_to_made_up_total", "snapshots_to_made_up_total",
     "adopted_from_attacker_total", "leech_requests_total", "leech_bytes_total", "leech_snapshots_total",
-    "partner_steps_taken_total", "partner_steps_clipped_total", "snapshots_received_total",
+    "partner_steps_taken_total", "partner_steps_clipped_total", "snapshots_received_total", "partners_barren_total",
 )
 
 

@@ -217,3 +217,11 @@ def test_builtin_scenarios_load():
 def test_bad_scenarios_name_the_problem(data, message):
     with pytest.raises(ValueError, match=message):
         scenario_from_dict(data)
+
+
+def test_a_scenario_sets_a_nested_session_section_by_name():
+    world = world_from_dict({"n_peers": 2, "session": {"partners": {"barren_answers": 5}, "pulls_per_publish": 1}})
+    cfg = world.session_config()
+    assert cfg.partners.barren_answers == 5 and cfg.pulls_per_publish == 1
+    with pytest.raises(ValueError, match="unknown session.partners setting"):
+        world_from_dict({"n_peers": 2, "session": {"partners": {"nope": 1}}}).session_config()

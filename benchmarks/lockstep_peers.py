@@ -14,9 +14,9 @@ publish period H of `--every`, with the same total steps (benchmarks/lockstep_ar
   peer's defaults at `gossip_every` H (publishing, and pulling `SessionConfig().pulls` random
   others, every H steps); unless `--no-late`, also with each copy mixed a step later;
 - ``gossip, per_period off``: the same with `GossipConfig.per_period` false, the rule before
-  (identical at H = 1, so run only above it; with Adam in lockstep identical above it too, as
-  every copy comes from the round of the replica's own and Adam takes no partner steps: a
-  difference there means the rule changed);
+  (identical at H = 1, so run only above it; with Adam in lockstep every copy comes from the
+  round of the replica's own and Adam takes no partner steps, so above it the two differ only
+  by the codec a publish is sent with at that period and its mixing rate, `peer.core.period_codec`);
 - ``local SGD``: an exact average of the replicas' parameters every H steps;
 - ``DiLoCo``: `async_opt.DiLoCoOuter` (published settings: lr 0.7, Nesterov momentum 0.9; see
   `--outer-lr`, `--outer-momentum`) on the mean pseudo-gradient every H steps, every replica

@@ -230,15 +230,21 @@ class GossipConfig:
 
         return PublishCadence(self.gossip_every, self.publish_catch_up)
 
-    def rate_at_period(self, period_steps: int) -> float:
-        """What the mixing rate is multiplied by at a period of `period_steps`: where `staleness`
-        names no `gamma`, the rate follows the codec a publish is then sent with
-        (`peer.core.period_codec`, `per_period`), denser at a longer period; 1 otherwise."""
+    @property
+    def max_period_frame_bytes(self) -> float:
+        """The largest update frame a longer period's denser codec may make: a quarter of the outbox."""
+        return self.outbox_bytes / 4
+
+    def rate_at_period(self, period_steps: int, numel: int = 0) -> float:
+        """What the mixing rate is multiplied by at a period of `period_steps` for a model of
+        `numel` parameters: where `staleness` names no `gamma`, the rate follows the codec a
+        publish is then sent with (`peer.core.period_codec`, `per_period`); 1 otherwise."""
         if not self.per_period or "gamma=" in self.staleness or period_steps <= 1:
             return 1.0
         from peer.core.period_codec import codec_for_period
 
-        return default_gamma(codec_for_period(self.compression, period_steps)) / default_gamma(self.compression)
+        spec = codec_for_period(self.compression, period_steps, numel, self.max_period_frame_bytes)
+        return default_gamma(spec) / default_gamma(self.compression)
 
     @property
     def resolved_staleness(self) -> str:

@@ -138,7 +138,7 @@ class Mixer:
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         pulls: list[tuple[torch.Tensor, float, float]] = []
         reference, unit = now, (max(1, period_steps) if self.cfg.per_period else 1)
-        rate = self.cfg.rate_at_period(unit)
+        rate = self.cfg.rate_at_period(unit, view.public.numel())
         if self.cfg.staleness_relative:  # before our first publish x̂_i is the start: nothing is older
             # min(…, now): a publish stamped later than this boundary would make every copy stale.
             reference = -math.inf if view.public_published_at is None else min(view.public_published_at, now)

@@ -75,7 +75,7 @@ class GossipNode:
         self.metrics: MetricsSink = metrics or NoMetrics()
         self.numel = int(x0.numel())
         self.fingerprint = model_fingerprint(spec)
-        self.codecs = PeriodCodecs(cfg.compression, cfg.gossip_every, cfg.per_period)
+        self.codecs = PeriodCodecs(cfg.compression, cfg.gossip_every, cfg.per_period, self.numel, cfg.max_period_frame_bytes)
         self.limits = limits or limits_for(self.numel)
         self.policy = VerifyPolicy(
             swarm=cfg.swarm, fingerprint=self.fingerprint, allowed_keys=cfg.allowed_keys,

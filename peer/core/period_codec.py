@@ -10,6 +10,12 @@ plain value codec once that reaches 1: the public copy trails by at most about t
 one period, and a peer sends no more bytes per step than the configured codec at a publish
 every step. The mixing rate follows the codec actually sent (`gossip_config.default_gamma`).
 
+A frame never grows past `max_bytes` that way (`GossipConfig.max_period_frame_bytes`, a quarter
+of the outbox: it still holds four): at a large model the period is what the node worker keeps
+up with, not what the links could carry, and a dense update of 800M parameters is 800 MB to
+every partner. There the fraction stays at the largest multiple that fits, the configured one
+at least.
+
 Codec specs with options (`topk:0.1,block=…`) and dense codecs are sent as configured.
 """
 
@@ -23,25 +29,48 @@ from protocol import CodecBase, parse_codec
 SPARSE = ("topk", "randk")
 
 
-def codec_for_period(compression: str, period_steps: int) -> str:
-    """The canonical codec spec to publish with at a period of `period_steps` local steps."""
+VALUE_BYTES = {"int8": 1.0, "fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "identity": 4.0}
+"""Bytes per value of each value codec, for the size of a frame before it is made."""
+INDEX_BYTES = 0.5
+"""Bytes a kept entry's index costs at most in a sparse frame (Elias-Fano: 2 + log2(1/f) bits)."""
+
+
+def frame_bytes(spec: str, numel: int) -> float:
+    """About how many bytes an update of `numel` entries takes with the codec `spec`."""
+    head, plus, values = spec.partition("+")
+    name, _colon, arg = head.partition(":")
+    if name in SPARSE:
+        kept = float(Decimal(arg.split(",")[0]))
+        return numel * kept * (VALUE_BYTES.get(values if plus else "fp16", 4.0) + INDEX_BYTES)
+    return numel * VALUE_BYTES.get(name, 4.0)
+
+
+def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_bytes: float = float("inf")) -> str:
+    """The canonical codec spec to publish an update of `numel` entries with at a period of
+    `period_steps` local steps: the densest the period allows whose frame fits `max_bytes`."""
     head, plus, values = compression.partition("+")
     name, _colon, arg = head.partition(":")
     if name not in SPARSE or "," in arg or period_steps <= 1:
         return compression
     scale = 1 << (int(period_steps).bit_length() - 1)
-    fraction = Decimal(arg) * scale
-    if fraction >= 1:
-        return parse_codec(values).spec if plus else "fp16"
-    return parse_codec(f"{name}:{format(fraction.normalize(), 'f')}{plus}{values}").spec
+    while scale > 1:
+        fraction = Decimal(arg) * scale
+        if fraction >= 1:
+            spec = parse_codec(values).spec if plus else "fp16"
+        else:
+            spec = parse_codec(f"{name}:{format(fraction.normalize(), 'f')}{plus}{values}").spec
+        if frame_bytes(spec, numel) <= max_bytes:
+            return spec
+        scale //= 2
+    return compression
 
 
 class PeriodCodecs:
     """The node's codec per publish: it measures our period (`PublishPeriod`) and picks the
     codec for it (`codec_for_period`) when `per_period`, else always the configured one."""
 
-    def __init__(self, compression: str, gossip_every: int, per_period: bool) -> None:
-        self.compression, self.per_period = compression, per_period
+    def __init__(self, compression: str, gossip_every: int, per_period: bool, numel: int, max_bytes: float) -> None:
+        self.compression, self.per_period, self.numel, self.max_bytes = compression, per_period, numel, max_bytes
         self.period = PublishPeriod(gossip_every)
         """Our steps per publish as measured (partner steps read it too)."""
         self._parsed: dict[str, CodecBase] = {compression: parse_codec(compression)}
@@ -49,7 +78,9 @@ class PeriodCodecs:
     def published(self, step: int) -> CodecBase:
         """We publish at the trainer's `step`: the codec to send it with."""
         self.period.published(step)
-        spec = codec_for_period(self.compression, self.period.steps()) if self.per_period else self.compression
+        spec = self.compression
+        if self.per_period:
+            spec = codec_for_period(self.compression, self.period.steps(), self.numel, self.max_bytes)
         if spec not in self._parsed:
             self._parsed[spec] = parse_codec(spec)
         return self._parsed[spec]

@@ -61,3 +61,14 @@ def test_the_mixer_pulls_at_the_rate_of_the_codec_sent(period, pull):
     view = MixView(torch.zeros(4), (CopyView(b"\x01" * 32, 1, torch.ones(4), 10.0, pulled=1),), 0.0, 9.0)
     mixed, _ = mixer.mix(torch.zeros(4), view, 5, 11.0, period_steps=period)
     assert mixed.tolist() == pytest.approx([pull] * 4)
+
+
+def test_a_frame_never_outgrows_a_quarter_of_the_outbox():
+    """At 800M parameters a dense update is 800 MB: the fraction stays at the largest multiple
+    whose frame fits 64 MiB, and never below the configured one."""
+    cap = GossipConfig(swarm="t").max_period_frame_bytes
+    assert cap == 64 * 2**20
+    assert codec_for_period("topk:0.1+int8", 64, 10_000_000, cap) == "int8"            # 10 MB
+    assert codec_for_period("topk:0.1+int8", 64, 100_000_000, cap) == "topk:0.4+int8"  # 60 MB of 64 MiB
+    assert codec_for_period("topk:0.1+int8", 64, 800_000_000, cap) == "topk:0.1+int8"  # 120 MB: as configured
+    assert GossipConfig(swarm="t").rate_at_period(64, 800_000_000) == 1.0

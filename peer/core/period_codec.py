@@ -21,6 +21,7 @@ Codec specs with options (`topk:0.1,block=…`) and dense codecs are sent as con
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 from peer.core.cadence import PublishPeriod
@@ -29,25 +30,11 @@ from protocol import CodecBase, parse_codec
 SPARSE = ("topk", "randk")
 
 
-VALUE_BYTES = {"int8": 1.0, "fp16": 2.0, "bf16": 2.0, "fp32": 4.0, "identity": 4.0}
-"""Bytes per value of each value codec, for the size of a frame before it is made."""
-INDEX_BYTES = 0.5
-"""Bytes a kept entry's index costs at most in a sparse frame (Elias-Fano: 2 + log2(1/f) bits)."""
-
-
-def frame_bytes(spec: str, numel: int) -> float:
-    """About how many bytes an update of `numel` entries takes with the codec `spec`."""
-    head, plus, values = spec.partition("+")
-    name, _colon, arg = head.partition(":")
-    if name in SPARSE:
-        kept = float(Decimal(arg.split(",")[0]))
-        return numel * kept * (VALUE_BYTES.get(values if plus else "fp16", 4.0) + INDEX_BYTES)
-    return numel * VALUE_BYTES.get(name, 4.0)
-
-
+@functools.lru_cache(maxsize=256)
 def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_bytes: float = float("inf")) -> str:
     """The canonical codec spec to publish an update of `numel` entries with at a period of
-    `period_steps` local steps: the densest the period allows whose frame fits `max_bytes`."""
+    `period_steps` local steps: the densest the period allows whose packed arrays fit `max_bytes`.
+    Cached: the mixer asks at every step boundary with news, with the same few arguments."""
     head, plus, values = compression.partition("+")
     name, _colon, arg = head.partition(":")
     if name not in SPARSE or "," in arg or period_steps <= 1:
@@ -59,7 +46,7 @@ def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_by
             spec = parse_codec(values).spec if plus else "fp16"
         else:
             spec = parse_codec(f"{name}:{format(fraction.normalize(), 'f')}{plus}{values}").spec
-        if frame_bytes(spec, numel) <= max_bytes:
+        if parse_codec(spec).packed_nbytes(numel) <= max_bytes:
             return spec
         scale //= 2
     return compression

@@ -97,19 +97,19 @@ def build(name: str, periods: list[int], arms: list[tuple[str, str, dict[str, An
     return {**scenario, "runs": runs, "compare": []}, duration
 
 
-def seed_figures(summary: dict, duration: float, n_peers: int) -> dict[str, dict[str, float | None]]:
-    """Per run: time to target / D, final loss / target, bytes sent per peer per training step."""
-    target = summary["target_loss"]
+def seed_figures(summary: dict, target: float, duration: float, n_peers: int) -> dict[str, dict[str, float | None]]:
+    """Per run: time to `target` / D, final loss and the mean model's over `target`, bytes sent
+    per peer per training step."""
+    def over_target(loss: float | None) -> float | None:
+        return None if loss is None else (loss / target if math.isfinite(loss) else math.inf)
+
     out = {}
     for run, row in summary["runs"].items():
         t = row["time_to_target_s"]
-        reached = (math.inf if t is None else t / duration)
-        tgt = next(iter(target.values()), None) if isinstance(target, dict) else target
-        final, mean = row["final_loss"], row["final_loss_of_mean"]
         steps = row["peer_steps"] / n_peers if row["peer_steps"] else 0
-        out[run] = {"time": reached,
-                    "final": None if final is None or not tgt else (final / tgt if math.isfinite(final) else math.inf),
-                    "final_mean": None if mean is None or not tgt else (mean / tgt if math.isfinite(mean) else math.inf),
+        out[run] = {"time": math.inf if t is None else t / duration,
+                    "final": over_target(row["final_loss"]),
+                    "final_mean": over_target(row["final_loss_of_mean"]),
                     "bytes_per_step": (row["bytes_per_peer"] or 0.0) / steps if steps else None}
     return out
 
@@ -119,7 +119,7 @@ def med(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def table(results: list[dict], periods: list[int], arms: list[str], key: str, seeds: list[int]) -> str:
+def table(results: list[dict], periods: list[int], arms: list[str], key: str) -> str:
     """A markdown table, one row per arm, one column per H: the median over seeds of `key` (range)."""
     lines = ["| arm | " + " | ".join(f"H={h}" for h in periods) + " |", "|---|" + "---|" * len(periods)]
     for arm in [*ONCE, *arms]:
@@ -170,8 +170,7 @@ def main() -> None:
         arms_only = with_target(arms_only, target)
         arms_only["world"]["stop_at_target"] = False
         summary, _t, _r = simulate(arms_only, seed, emit)
-        summary["target_loss"] = target
-        results.append(seed_figures(summary, duration, n_peers))
+        results.append(seed_figures(summary, target, duration, n_peers))
     names = [a for a, _b, _s in arms]
     print(f"machine: {describe()}")
     print(f"scenario {args.scenario}, {n_peers} peers, D = {duration:g} s, each arm {args.length:g} D, seeds "
@@ -180,7 +179,7 @@ def main() -> None:
                        ("final", "final loss / the single process's final loss"),
                        ("final_mean", "the peers' mean model: final loss / the single process's final loss"),
                        ("bytes_per_step", "bytes sent per peer per training step")):
-        print(f"\n{title}\n\n{table(results, periods, names, key, seeds)}")
+        print(f"\n{title}\n\n{table(results, periods, names, key)}")
     print("ratio: " + json.dumps({f"seed{s}": r for s, r in zip(seeds, results)}, default=str))
 
 

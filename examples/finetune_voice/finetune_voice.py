@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import re
 import subprocess
@@ -106,6 +107,7 @@ def main() -> None:
           "fast this machine ran the stages before it)", flush=True)
 
     t0 = time.monotonic()
+    took: dict[str, float] = {}  # seconds per stage, for the `stages: {json}` line
     print(f"[1/4] packing {len(train_rows)} train and {len(val_rows)} held-out clips of {args.voice} "
           f"(~{minutes(planned['pack'])})", flush=True)
     per_peer = math.ceil(len(train_rows) / args.peers)
@@ -114,7 +116,8 @@ def main() -> None:
         run("pack", str(split_folder(args.voice, part, out / "clips" / name)), str(out / "tars" / name),
             "--speaker", "voice", "--overwrite")
         print(f"      packed {name}: {len(part)} clips ({minutes(time.monotonic() - t0)})", flush=True)
-    est.finished(planned["pack"], time.monotonic() - t0)
+    took["pack"] = time.monotonic() - t0
+    est.finished(planned["pack"], took["pack"])
 
     base = args.base
     if base is None:
@@ -127,7 +130,8 @@ def main() -> None:
                    "--overwrite", log=log)  # a rerun into the same --out starts over
         if follow([proc], [log], args.base_steps, "base") != [0]:
             raise SystemExit(f"pretraining failed:\n{log.read_text()[-3000:]}")
-        est.finished(planned["base"], time.monotonic() - t)
+        took["base"] = time.monotonic() - t
+        est.finished(planned["base"], took["base"])
     else:
         print(f"[2/4] fine-tuning {base}", flush=True)
 
@@ -151,7 +155,8 @@ def main() -> None:
     for i, code in enumerate(follow(procs, logs, args.steps, " | ".join(f"peer{i}" for i in range(args.peers)))):
         if code != 0:
             raise SystemExit(f"peer {i} failed:\n{logs[i].read_text()[-3000:]}")
-    est.finished(planned["fine-tune"], time.monotonic() - t)
+    took["fine-tune"] = time.monotonic() - t
+    est.finished(planned["fine-tune"], took["fine-tune"])
 
     print(f"[4/4] held-out eval loss and a sample (~{minutes(planned['eval+sample'] * est.slowdown)})", flush=True)
     t = time.monotonic()
@@ -169,10 +174,15 @@ def main() -> None:
         "--out", str(wav), "--steps", str(args.synth_steps))
     print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
     plot_spectrograms(args.voice / "wavs" / f"{val_rows[0][0]}.wav", wav, out / "finetuned.png")
+    took["eval+sample"] = time.monotonic() - t
+    t = time.monotonic()
     judge_checkpoints(HeldOutConfig(checkpoints={"base": base, "fine-tuned": out / "peer0"}, voice=args.voice,
                                     sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
                                     out=out / "judged", synth_steps=args.synth_steps))
-    print(f"done in {minutes(time.monotonic() - t0)}", flush=True)
+    took["judge"] = time.monotonic() - t
+    took["total"] = time.monotonic() - t0
+    print("stages: " + json.dumps({name: round(s, 1) for name, s in took.items()}))  # read by curve.py
+    print(f"done in {minutes(took['total'])}", flush=True)
 
 
 def plot_spectrograms(real: Path, generated: Path, png: Path) -> None:

@@ -259,13 +259,11 @@ def default_gamma(compression: str) -> float:
     """A consensus step that stays stable under this compression.
 
     CHOCO-SGD's consensus step must shrink with the compression quality δ (the kept
-    fraction for top-k/random-k), else compressed gossip with error feedback diverges: γ = 2δ,
+    fraction of a sparse codec), else compressed gossip with error feedback diverges: γ = 2δ,
     within [0.02, 0.5]. Dense codecs (fp16, bf16, int8) keep δ≈1, so γ=0.5 is safe
-    (docs/benchmarks/peer.md#the-default-codec-and-its-mixing-rate).
+    (docs/benchmarks/peer.md#the-default-codec-and-its-mixing-rate). δ is the codec table's
+    `kept_fraction`.
     """
-    head = compression.split("+")[0]
-    name, _, arg = head.partition(":")
-    if name in ("topk", "randk"):
-        fraction = float(arg.split(",")[0].split("=")[-1])
-        return max(0.02, min(0.5, 2.0 * fraction))
-    return 0.5
+    from protocol.codec_table import kept_fraction
+
+    return max(0.02, min(0.5, 2.0 * float(kept_fraction(compression))))

@@ -16,7 +16,8 @@ up with, not what the links could carry, and a dense update of 800M parameters i
 every partner. There the fraction stays at the largest multiple that fits, the configured one
 at least.
 
-Codec specs with options (`topk:0.1,block=…`) and dense codecs are sent as configured.
+Dense codecs are sent as configured; every sparse kind of the codec table
+(`protocol.codec_table`) grows with the period.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from decimal import Decimal
 
 from peer.core.cadence import PublishPeriod
 from protocol import CodecBase, parse_codec
-
-SPARSE = ("topk", "randk")
+from protocol.codec_table import read_spec
 
 
 @functools.lru_cache(maxsize=256)
@@ -35,10 +35,11 @@ def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_by
     """The canonical codec spec to publish an update of `numel` entries with at a period of
     `period_steps` local steps: the densest the period allows whose packed arrays fit `max_bytes`.
     Cached: the mixer asks at every step boundary with news, with the same few arguments."""
-    head, plus, values = compression.partition("+")
-    name, _colon, arg = head.partition(":")
-    if name not in SPARSE or "," in arg or period_steps <= 1:
+    parts = read_spec(compression)
+    if not parts.kind.sparse or period_steps <= 1:
         return compression
+    name, arg = parts.kind.name, parts.argument
+    _head, plus, values = compression.partition("+")
     scale = 1 << (int(period_steps).bit_length() - 1)
     while scale > 1:
         fraction = Decimal(arg) * scale

@@ -21,7 +21,7 @@ from protocol import Identity, decode_frame
     ("topk:0.01", 128, "fp16"),
     ("randk:0.05+int8", 4, "randk:0.2+int8"),
     ("int8", 64, "int8"),                      # dense codecs as they are
-    ("topk:0.1,block=64+int8", 64, "topk:0.1,block=64+int8"),  # options: as configured
+    ("fp32", 64, "fp32"),
 ])
 def test_the_fraction_grows_with_the_period(spec, period, want):
     assert codec_for_period(spec, period) == want
@@ -72,3 +72,20 @@ def test_a_frame_never_outgrows_a_quarter_of_the_outbox():
     assert codec_for_period("topk:0.1+int8", 64, 100_000_000, cap) == "topk:0.4+int8"  # 60 MB of 64 MiB
     assert codec_for_period("topk:0.1+int8", 64, 800_000_000, cap) == "topk:0.1+int8"  # 120 MB: as configured
     assert GossipConfig(swarm="t").rate_at_period(64, 800_000_000) == 1.0
+
+
+def test_a_sparse_codec_added_to_the_table_grows_with_the_period_and_sets_the_mixing_rate(monkeypatch):
+    from protocol import codec_table
+    from protocol.codec_table import CodecKind
+
+    def build(arg, values):
+        from protocol.codecs_sparse import SparseCodec
+
+        return SparseCodec("topk", arg, values)
+
+    monkeypatch.setattr(codec_table, "KINDS", list(codec_table.KINDS))
+    codec_table.register(CodecKind("halfk", "halfk:F[+V]", "a test codec", build, sparse=True))
+    # its builder makes top-k codecs, so the grown spec is top-k's: the period read the table
+    assert codec_for_period("halfk:0.05+int8", 4) == "topk:0.2+int8"
+    assert [GossipConfig(swarm="t", compression=f"halfk:{f}").resolved_staleness.rsplit(",", 1)[1]
+            for f in ("0.05", "0.001", "1")] == ["gamma=0.1", "gamma=0.02", "gamma=0.5"]

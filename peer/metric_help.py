@@ -101,6 +101,10 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "leech_snapshots_total": (COUNTER, "simnet leech attackers: frames past the control frame in those answers"),
     "partners_barren_total": (
         COUNTER, "partners replaced because their answers kept carrying nothing when they owed news"),
+    "partners_frozen_total": (
+        COUNTER, "partners replaced because the step they claim stayed put for many of our publishes"),
+    "partners_reinstated_total": (
+        COUNTER, "partners replaced for giving nothing that may be partners again: a request of theirs brought news"),
     "tflops": (GAUGE, "model TFLOP/s of the last step (the model's own FLOP count / wall time)"),
     "update_gaps_total": (COUNTER, "updates that could not be applied in order"),
     "updates_applied_total": (COUNTER, "neighbour updates applied to their public copies"),

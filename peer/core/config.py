@@ -56,14 +56,21 @@ class PartnerConfig:
     published past the copy we hold of it (or we hold none): an honest partner then sends it, and
     one between its publishes owes nothing, however rarely it publishes. At least 2: the answer to
     a first contact (a request without a ticket of the partner's) carries a ticket and nothing else."""
+    frozen_publishes: int = 256
+    """Our publishes after which a partner whose claimed step has not passed the highest it claimed
+    before is replaced like a barren one. Its answers then owe nothing, so a key that sent one
+    snapshot and answers empty at that step would keep its slot for good; an honest partner's step
+    moves at each of its publishes, so this spares one publishing up to this many times slower than
+    we do (a straggler, a long publish period), and a partner that stopped training gives its slot up."""
     news_weight: float = 0.25
     """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
     partner drawn in proportion to its score, a new one starting at half: one that answers news
     gets most pulls, and one that answers nothing is still asked, until it is replaced."""
 
     def __post_init__(self) -> None:
-        if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 2:
-            raise ValueError(f"per_host and per_subnet must be >= 1 and barren_answers >= 2, got {self}")
+        if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 2 or self.frozen_publishes < 1:
+            raise ValueError(f"per_host, per_subnet and frozen_publishes must be >= 1 and barren_answers >= 2, "
+                             f"got {self}")
         if not (0 < self.news_weight <= 1 and math.isfinite(self.news_weight)):
             raise ValueError(f"news_weight must be in (0, 1], got {self.news_weight!r}")
 

@@ -9,7 +9,10 @@ stalls and frees its slot (it still waits for its answer or timeout), and at mos
 `max_partners` are open in all. Behind a partition most partners may sit across the cut:
 each stalls in turn, and the ones left free are those on our side. A partner whose
 exchange failed is replaced, first by a verified peer whose last request succeeded, and so is
-one whose answers keep carrying nothing. Vacancies are filled spread over hosts and subnets
+one whose answers keep carrying nothing, or whose claimed step stays put for many of our
+publishes. A partner replaced for giving nothing comes back once a request of its own brings us
+news (`reinstate`), so an honest one that answered empty before it verified us is not out for
+good, while a key that never sends a frame stays out. Vacancies are filled spread over hosts and subnets
 first (`peer.core.diversity`), and a pull goes to the free partner whose answers carried news
 most often, more likely (`PartnerConfig`).
 Pure and single-owner, like the session. See docs/architecture.md.
@@ -35,7 +38,9 @@ class Exchanges:
         self.scores: dict[str, float] = {}
         """Per partner, how often its answers carried news (an average weighted to the newest)."""
         self._empty: dict[str, int] = {}  # partner -> consecutive answers that carried nothing
-        self._barren: set[str] = set()  # replaced for answering nothing: taken again only when we have no partner
+        self._barren: set[str] = set()  # replaced for giving nothing: taken again when it brings news, or we have no partner
+        self._claimed: dict[str, tuple[int, int]] = {}  # address -> (highest step it claimed, our publishes then)
+        self._publishes = 0  # our publishes so far: the clock a claimed step that stays put is judged by
         self.in_flight: dict[int, str] = {}
         self._started: dict[int, float] = {}
         self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
@@ -64,6 +69,7 @@ class Exchanges:
                     healthy.add(p.address)
         self.partners = [a for a in self.partners if a in verified]
         self._barren &= verified
+        self._claimed = {a: c for a, c in self._claimed.items() if a in verified}
         pc = self.partner_cfg
         for eligible, spreading in ((healthy - self._barren, True), (verified - self._barren, True),
                                     (healthy - self._barren, False), (verified - self._barren, False),
@@ -89,31 +95,64 @@ class Exchanges:
         self.in_flight[token] = address
         self._started[token] = now
 
+    def published(self) -> None:
+        """We published: one more tick of the clock `PartnerConfig.frozen_publishes` counts in."""
+        self._publishes += 1
+
+    def reinstate(self, address: str) -> bool:
+        """A request of `address`'s own brought us news: if it was replaced for giving nothing, it may
+        fill a vacancy again (its claimed step judged afresh). True when it was."""
+        if address not in self._barren:
+            return False
+        self._barren.discard(address)
+        self._claimed.pop(address, None)
+        return True
+
     def finish(self, token: int, failed: bool, rtt: float | None = None, carried: int | None = None,
-               owed: bool = True) -> tuple[str | None, bool]:
-        """Close `token`; returns its address (None if unknown) and whether this answer made it barren.
-        A failed partner is dropped, and so
-        is one whose last `barren_answers` answers that owed news carried nothing (`carried`: the
-        frames its answer brought that changed our copy of it; None: not told). An empty answer that
-        owed nothing (`owed` False: the partner has not published past the copy we hold, as a
-        straggler or a partner with a long publish period has not between its publishes) says
-        nothing about the partner: neither its score nor its count moves."""
+               owed: bool = True, step: int | None = None) -> tuple[str | None, str | None]:
+        """Close `token`; returns its address (None if unknown) and, when this answer replaced its
+        partner for giving nothing, why: "barren" or "frozen".
+
+        A failed partner is dropped, and so is one whose last `barren_answers` answers that owed news
+        carried nothing (`carried`: the frames its answer brought that changed our copy of it; None:
+        not told, and nothing is scored). An empty answer that owed nothing (`owed` False: the
+        partner has not published past the copy we hold, as a straggler or a partner with a long
+        publish period has not between its publishes) moves neither its score nor its count; but a
+        partner whose claimed `step` has not passed the highest it claimed for `frozen_publishes`
+        of our publishes has stopped publishing, or claims a step it never leaves so as to owe
+        nothing: it is dropped too."""
         address = self.in_flight.pop(token, None)
         self._started.pop(token, None)
         if address is None:
-            return None, False
-        barren = False
-        if not failed and carried is not None and (carried > 0 or owed) and address in self.scores:
-            w = self.partner_cfg.news_weight
-            self.scores[address] = (1 - w) * self.scores[address] + w * (carried > 0)
-            self._empty[address] = 0 if carried > 0 else self._empty.get(address, 0) + 1
-            if self._empty[address] >= self.partner_cfg.barren_answers:
+            return None, None
+        why = None
+        if not failed and carried is not None and address in self.scores:
+            if carried > 0 or owed:
+                w = self.partner_cfg.news_weight
+                self.scores[address] = (1 - w) * self.scores[address] + w * (carried > 0)
+                self._empty[address] = 0 if carried > 0 else self._empty.get(address, 0) + 1
+                if self._empty[address] >= self.partner_cfg.barren_answers:
+                    why = "barren"
+            if step is not None and why is None and self._frozen(address, step):
+                why = "frozen"
+            if why is not None:
                 self._barren.add(address)
-                failed = barren = True
+                failed = True
         if failed and address in self.partners:  # replaced at the next choice
             self.partners.remove(address)
             self._empty.pop(address, None)
         if not failed and rtt is not None and rtt >= 0:
             a = self.rtt_smoothing
             self._rtt_s = rtt if self._rtt_s is None else (1 - a) * self._rtt_s + a * rtt
-        return address, barren
+        return address, why
+
+    def _frozen(self, address: str, step: int) -> bool:
+        """Whether `address`, now claiming `step`, has claimed no step past its highest for
+        `frozen_publishes` of our publishes (a claim past it starts the count again)."""
+        highest, since = self._claimed.get(address, (step - 1, 0))
+        if step <= highest and self._publishes - since < self.partner_cfg.frozen_publishes:
+            return False
+        # a claim past the highest starts the count; so does a drop (taken again as a last resort,
+        # it holds its slot as long again)
+        self._claimed[address] = (max(step, highest), self._publishes)
+        return step <= highest

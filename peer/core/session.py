@@ -33,6 +33,10 @@ from peer.core.hello import Hello
 from peer.core.join import Join
 from peer.core.table import NeighbourConfig, NeighbourTable
 
+REPLACED = {"barren": Count("partners_barren_total"), "frozen": Count("partners_frozen_total")}
+"""What the session counts when a partner is replaced for giving nothing (`Exchanges.finish`)."""
+
+
 @dataclass
 class _Retry:
     next_at: float
@@ -135,8 +139,10 @@ class Session:
             out += self._join_progress(now)
         return out
 
-    def inbound_exchange(self, listen: str, peer_id: str, now: float) -> list[Action]:
-        """A peer exchanged with us and says it listens at `listen`: a candidate until we dial it."""
+    def inbound_exchange(self, listen: str, peer_id: str, now: float, *, carried: int = 0) -> list[Action]:
+        """A peer exchanged with us and says it listens at `listen`: a candidate until we dial it.
+        `carried`: the frames of its request that changed our copy of it (`ExchangeResult.news`);
+        news from the key verified at `listen` lets a partner replaced for giving nothing back in."""
         if not listen:
             return []
         try:
@@ -144,6 +150,9 @@ class Session:
         except ValueError:
             return [Count("inbound_bad_listen_total")]
         out = self.found(info, now)
+        known = self.table.get(listen)
+        if carried > 0 and known is not None and known.peer_id == peer_id and self.exchanges.reinstate(listen):
+            out += [Count("partners_reinstated_total"), Log(f"partner {listen} brought news: it may be a partner again")]
         h = self.table.health(listen)
         if h is not None and h.dead and listen not in self._dialling:
             # Judged dead, and speaking again (a restart): verified anew now, not at the next retry,
@@ -157,6 +166,7 @@ class Session:
         self.step = step
         if not publish_due:
             return []
+        self.exchanges.published()
         out: list[Action] = [Publish()]
         for _ in range(self.cfg.pulls):
             if not (self.exchanges.slot_free(now) and self.accepting):
@@ -177,18 +187,20 @@ class Session:
         return [Count("publish_failures_total"), Log(f"could not publish an update at step {step}: {error}", "error")]
 
     def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
-                      error: str | None = None, carried: int | None = None, owed: bool = True) -> list[Action]:
+                      error: str | None = None, carried: int | None = None, owed: bool = True,
+                      step: int | None = None) -> list[Action]:
         """An exchange we started ended: `error` is None on a verified reply; `carried`: how many of
         its frames changed our copy of the partner (None: not told), `owed`: whether the partner had
-        published past the copy we held (`ExchangeResult.news`, `.owed`; `Exchanges.finish`)."""
-        address, barren = self.exchanges.finish(token, error is not None, rtt, carried, owed)
+        published past the copy we held, `step`: the step it claims (`ExchangeResult.news`, `.owed`,
+        `.step`; `Exchanges.finish`)."""
+        address, replaced = self.exchanges.finish(token, error is not None, rtt, carried, owed, step)
         if address is None:
             return []
         if error is not None:
             return (self._failed(address, now, f"exchange with {address} failed: {error}", "exchange_failures_total")
                     + self._probe(address, now))
         self.table.mark_success(address, now, peer_id=peer_id or None, rtt=rtt)
-        return [Count("exchanges_ok_total")] + ([Count("partners_barren_total")] if barren else [])
+        return [Count("exchanges_ok_total")] + ([REPLACED[replaced]] if replaced else [])
 
     def hello_done(self, token: int, now: float, hello: Hello | None = None, error: str | None = None) -> list[Action]:
         """A hello we asked for arrived verified (`hello`), or failed (`error`)."""

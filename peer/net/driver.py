@@ -248,7 +248,8 @@ class AsyncDriver:
             return
         self.metrics.observe("exchange_seconds", self.mono() - t0, help="an exchange we started: request to verified reply")
         self.dispatch(self.session.exchange_done(a.token, self.mono(), peer_id=result.sender.hex(),
-                                                 rtt=self.mono() - t0, carried=result.news, owed=result.owed))
+                                                 rtt=self.mono() - t0, carried=result.news, owed=result.owed,
+                                                 step=result.step))
 
     async def _hello(self, a: SendHello) -> None:
         try:
@@ -342,7 +343,7 @@ class AsyncDriver:
         FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,
                                                           body, NOW, address, self.session.verified_keys())
-        self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono()))
+        self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono(), carried=result.news))
         return reply, result.accepted
 
     def serve_hello(self, nonce: str) -> bytes:

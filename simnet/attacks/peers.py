@@ -196,9 +196,9 @@ class UnscoringPeer(SimPeer):
 class UnverifyingPeer(SimPeer):
     """Control arm of `sybil`: an honest peer that takes an inbound exchange's listen address as verified."""
 
-    def _inbound(self, session: Session, listen: str, peer_id: str, now: float) -> list[Action]:
+    def _inbound(self, session: Session, listen: str, peer_id: str, now: float, carried: int = 0) -> list[Action]:
         if not listen:
-            return super()._inbound(session, listen, peer_id, now)
+            return super()._inbound(session, listen, peer_id, now, carried)
         try:
             info = PeerInfo(peer_id=peer_id, address=listen, source="exchange")
         except ValueError:

@@ -250,7 +250,7 @@ class SimPeer(SimServer):
         carried, owed = self._answer_news(result)
         return cost, lambda: self.dispatch(self._sess().exchange_done(
             a.token, self.world.now(), peer_id=result.sender.hex(), rtt=self.world.now() - t0,
-            carried=carried, owed=owed))
+            carried=carried, owed=owed, step=result.step))
 
     def _answer_news(self, result: ExchangeResult) -> tuple[int | None, bool]:
         """What the session is told an answer brought (`Session.exchange_done`'s carried, owed)."""

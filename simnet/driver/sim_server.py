@@ -59,9 +59,10 @@ class SimServer:
         """The step our hellos claim: the session's (a join liar claims more)."""
         return step
 
-    def _inbound(self, session: Session, listen: str, peer_id: str, now: float) -> list[Action]:
-        """The session's answer to an inbound exchange naming `listen` (a candidate to dial)."""
-        return session.inbound_exchange(listen, peer_id, now)
+    def _inbound(self, session: Session, listen: str, peer_id: str, now: float, carried: int = 0) -> list[Action]:
+        """The session's answer to an inbound exchange naming `listen` (a candidate to dial) that
+        changed our copy of its sender by `carried` frames."""
+        return session.inbound_exchange(listen, peer_id, now, carried=carried)
 
     def _refuse_offline(self, src: int, reply: Reply) -> bool:
         if self.online:
@@ -98,7 +99,8 @@ class SimServer:
             cost += self.world.cost.build(len(data))
 
             def then() -> None:
-                self.dispatch(self._inbound(self._sess(), result.listen, result.sender.hex(), self.world.now()))
+                self.dispatch(self._inbound(self._sess(), result.listen, result.sender.hex(), self.world.now(),
+                                            result.news))
                 self._answer(src, data, "", reply)
 
             return cost, then

@@ -9,89 +9,15 @@ Real nodes answer here, as a driver hands their `ExchangeResult` to the session.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-
 import pytest
-import torch
 
-from peer.core.actions import Count, Exchange, SendHello
 from peer.core.addresses import PeerInfo
 from peer.core.config import PartnerConfig, SessionConfig
-from peer.core.gossip_config import GossipConfig
-from peer.core.hello import Hello
-from peer.core.node import GossipNode
-from peer.core.session import Session
-from protocol import Identity
+from tests.unit.peer.core.partner_swarm import EmptyAnswerNode, Swarm
 
-SPEC = {"w": ((64,), "float32")}
 HONEST, SLOW, OTHER = "10.0.1.1:7000", "10.0.2.1:7000", "10.0.3.1:7000"
 SYBILS = [f"10.6.6.6:{7000 + i}" for i in range(24)]
-
-
-class EmptyAnswerNode(GossipNode):
-    """A sybil's node: a signed, ticketed control frame and nothing else in every answer."""
-
-    def _frames_for(self, peer_key, now, withheld):  # type: ignore[no-untyped-def]
-        return []
-
-
-def node(i: int, cls: type[GossipNode] = GossipNode) -> GossipNode:
-    return cls(GossipConfig(swarm="t", compression="topk:0.25+int8"), Identity.generate(i.to_bytes(2, "big") * 16),
-               SPEC, torch.zeros(64), now=1e9)
-
-
-class Swarm:
-    """A victim's session and node, and the real nodes at each address it may pull."""
-
-    def __init__(self, addresses: list[str], seed: int = 0, **cfg: object) -> None:
-        self.victim = node(0)
-        self.nodes = {a: node(i + 1, EmptyAnswerNode if a in SYBILS else GossipNode) for i, a in enumerate(addresses)}
-        self.session = Session(SessionConfig(join=False, **cfg), peer_id=self.victim.identity.public_key.hex(),  # type: ignore[arg-type]
-                               rng=random.Random(seed))
-        self.verify(self.session.start(0.0, listen="10.0.0.99:7000", bootstrap=addresses, step=0, hello_seq_base=0))
-        self.pulls: dict[str, int] = {a: 0 for a in addresses}
-        self.news: dict[str, int] = {a: 0 for a in addresses}
-        self.barren = 0
-
-    def verify(self, actions: list) -> None:  # type: ignore[type-arg]
-        """Answer the hellos among `actions`: each address is verified for its node's key."""
-        for h in [a for a in actions if isinstance(a, SendHello)]:
-            key = self.nodes[h.address].identity.public_key.hex()
-            self.session.hello_done(h.token, 0.1, hello=Hello(key, 0, h.address, ()))
-
-    def publish(self, address: str, step: int) -> None:
-        gen = torch.Generator().manual_seed(step * 1000 + len(address))
-        self.nodes[address].publish(torch.randn(64, generator=gen), step, 1e9 + step)
-
-    def pushes(self, address: str, step: int) -> None:
-        """`address` pulls the victim (its request carries its update, once it holds a ticket)."""
-        other, me = self.nodes[address], self.victim.identity.public_key
-        body = other.build_request(me if me in other.neighbours or other.held_tickets.get(me)[1] else None, 1e9 + step)
-        reply, _ = self.victim.handle_request(body, 1e9 + step, verified={other.identity.public_key})
-        other.handle_response(reply, 1e9 + step)
-
-    def round(self, step: int) -> None:
-        """The victim publishes and pulls; each pulled node answers as a driver would see it."""
-        now = 1.0 + step
-        self.victim.publish(torch.full((64,), float(step)), step, 1e9 + step)
-        for ex in [a for a in self.session.step_boundary(step, True, now) if isinstance(a, Exchange)]:
-            other = self.nodes[ex.address]
-            key = bytes.fromhex(ex.peer_id) if ex.peer_id else None
-            reply, _ = other.handle_request(self.victim.build_request(key, 1e9 + step), 1e9 + step,
-                                            verified={self.victim.identity.public_key})
-            result = self.victim.handle_response(reply, 1e9 + step)
-            self.pulls[ex.address] += 1
-            self.news[ex.address] += result.news > 0
-            done = self.session.exchange_done(ex.token, now + 0.01, peer_id=result.sender.hex(), rtt=0.01,
-                                              carried=result.news, owed=result.owed)
-            self.barren += sum(1 for a in done if isinstance(a, Count) and a.name == "partners_barren_total")
-
-    def run(self, rounds: int, each: Callable[["Swarm", int], None]) -> "Swarm":
-        for step in range(1, rounds + 1):
-            each(self, step)
-            self.round(step)
-        return self
+EMPTY = {a: EmptyAnswerNode for a in SYBILS}
 
 
 def honest_every_step(s: Swarm, step: int) -> None:
@@ -100,7 +26,7 @@ def honest_every_step(s: Swarm, step: int) -> None:
 
 def test_prompt_empty_answers_lose_their_slots() -> None:
     for seed in range(2):
-        s = Swarm([HONEST, SLOW] + SYBILS, seed).run(300, honest_every_step)
+        s = Swarm([HONEST, SLOW] + SYBILS, seed, EMPTY).run(300, honest_every_step)
         clean = Swarm([HONEST, SLOW], seed).run(300, honest_every_step)
         assert not set(SYBILS) & set(s.session.partners) and s.barren == len(SYBILS), (seed, s.session.partners)
         # each sybil is pulled until its third answer that owed news and brought none
@@ -132,7 +58,7 @@ def test_a_partner_that_publishes_rarely_or_pushes_its_news_keeps_its_slot() -> 
 def test_the_session_weighs_partners_by_its_config() -> None:
     """`SessionConfig.partners` is what the session's partner choice reads; a first contact's answer
     (a ticket, no frames) counts, so fewer than two such answers would drop honest partners too."""
-    s = Swarm([HONEST] + SYBILS[:4], partners=PartnerConfig(barren_answers=2)).run(40, honest_every_step)
+    s = Swarm([HONEST] + SYBILS[:4], kinds=EMPTY, partners=PartnerConfig(barren_answers=2)).run(40, honest_every_step)
     assert s.barren == 4 and max(s.pulls[a] for a in SYBILS[:4]) == 2, s.pulls
     assert s.session.partners == [HONEST]
     with pytest.raises(ValueError, match="barren_answers"):

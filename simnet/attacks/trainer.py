@@ -6,45 +6,15 @@ honest side defends with exactly the code it runs in production. The attacker st
 trains honestly and, unless `mixes = false`, mixes in what it receives (the mixing delta is
 applied to its honest parameters), so it stays close to the swarm, as a careful adversary would.
 
-Kinds (u = x − x₀ is the attacker's honest progress since the shared start x₀):
-- sign_flip: publishes x₀ − s·u (its update with the sign flipped, scaled by s);
-- scale: publishes x₀ + s·u (model-replacement style boosting);
-- random: publishes x + s·ε·rms(x), ε ~ N(0, I) fresh at every read;
-- alie: "A Little Is Enough" (Baruch et al. 2019): μ − z·σ of the copies it holds
-  (its own and its neighbours'), coordinate-wise: small enough to pass distance checks;
-- steer: radius steering: publishes x + d·e, e a fixed random unit direction, d starting at 1% of
-  `scale`·||x|| and growing by `growth` at every read, so the attacker is always a little
-  farther than last time: against a radius taken from a window of recent distances it owns
-  the window and drags the radius (and its victims) along;
-- edge: the attacker who knows the clipping rule: publishes x − r·u/||u||, straight back
-  along its progress, at r = `scale` × the median of its distances to the copies it holds
-  (what the receivers' default radius is made of): as far as a pull can go unshortened, in
-  the one direction that undoes training, at every publish;
-- nan: publishes NaN. The sender-side encoder refuses non-finite vectors, so the node
-  never publishes; the attacker also appends a self-signed update frame full of NaN to
-  every exchange body, which receivers' non-finite check must refuse (both are counted).
-
-Attacks on the protocol rather than the parameters (the driver side is in
-`simnet.attacks.peers`; these attackers publish their honest parameters unless said):
-- future: the vector of attack `payload` (sign_flip by default) in frames that claim a time
-  `ahead_s` ahead of the attacker's clock, so a receiver that took the sender's word would
-  count them as never stale;
-- join_liar: answers every hello with step `claim_step` and every state request with its
-  parameters plus noise of `scale` × their rms (1e30 for a `scale` of ~1e30), signed and well
-  formed: bait for joiners that adopt the furthest-along state;
-- sybil: sends `sybil_rate` control-only exchanges per second, each from a fresh key and
-  naming a fresh made-up listen address, to bait peers into adopting those addresses;
-- leech: sends `leech_rate` first contacts per second, each from a fresh key, and spends each
-  answer's ticket asking for the whole model (`simnet.attacks.leech`);
-- slot_sybil: answers every hello and exchange promptly and never carries a frame of its copy,
-  to hold partner slots that bring nothing (`simnet.attacks.peers.SlotSybilPeer`).
+The attacks, each with the lie it publishes and the peers it runs, are the table in
+`simnet.attacks.kinds` (docs/simnet/world.md); the lies themselves are `simnet.attacks.lies`.
 
 `pushy = true` with any parameter attack: the attacker starts an exchange with every partner
 it has at every publish (as many pulls as partners), so under a rule where any copy with news
 pulls, every honest peer mixes its lie every period; `pushy_undefended` is that arm's control,
 in which the honest peers let pushed copies pull (`GossipConfig.pull_only = false`).
 
-`undefended = true` is the control arm of the attacks in `CONTROLLED`: the honest peers of that run drop
+`undefended = true` is the control arm of the attacks that name one: the honest peers of that run drop
 the one defence the attack targets (see `simnet.attacks.peers`). It is a simnet switch for
 experiments; no peer setting turns these defences off.
 """
@@ -54,24 +24,19 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from peer.trainer import Capabilities, Trainer, WrappedTrainer
-
-KINDS = ("none", "sign_flip", "scale", "random", "alie", "edge", "nan", "steer", "future", "join_liar", "sybil",
-         "leech", "slot_sybil")
-CONTROLLED = ("future", "join_liar", "sybil", "leech", "slot_sybil")
-"""Attacks with an `undefended` control arm."""
-PAYLOADS = ("sign_flip", "scale", "random", "alie", "edge", "steer")
-"""What a `future` attacker may publish."""
+from simnet.attacks.kinds import NONE, attack_named, controlled, kind_names, parameter_attacks
+from simnet.attacks.lies import Lie
 
 
 @dataclass
 class AttackConfig:
     kind: str = "none"
-    """One of KINDS (see the module docstring)."""
+    """An attack of the table (`simnet.attacks.kinds`), or "none"."""
     fraction: float = 0.0
     """Share of peers that attack (rounded to the nearest count), chosen by the seed."""
     peers: list[int] = field(default_factory=list)
@@ -83,7 +48,7 @@ class AttackConfig:
     growth: float = 1.25
     """steer: factor by which the published distance grows at every publish."""
     payload: str = "sign_flip"
-    """future: the attack whose vector it publishes (one of PAYLOADS)."""
+    """future: the parameter attack whose lie it publishes (`simnet.attacks.kinds.parameter_attacks`)."""
     ahead_s: float = 290.0
     """future: how far ahead of the attacker's clock its frames claim to be. Receivers refuse
     frames more than their max_clock_skew_s (300 s) ahead, so the most a liar can claim and
@@ -99,21 +64,21 @@ class AttackConfig:
     """False: the attacker ignores what it receives, so the vector it lies with follows its own
     training alone instead of the swarm's (a sign flip then points away from the honest copies)."""
     undefended: bool = False
-    """Control arm of future, join_liar, sybil, leech and slot_sybil: honest peers drop the defence it targets."""
+    """Control arm of an attack that names one (`AttackKind.control`): honest peers drop the defence it targets."""
     pushy: bool = False
     """The attacker exchanges with every partner it has at every publish (module docstring)."""
     pushy_undefended: bool = False
     """Control arm of `pushy`: honest peers let every copy with news pull, pushed ones too."""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"attack.kind must be one of {KINDS}, got {self.kind!r}")
-        if self.undefended and self.kind not in CONTROLLED:
-            raise ValueError(f"attack.undefended is a control arm of {CONTROLLED}, not of {self.kind!r}")
-        if self.payload not in PAYLOADS:
-            raise ValueError(f"attack.payload must be one of {PAYLOADS}, got {self.payload!r}")
-        if (self.pushy or self.pushy_undefended) and self.kind not in PAYLOADS:
-            raise ValueError(f"attack.pushy needs a parameter attack (one of {PAYLOADS}), not {self.kind!r}")
+        if self.kind not in kind_names():
+            raise ValueError(f"attack.kind must be one of {kind_names()}, got {self.kind!r}")
+        if self.undefended and self.kind not in controlled():
+            raise ValueError(f"attack.undefended is a control arm of {controlled()}, not of {self.kind!r}")
+        if self.payload not in parameter_attacks():
+            raise ValueError(f"attack.payload must be one of {parameter_attacks()}, got {self.payload!r}")
+        if (self.pushy or self.pushy_undefended) and self.kind not in parameter_attacks():
+            raise ValueError(f"attack.pushy needs a parameter attack (one of {parameter_attacks()}), not {self.kind!r}")
         if self.pushy_undefended and not self.pushy:
             raise ValueError("attack.pushy_undefended is the control arm of attack.pushy")
         if not 0 <= self.ahead_s or self.claim_step < 1 or not self.sybil_rate > 0 or not self.leech_rate > 0:
@@ -126,7 +91,7 @@ class AttackConfig:
 
     def attackers(self, n: int, seed: int) -> set[int]:
         """Which peers attack (none when kind is 'none')."""
-        if self.kind == "none":
+        if self.kind == NONE:
             return set()
         if self.peers:
             return {p for p in self.peers if p < n}
@@ -142,12 +107,13 @@ class AttackTrainer(WrappedTrainer):
         super().__init__(inner)
         self.cfg = cfg
         self.x0 = inner.get_flat_params()
-        self.gen = torch.Generator().manual_seed(seed)
-        self._peek: Callable[[], list[torch.Tensor]] = lambda: []
-        self._armed = False  # off until the node is built: its public copy starts from the shared x₀ like everyone's
+        self._gen = torch.Generator().manual_seed(seed)
+        kind = attack_named(cfg.kind)
+        if kind is not None and kind.publishes_payload:
+            kind = attack_named(cfg.payload)
+        self._lie_of: Optional[Callable[[Lie, torch.Tensor], torch.Tensor]] = kind.lie if kind else None
+        self._lie: Optional[Lie] = None  # none until the node is built: its public copy starts from the shared x₀ like everyone's
         self._shown: torch.Tensor | None = None
-        self._steer: float | None = None
-        self._direction: torch.Tensor | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -158,12 +124,12 @@ class AttackTrainer(WrappedTrainer):
 
     def arm(self, peek: Callable[[], list[torch.Tensor]]) -> None:
         """Start lying, reading the copies the node holds through `peek` (alie and edge use them)."""
-        self._peek, self._armed = peek, True
+        self._lie = Lie(self.x0, self.cfg.scale, self.cfg.z, self.cfg.growth, self._gen, peek)
 
     # --- what gossip sees ------------------------------------------------------------
     def get_flat_params(self) -> torch.Tensor:
         x = self.inner.get_flat_params()
-        if not self._armed:
+        if self._lie is None:
             return x
         self._shown = self._attack(x)
         return self._shown.clone()
@@ -186,34 +152,5 @@ class AttackTrainer(WrappedTrainer):
         self.inner.adopt(flat, step)
 
     def _attack(self, x: torch.Tensor) -> torch.Tensor:
-        kind, s = self.cfg.kind, self.cfg.scale
-        if kind == "future":
-            kind = self.cfg.payload
-        if kind == "sign_flip":
-            return self.x0 - s * (x - self.x0)
-        if kind == "scale":
-            return self.x0 + s * (x - self.x0)
-        if kind == "random":
-            rms = float(x.pow(2).mean().sqrt()) or 1.0
-            return x + s * rms * torch.randn(x.shape, generator=self.gen)
-        if kind == "alie":
-            stack = torch.stack([x] + [c for c in self._peek() if c.shape == x.shape])
-            if len(stack) < 2:
-                return x
-            return stack.mean(0) - self.cfg.z * stack.std(0)
-        if kind == "edge":
-            distances = sorted(float((c - x).norm()) for c in self._peek() if c.shape == x.shape)
-            u = x - self.x0
-            if not distances or not float(u.norm()) > 0:
-                return x
-            return x - s * distances[(len(distances) - 1) // 2] * u / u.norm()
-        if kind == "nan":
-            return torch.full_like(x, float("nan"))
-        if kind == "steer":
-            if self._direction is None:
-                e = torch.randn(x.shape, generator=self.gen)
-                self._direction = e / e.norm()
-                self._steer = s * (float(x.pow(2).mean().sqrt()) or 1.0) * x.numel() ** 0.5 * 0.01
-            self._steer *= self.cfg.growth
-            return x + min(self._steer, 1e30) * self._direction
-        return x
+        assert self._lie is not None  # armed
+        return x if self._lie_of is None else self._lie_of(self._lie, x)

@@ -22,7 +22,8 @@ from gossip_tts.cli import main as gossip_tts_main
 from peer.local.loop import StepHook
 from peer.runtime import GossipPeer
 from peer.trainer import Trainer
-from simnet.attacks.trainer import KINDS, AttackConfig, AttackTrainer
+from simnet.attacks.kinds import kind_names
+from simnet.attacks.trainer import AttackConfig, AttackTrainer
 
 
 def lying_peer_class(attack: AttackConfig, seed: int, from_step: int) -> type[GossipPeer]:
@@ -50,7 +51,7 @@ def lying_peer_class(attack: AttackConfig, seed: int, from_step: int) -> type[Go
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.adversarial.lying_peer")
-    parser.add_argument("--kind", choices=KINDS, default="steer")
+    parser.add_argument("--kind", choices=kind_names(), default="steer")
     parser.add_argument("--growth", type=float, default=AttackConfig.growth)
     parser.add_argument("--scale", type=float, default=AttackConfig.scale)
     parser.add_argument("--attack-seed", type=int, default=0)

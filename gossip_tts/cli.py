@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import click
 
+from gossip_tts.audio.registry import codec_names
 from gossip_tts.cli_errors import OneLineGroup, SettingError, fail_cleanly as _fail_cleanly
 from gossip_tts.cli_options import field_option, given
 from gossip_tts.cli_peer import peer_options, run_peer
@@ -41,7 +42,7 @@ def peer(ctx: click.Context, config_file, print_config, quiet, log_json, overwri
 @main.command()
 @click.argument("src_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@field_option("--codec", config=PACK, type=click.Choice(["mel", "dac", "echo"]))
+@field_option("--codec", config=PACK, type=click.Choice(codec_names()))
 @field_option("--codec-weights", config=PACK, type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
 @field_option("--shard-size", config=PACK, type=int, help="Samples per tar.")
 @field_option("--speaker", config=PACK, help="Speaker name (default: the folder name).")
@@ -154,7 +155,7 @@ def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
               help="A clip of the target voice (repeatable); speaker similarity is the cosine to their mean embedding.")
 @click.option("--real", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="LJSpeech-style folder of the real recordings of the same ids: adds the real and codec controls.")
-@click.option("--codec", type=click.Choice(["mel", "dac", "echo"]), default="mel", show_default=True,
+@click.option("--codec", type=click.Choice(codec_names()), default="mel", show_default=True,
               help="Codec of the round-trip control.")
 @click.option("--codec-weights", type=click.Path(exists=True), default=None, help="DAC weights file, or echo weights folder.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Plot file (default: FOLDER/judge.png).")

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gossip_tts.audio.registry import check_codec_name
+
 
 @dataclass
 class PackConfig:
@@ -17,7 +19,7 @@ class PackConfig:
     out_dir: str | Path
     """Where the shards go (created if absent)."""
     codec: str = "mel"
-    """Codec name, one of `gossip_tts.audio.CODECS`."""
+    """Codec name, one of `gossip_tts.audio.registry.AUDIO_CODECS`."""
     codec_weights: str | None = None
     """Local weights file for codecs that have weights (DAC); None lets the codec fetch its own."""
     shard_size: int = 256
@@ -32,10 +34,7 @@ class PackConfig:
     def __post_init__(self) -> None:
         self.src_dir = Path(self.src_dir)
         self.out_dir = Path(self.out_dir)
-        from gossip_tts.audio import CODECS  # here, not at the top: the package imports torch
-
-        if self.codec not in CODECS:
-            raise ValueError(f"unknown codec {self.codec!r}; choose one of: {', '.join(CODECS)}")
+        check_codec_name(self.codec)
         if self.shard_size <= 0:
             raise ValueError(f"shard_size must be positive, got {self.shard_size}")
         if self.speaker is not None and not self.speaker.strip():

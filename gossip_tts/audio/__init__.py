@@ -1,35 +1,33 @@
-"""Audio codecs (waveform <-> latent frames), wav I/O, and packing clips into latent tars."""
+"""Audio codecs (waveform <-> latent frames), wav I/O, and packing clips into latent tars.
+
+Each name is imported when first asked for, so reading the codec names (`gossip_tts.audio.registry`,
+which the CLI's `--help` lists) does not import torch with the codecs.
+"""
 
 from __future__ import annotations
 
-from .base import Codec
-from .io import read_wav, resample, write_wav
-from .mel import MelCodec, MelConfig
+import importlib
+from typing import TYPE_CHECKING, Any
 
-CODECS = ("mel", "dac", "echo")
+if TYPE_CHECKING:
+    from .base import Codec
+    from .io import read_wav, resample, write_wav
+    from .mel import MelCodec, MelConfig
+    from .registry import codec_names, load_codec
 
+_HOME = {
+    "Codec": "gossip_tts.audio.base", "MelCodec": "gossip_tts.audio.mel", "MelConfig": "gossip_tts.audio.mel",
+    **dict.fromkeys(("read_wav", "resample", "write_wav"), "gossip_tts.audio.io"),
+    **dict.fromkeys(("codec_names", "load_codec"), "gossip_tts.audio.registry"),
+}
+"""Each public name and the module that defines it."""
 
-def load_codec(name: str, *, weights: str | None = None, device: str = "cpu") -> Codec:
-    """Build a codec by the name shards record: "mel" (weight-free), "dac" or "echo" (extras).
-
-    `weights` is a local weights file for codecs that have weights; without one, DAC
-    downloads its own. The mel codec has none and refuses a path, so that a mistyped
-    `--codec` does not silently ignore `--codec-weights`. `device` matters only to DAC:
-    the mel codec's STFTs are cheap enough on CPU.
-    """
-    if name == "mel":
-        if weights is not None:
-            raise ValueError("the mel codec has no weights; drop --codec-weights or choose --codec dac")
-        return MelCodec()
-    if name == "dac":
-        from .dac_codec import DacCodec, DacConfig
-
-        return DacCodec(DacConfig(weights=weights, device=device))
-    if name == "echo":
-        from .echo_codec import EchoCodec, EchoCodecConfig
-
-        return EchoCodec(EchoCodecConfig(weights=weights, device=device))
-    raise ValueError(f"unknown codec {name!r}; choose one of: {', '.join(CODECS)}")
+__all__ = list(_HOME)
 
 
-__all__ = ["CODECS", "Codec", "MelCodec", "MelConfig", "load_codec", "read_wav", "resample", "write_wav"]
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'gossip_tts.audio' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # asked once
+    return value

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from gossip_tts.audio import CODECS, load_codec
+from gossip_tts.audio.registry import check_codec_name, load_codec
 from gossip_tts.audio.base import Codec
 
 from .clips import Clip, codec_round_trip, matching_real, noise_like, read_folder, read_references
@@ -36,7 +36,7 @@ class JudgeConfig:
     real: Path | None = None
     """LJSpeech-style folder of the real recordings of the same ids: the ceiling and codec controls."""
     codec: str = "mel"
-    """Codec of the round-trip control (one of `gossip_tts.audio.CODECS`)."""
+    """Codec of the round-trip control (one of `gossip_tts.audio.registry.AUDIO_CODECS`)."""
     codec_weights: str | None = None
     """That codec's local weights, where it has any."""
     seed: int = 0
@@ -54,8 +54,7 @@ class JudgeConfig:
             raise FileNotFoundError(f"judge: folder not found: {self.folder}")
         if self.real is not None and not self.real.is_dir():
             raise FileNotFoundError(f"judge: --real folder not found: {self.real}")
-        if self.codec not in CODECS:
-            raise ValueError(f"unknown codec {self.codec!r}; choose one of: {', '.join(CODECS)}")
+        check_codec_name(self.codec)
 
     @property
     def plot_path(self) -> Path:

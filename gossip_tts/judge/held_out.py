@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gossip_tts.audio import CODECS, load_codec
+from gossip_tts.audio.registry import check_codec_name, load_codec
 
 from .app import load_ears, score_controls
 from .clips import read_folder, read_references
@@ -45,8 +45,7 @@ class HeldOutConfig:
         self.voice, self.reference, self.out = Path(self.voice), Path(self.reference), Path(self.out)
         if not self.checkpoints or not self.sentences:
             raise ValueError("held-out judging needs at least one checkpoint and one sentence")
-        if self.codec not in CODECS:
-            raise ValueError(f"unknown codec {self.codec!r}; choose one of: {', '.join(CODECS)}")
+        check_codec_name(self.codec)
 
 
 def speak(cfg: HeldOutConfig, label: str, emit: Callable[[str], None]) -> set[str]:

@@ -6,8 +6,8 @@ Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 2022), DiLoCo (Douillard et al. 2023), linear step-size scaling (Goyal et al. 2017).
 """
 
-from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, mix_delta, mix_delta_of_copies,
-                     mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
+from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, difference, mix_delta,
+                     mix_delta_of_copies, mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
 from .public_copy import Compressor, NeighbourCopy, PublicCopy
 from .staleness import (
     Constant,
@@ -28,6 +28,7 @@ __all__ = [
     "Compressor",
     "Constant",
     "DiLoCoOuter",
+    "difference",
     "Exponential",
     "Hinge",
     "NeighbourCopy",

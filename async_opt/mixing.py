@@ -17,7 +17,7 @@ from torch import Tensor
 
 __all__ = ["clip", "safe_norm", "safe_distances",
            "AdaptiveRadius", "NeighbourRadius", "mix_step", "mix_diffs", "mix_delta", "mix_delta_of_copies",
-           "check_power", "pull_scale", "consensus_distance"]
+           "check_power", "pull_scale", "consensus_distance", "difference"]
 
 
 def safe_norm(v: Tensor) -> float:
@@ -27,10 +27,25 @@ def safe_norm(v: Tensor) -> float:
     A vector of finite entries always gets a finite norm; one with NaN or ±inf gets a
     non-finite one.
     """
-    n = float(torch.linalg.vector_norm(v))
+    # a half-width copy (`PublicCopy(dtype=torch.bfloat16)`) is summed in float32: its own 8-bit
+    # mantissa would round the norm to two or three digits
+    n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in _HALF else torch.linalg.vector_norm(v))
     if math.isfinite(n):
         return n
     return float(torch.linalg.vector_norm(v.double()))
+
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def difference(a: Tensor, b: Tensor) -> Tensor:
+    """``a − b`` as a new tensor in float32 at least: CHOCO-SGD's ``x̂_j − x̂_i`` (Koloskova et al.
+    2019) between two bfloat16 copies is a number float32 holds exactly, and bfloat16 arithmetic
+    would round to 8 bits."""
+    if a.dtype not in _HALF and b.dtype not in _HALF:
+        return a - b
+    out = a.to(torch.promote_types(a.dtype, torch.float32), copy=True)
+    return out.sub_(b)
 
 
 PIECE = 1 << 17
@@ -53,14 +68,14 @@ def safe_distances(vectors: Sequence[Tensor], reference: Tensor) -> list[float]:
     ref, flat = reference.detach().reshape(-1), [v.detach().reshape(-1) for v in vectors]
     n = ref.numel()
     if n <= PIECE:
-        return [safe_norm(v - ref) for v in flat]
-    dtype = functools.reduce(torch.promote_types, (v.dtype for v in flat), ref.dtype)
+        return [safe_norm(difference(v, ref)) for v in flat]
+    dtype = functools.reduce(torch.promote_types, (v.dtype for v in flat), torch.promote_types(ref.dtype, torch.float32))
     buf, totals = torch.empty(PIECE, dtype=dtype, device=ref.device), [0.0] * len(flat)
     for start in range(0, n, PIECE):
         part = slice(start, start + PIECE)
         piece = buf[:ref[part].numel()]
         for i, v in enumerate(flat):
-            torch.sub(v[part], ref[part], out=piece)
+            _sub_into(piece, v[part], ref[part])
             totals[i] += safe_norm(piece) ** 2
     return [math.sqrt(t) for t in totals]
 
@@ -232,7 +247,7 @@ def mix_step(
             raise ValueError(
                 f"neighbour {idx}: shape {tuple(x_hat_j.shape)} does not match {tuple(x_hat_self.shape)}"
             )
-        d = x_hat_j - x_hat_self
+        d = difference(x_hat_j, x_hat_self)
         diffs.append((d, lam, safe_norm(d) if rho is not None and rho != math.inf else 0.0))
     return mix_diffs(x, diffs, rho)
 
@@ -336,18 +351,28 @@ def mix_delta_of_copies(public: Tensor, copies: Sequence[tuple[Tensor, float, fl
     for x, _ in flat:
         if x.shape != ref.shape:
             raise ValueError(f"a copy of shape {tuple(x.shape)} against a public copy of {tuple(ref.shape)}")
-    out = torch.empty_like(ref)
-    diff = torch.empty(min(PIECE, ref.numel()), dtype=ref.dtype, device=ref.device)
+    dtype = torch.promote_types(ref.dtype, torch.float32)  # half-width copies mix in float32
+    out = torch.empty(ref.shape, dtype=dtype, device=ref.device)
+    diff = torch.empty(min(PIECE, ref.numel()), dtype=dtype, device=ref.device)
     for start in range(0, ref.numel(), PIECE):
         part = slice(start, start + PIECE)
         piece, d = out[part], diff[:out[part].numel()]
         for i, (x, w) in enumerate(flat):
-            torch.sub(x[part], ref[part], out=d)
+            _sub_into(d, x[part], ref[part])
             if i == 0:
                 torch.mul(d, w, out=piece)
             else:
                 piece.add_(d, alpha=w)
-    return out.view_as(public)
+    return out.view(public.shape)
+
+
+def _sub_into(out: Tensor, a: Tensor, b: Tensor) -> None:
+    """out = a − b computed in out's dtype (float32 for half-width copies: no rounding to 8 bits)."""
+    if a.dtype == out.dtype and b.dtype == out.dtype:
+        torch.sub(a, b, out=out)
+    else:
+        out.copy_(a)
+        out.sub_(b)
 
 
 def consensus_distance(xs: Sequence[Tensor]) -> float:

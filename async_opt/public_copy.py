@@ -53,7 +53,10 @@ def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
     """x + q as a new tensor: a tensor q is added whole, an `Increment` by its kept entries."""
     if isinstance(q, Tensor):
         _check_same_shape(name, q, x)
-        return x + q.detach().to(dtype=x.dtype, device=x.device)
+        q = q.detach().to(device=x.device)
+        if x.dtype in (torch.bfloat16, torch.float16):  # summed in float32, rounded once, as `Increment`s are
+            return (x.to(torch.float32) + q).to(x.dtype)
+        return x + q.to(dtype=x.dtype)
     if q.numel != x.numel():
         raise ValueError(f"{name}: {q.numel} entries do not match {x.numel()}")
     return q.added_to(x)
@@ -97,12 +100,19 @@ class PublicCopy:
     publications: how far an honest copy moves in one publish period, known without any
     neighbour (it bounds the clip radius before enough neighbours are known,
     ``NeighbourRadius``).
+
+    ``dtype`` is the precision ``x̂`` is held in (default: ``x0``'s). In bfloat16 every copy of it,
+    ours and each neighbour's, costs half of float32: an update is summed in float32 and rounded
+    once to bfloat16 on both sides alike, so the copies still agree bit for bit, and what the
+    rounding leaves out of ``x̂`` stays in the residual ``x − x̂`` and is sent later, as any other
+    part of it the codec dropped.
     """
 
-    def __init__(self, x0: Tensor, moves_window: int = 16) -> None:
+    def __init__(self, x0: Tensor, moves_window: int = 16, dtype: torch.dtype | None = None) -> None:
         if moves_window < 1:
             raise ValueError(f"moves_window must be >= 1, got {moves_window}")
-        self.x_hat: Tensor = x0.detach().clone()
+        self.dtype = dtype or x0.dtype
+        self.x_hat: Tensor = x0.detach().to(self.dtype, copy=True)
         self.seq: int = 0
         self.moves: deque[float] = deque(maxlen=moves_window)
 
@@ -128,11 +138,11 @@ class PublicCopy:
         return x.detach() - self.x_hat
 
     def reset(self, x_hat: Tensor, seq: int) -> None:
-        """Replace ``x̂`` and ``seq``, e.g. after loading a snapshot (CHOCO-SGD state restore).
-        ``moves`` stay: they measure our own training, which the jump is not."""
+        """Replace ``x̂`` (rounded to ``dtype``) and ``seq``, e.g. after loading a snapshot (CHOCO-SGD
+        state restore). ``moves`` stay: they measure our own training, which the jump is not."""
         if seq < 0:
             raise ValueError(f"seq must be >= 0, got {seq}")
-        self.x_hat = x_hat.detach().clone()
+        self.x_hat = x_hat.detach().to(self.dtype, copy=True)
         self.seq = int(seq)
 
 

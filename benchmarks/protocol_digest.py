@@ -2,6 +2,7 @@
 commits to show a change kept every bit.
 
     python benchmarks/protocol_digest.py [--sizes 676,70001,1132560] [--codecs topk:0.1+int8,int8,topk:0.01]
+                                         [--copy-dtype bfloat16|float32]
     python benchmarks/protocol_digest.py --topk 1132560,30000000
 
 Three real `GossipNode`s with their `BoundaryHook`s and `Mixer`s (one trainer adds the mix in
@@ -72,15 +73,16 @@ class Stand:
         pass
 
 
-def life(n: int, codec: str, periods: int = 10) -> str:
+def life(n: int, codec: str, periods: int = 10, copy_dtype: str = "bfloat16") -> str:
     digest = hashlib.sha256()
 
     def add(tag: str, value: object) -> None:
         if isinstance(value, torch.Tensor):
-            value = value.detach().contiguous().numpy().tobytes()
+            value = value.detach().contiguous()
+            value = (value.view(torch.int16) if value.dtype == torch.bfloat16 else value).numpy().tobytes()
         digest.update(tag.encode() + b"=" + (value if isinstance(value, bytes) else repr(value).encode()))
 
-    cfg = GossipConfig(swarm="digest", compression=codec)
+    cfg = GossipConfig(swarm="digest", compression=codec, copy_dtype=copy_dtype)
     trainers = [Stand(n, 1, False), Stand(n, 2, True), Stand(n, 3, False)]
     for t in trainers[1:]:
         t.set_flat_params(trainers[0].get_flat_params())
@@ -111,7 +113,7 @@ def life(n: int, codec: str, periods: int = 10) -> str:
             add(f"ans{period}.{j}{i}", answer)
         for i, node in enumerate(nodes):
             add(f"public{period}.{i}", node.public.x_hat)
-            add(f"served{period}.{i}", node.last_x)
+            add(f"served{period}.{i}", node.served)
             add(f"moves{period}.{i}", (list(node.public.moves), node.view_slot.current.public_norm))
             for key, nb in sorted(node.neighbours.items()):
                 add(f"copy{period}.{i}.{key.hex()[:8]}", nb.copy.x_hat if nb.copy.x_hat is not None else b"")
@@ -138,6 +140,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="676,70001,1132560")
     ap.add_argument("--codecs", default="topk:0.1+int8,int8,topk:0.01")
+    ap.add_argument("--copy-dtype", default="bfloat16", help="GossipConfig.copy_dtype (float32: exact copies)")
     ap.add_argument("--topk", help="comma-separated sizes: digest top-k's indices instead")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -147,7 +150,7 @@ def main() -> None:
         return
     for n in (int(s) for s in args.sizes.split(",")):
         for codec in args.codecs.split(","):
-            print(f"{n} {codec} {life(n, codec)}", flush=True)
+            print(f"{n} {codec} {args.copy_dtype} {life(n, codec, copy_dtype=args.copy_dtype)}", flush=True)
 
 
 if __name__ == "__main__":

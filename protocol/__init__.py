@@ -12,7 +12,7 @@ from .frame import (PREFIX_SIZE, Frame, VerifiedFrame, codec_seed, decode_frame,
 from .header import FrameHeader, FrameKind, TensorSpec
 from .identity import Identity, verify_signature
 from .limits import Limits, VerifyPolicy
-from .messages import (bundle_digest, flat_model_spec, make_control_frame, make_snapshot_frame,
+from .messages import (bundle_digest, flat_model_spec, held_dtype, make_control_frame, make_snapshot_frame,
                        make_step_update_frame, make_update_frame, model_fingerprint, model_spec_of, pack_bundle,
                        read_vector, unpack_bundle)
 from .replay import TicketBook, epoch_from, next_epoch
@@ -23,7 +23,7 @@ __all__ = [
     "FrameRefused", "Identity", "IdentityCodec", "Int8Codec", "Limits", "PREFIX_SIZE",
     "RefusalReason", "SparseCodec", "SparseVector", "TensorCodec", "TensorSpec", "TicketBook", "VerifiedFrame", "VerifyPolicy",
     "bundle_digest", "codec_seed", "decode_frame", "encode_frame", "epoch_from", "flat_model_spec",
-    "make_control_frame", "make_snapshot_frame", "make_step_update_frame", "make_update_frame", "model_fingerprint",
+    "held_dtype", "make_control_frame", "make_snapshot_frame", "make_step_update_frame", "make_update_frame", "model_fingerprint",
     "model_spec_of", "next_epoch", "pack_bundle", "parse_codec", "peek_frame_length", "peek_frame_sender",
     "read_vector", "unpack_bundle", "verify_frame", "verify_signature",
 ]

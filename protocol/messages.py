@@ -26,7 +26,8 @@ from .sparse import SparseVector
 
 __all__ = ["make_update_frame", "make_step_update_frame", "make_snapshot_frame", "make_control_frame", "read_vector",
            "pack_bundle", "unpack_bundle", "bundle_spans", "BUNDLE_HEAD", "model_fingerprint", "model_spec_of",
-           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC"]
+           "flat_model_spec", "bundle_digest", "UPDATE_TENSOR", "STEP_TENSOR", "SNAPSHOT_TENSOR", "BUNDLE_MAGIC",
+           "held_dtype"]
 
 UPDATE_TENSOR = "delta"
 STEP_TENSOR = "step"
@@ -34,6 +35,8 @@ STEP_TENSOR = "step"
 the sender's own training steps since its previous publish, without what it mixed in; in a
 snapshot, those steps summed over every update it published in this run."""
 SNAPSHOT_TENSOR = "vector"
+HELD_DTYPE = "held"
+"""Key of a snapshot header's `extra` naming the precision its vector is held in (`held_dtype`)."""
 BUNDLE_MAGIC = b"GTTB"
 _COUNT = struct.Struct(">4sI")
 _LENGTH = struct.Struct(">Q")
@@ -96,12 +99,24 @@ def make_step_update_frame(identity: Identity, *, swarm: str, fingerprint: str, 
 def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: int, step: int,
                         timestamp: float, vector: torch.Tensor, steps: torch.Tensor | None = None,
                         extra: dict | None = None, limits: Limits | None = None) -> bytes:
-    """An exact fp32 snapshot of a flat vector (the public copy x̂), and of the sender's steps sum
-    (`STEP_TENSOR`) where given."""
+    """An exact snapshot of a flat vector (the public copy x̂), and of the sender's steps sum
+    (`STEP_TENSOR`) where given. A bfloat16 vector is sent as bf16 (half the bytes; alone, as a
+    steps sum beside it is float32) and named so in the signed header (`held_dtype`): receivers
+    hold their copy in it, and so round each later update as the sender does."""
     vectors = {SNAPSHOT_TENSOR: vector} if steps is None else {SNAPSHOT_TENSOR: vector, STEP_TENSOR: steps}
-    return _vector_frame(identity, FrameKind.SNAPSHOT, vectors, parse_codec("identity"),
+    half = vector.dtype == torch.bfloat16
+    codec = "bf16" if half and steps is None else "identity"
+    vectors = {name: v.to(torch.float32) if v.dtype == torch.bfloat16 else v for name, v in vectors.items()}
+    extra = {**(extra or {}), HELD_DTYPE: "bfloat16"} if half else extra
+    return _vector_frame(identity, FrameKind.SNAPSHOT, vectors, parse_codec(codec),
                          swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,
                          timestamp=timestamp, extra=extra, limits=limits)[0]
+
+
+def held_dtype(header: FrameHeader) -> torch.dtype:
+    """The precision a snapshot's sender holds its copy in, and so its receivers theirs
+    (`make_snapshot_frame`): bfloat16 where the signed header says so, else float32."""
+    return torch.bfloat16 if header.extra.get(HELD_DTYPE) == "bfloat16" else torch.float32
 
 
 def make_control_frame(identity: Identity, *, kind: FrameKind, swarm: str, fingerprint: str,

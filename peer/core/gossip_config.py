@@ -6,7 +6,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+COPY_DTYPES = ("bfloat16", "float32")
+"""What `GossipConfig.copy_dtype` may name."""
+
 if TYPE_CHECKING:
+    import torch
+
     from async_opt import NeighbourRadius, SwarmStepScale
     from peer.core.cadence import PublishCadence
 
@@ -31,6 +36,13 @@ class GossipConfig:
     """Tensor codec spec for published updates (see protocol.parse_codec). Top-10% + int8
     rather than top-1%: top-1% forces the consensus step down so far that peers barely agree
     (docs/benchmarks/peer.md#the-default-codec-and-its-mixing-rate)."""
+    copy_dtype: str = "bfloat16"
+    """Precision of our public copy x̂, and so of the copy every neighbour holds of it (they follow
+    the snapshot we send them): "bfloat16" halves what each copy costs a node, which at the sizes
+    people train is gigabytes a neighbour. The default codec sends 8-bit values already; sender
+    and receivers round each update alike, and error feedback sends the rounding later
+    (async_opt.PublicCopy). "float32" holds exact copies, and keeps the exact parameters of the
+    last publish for /v1/state (with bfloat16 a joiner gets the public copy)."""
     staleness: str = "pipemare:K=2000,p_min=0,tau_max=64"
     """Staleness schedule spec (see async_opt.parse_staleness). Without `gamma=`, the mixing
     rate is chosen from the compression (see `default_gamma`)."""
@@ -191,6 +203,15 @@ class GossipConfig:
 
         parse_codec(self.compression)
         parse_staleness(self.resolved_staleness)
+        if self.copy_dtype not in COPY_DTYPES:
+            raise ValueError(f"copy_dtype must be one of {', '.join(COPY_DTYPES)}, got {self.copy_dtype!r}")
+
+    @property
+    def copy_torch_dtype(self) -> "torch.dtype":
+        """`copy_dtype` as a torch dtype."""
+        import torch
+
+        return {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.copy_dtype]
 
     def for_trainer(self, additive_steps: bool) -> "GossipConfig":
         """These settings for a trainer whose steps can (or cannot) be added to another's

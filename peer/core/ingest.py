@@ -16,6 +16,8 @@ dropped there. The caller counts every frame refused here (`frames_refused_total
 from __future__ import annotations
 
 from async_opt import NeighbourCopy
+from peer.core.metrics_sink import MetricsSink
+from peer.core.neighbour import Neighbour
 from protocol import (
     PREFIX_SIZE, Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy,
     peek_frame_sender, verify_frame,
@@ -106,6 +108,16 @@ def unchanging(copy: NeighbourCopy, header: FrameHeader) -> str | None:
     if held and header.seq <= copy.seq:
         return DUPLICATE
     return GAP if not held or header.seq > copy.seq + 1 else None
+
+
+def dropped_unread(n: Neighbour, raw: bytes, header: FrameHeader, metrics: MetricsSink) -> str | None:
+    """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap: honest,
+    counted in `metrics`, not refused) or why it is refused (`unchanging`)."""
+    why = DUPLICATE if n.holds(raw[-SIGNATURE_SIZE:]) else unchanging(n.copy, header)
+    if why in (DUPLICATE, GAP):
+        metrics.inc("updates_duplicate_total") if why == DUPLICATE else metrics.inc("update_gaps_total")
+        return ""
+    return why
 
 
 def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Frame:

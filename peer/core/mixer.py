@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import mix_delta_of_copies, mix_diffs, parse_staleness, pull_scale, safe_distances
+from async_opt import difference, mix_delta_of_copies, mix_diffs, parse_staleness, pull_scale, safe_distances
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import CopyView, MixView
 
@@ -169,7 +169,7 @@ class Mixer:
         if not pulls:
             return (torch.zeros_like(view.public) if x is None else x), report
         if x is not None:
-            diffs = [(x_hat - view.public, lam, distance) for x_hat, lam, distance in pulls]
+            diffs = [(difference(x_hat, view.public), lam, distance) for x_hat, lam, distance in pulls]
             return mix_diffs(x, diffs, rho, self.cfg.clip_power, per_copy=True), report
         delta = mix_delta_of_copies(view.public, pulls, rho, self.cfg.clip_power)
         return (torch.zeros_like(view.public) if delta is None else delta), report

@@ -32,7 +32,7 @@ from async_opt import PublicCopy
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import DUPLICATE, FRAME_OVERHEAD, GAP, MAX_GAP_UPDATES, check_frame, limits_for, screen, unchanging
+from peer.core.ingest import FRAME_OVERHEAD, MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
@@ -44,7 +44,7 @@ from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
     bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
-    SparseVector, model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
+    SparseVector, held_dtype, model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
@@ -82,8 +82,10 @@ class GossipNode:
             max_clock_skew_s=cfg.max_clock_skew_s, limits=self.limits, model_spec=flat_model_spec(self.numel),
         )
         x0 = x0.detach().to(torch.float32).cpu().clone()
-        self.public = PublicCopy(x0, cfg.clip_own_window)
-        self.last_x = x0  # exact parameters at the last publish: what /v1/state serves
+        self.public = PublicCopy(x0, cfg.clip_own_window, dtype=cfg.copy_torch_dtype)
+        self._keep_x = cfg.copy_dtype == "float32" or cfg.partner_steps > 0
+        self.last_x: torch.Tensor | None = x0 if self._keep_x else None
+        """The exact parameters at the last publish, kept for partner steps or with float32 copies."""
         self.outbox = Outbox(cfg.outbox_bytes, cfg.outbox_min_frames)
         self.neighbours: dict[bytes, Neighbour] = {}
         # A fresh epoch per start: others then know our public copy began anew, and nothing
@@ -159,7 +161,7 @@ class GossipNode:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
             self.public.reset(x, self.public.seq)
-        self.last_x, self._published_at = x, now
+        self.last_x, self._published_at = (x if self._keep_x else None), now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
@@ -172,7 +174,7 @@ class GossipNode:
         """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`)."""
         x, self.step = x.detach().to(torch.float32).clone(), int(step)
         self.public.reset(x, 0)
-        self.last_x = x
+        self.last_x = x if self._keep_x else None
         self._published_at = None
         self._state_cache = None
         self.tickets.renew(next_epoch(self.epoch))  # neighbours must drop what they held of our old public copy
@@ -250,8 +252,13 @@ class GossipNode:
         if self._state_cache is None:
             self._control_seq += 1
             self._state_cache = sign_state(self.identity, self.cfg.swarm, self.fingerprint, self._control_seq,
-                                           self.step, now, self.last_x)
+                                           self.step, now, self.served)
         return self._state_cache
+
+    @property
+    def served(self) -> torch.Tensor:
+        """What /v1/state serves: the exact parameters of the last publish where kept, else x̂."""
+        return self.public.x_hat if self.last_x is None else self.last_x
 
     @property
     def state_cached(self) -> bool:
@@ -340,7 +347,7 @@ class GossipNode:
         for raw in frames:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
-                if (dropped := self._unchanging(n, raw, checked.header)) is None:
+                if (dropped := dropped_unread(n, raw, checked.header, self.metrics)) is None:
                     news += self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
             except FrameRefused as exc:
                 dropped = exc.reason.value
@@ -358,27 +365,20 @@ class GossipNode:
         self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, True, news, n.owes(header.step))
 
-    def _unchanging(self, n: Neighbour, raw: bytes, header: FrameHeader) -> str | None:
-        """None where a verified frame may change `n`'s copy, else "" (a duplicate or gap, counted) or why it is refused."""
-        why = DUPLICATE if n.holds(raw[-SIGNATURE_SIZE:]) else unchanging(n.copy, header)
-        if why in (DUPLICATE, GAP):  # honest: counted, not refused
-            self.metrics.inc("updates_duplicate_total") if why == DUPLICATE else self.metrics.inc("update_gaps_total")
-            return ""
-        return why
-
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
-        """Apply one verified frame that `_unchanging` let through (`signature`: its last bytes); True when the copy changed."""
+        """Apply one verified frame that `dropped_unread` let through (`signature`: its last bytes); True when the copy changed."""
         h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
         # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
         steps = parts.get(STEP_TENSOR) if self.partner_steps.enabled else None
         published_at = min(h.timestamp, 2 * now - h.timestamp)  # a stamp after arrival is mirrored about it
         if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
-            n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense(), h.step, None if steps is None else steps.dense())
+            n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(held_dtype(h)), h.step,
+                                None if steps is None else steps.dense())
             n.published_at = published_at
             self.metrics.inc("snapshots_received_total")
             return True
         update = parts[UPDATE_TENSOR]
-        n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: `_unchanging` let no other through
+        n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: no other got through
         n.applied.append(signature)
         n.published_at = max(n.published_at, published_at)
         self.metrics.inc("updates_applied_total")

@@ -111,7 +111,7 @@ def summarize_node(node: "GossipNode", metrics: "Metrics", consensus: bool) -> N
     if consensus:
         copies = [n.copy.x_hat for n in node.neighbours.values() if n.copy.x_hat is not None]
         if copies:
-            distance = consensus_distance([node.last_x, *copies])
+            distance = consensus_distance([node.served, *copies])
             metrics.set("consensus_distance", distance,
                         help="RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean")
     return NodeSummary(rows, distance, now)

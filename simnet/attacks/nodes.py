@@ -73,9 +73,9 @@ class JoinLiarNode(GossipNode):
 
     def state_frame(self, now: float) -> bytes:
         """The production state frame, built over the lie (a fresh draw of noise each time)."""
-        honest, step = self.last_x, self.step
-        rms = float(honest.pow(2).mean().sqrt()) or 1.0
-        self.last_x = honest + self.noise * rms * torch.randn(honest.shape, generator=self.generator)
+        honest, step, served = self.last_x, self.step, self.served.float()
+        rms = float(served.pow(2).mean().sqrt()) or 1.0
+        self.last_x = served + self.noise * rms * torch.randn(served.shape, generator=self.generator)
         self.step, self._state_cache = self.claim_step, None
         try:
             return super().state_frame(now)

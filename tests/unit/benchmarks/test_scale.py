@@ -27,14 +27,16 @@ def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
     two, three = rows
     for name in (*scale.STAGES, "worker", "training"):
         assert two["ns"][name] > 0, name
-    # our node: its public copy, last parameters, average, cached snapshot and two neighbour copies
-    for name in ("public", "last_x", "average", "neighbour 1", "neighbour 2"):
-        assert 0.99 < two["by_attribute"][name] < 1.01, name
-    assert 5.5 < two["census_copies"] < 7.5
-    assert 0.9 < three["census_copies"] - two["census_copies"] < 1.1  # a further neighbour: one more copy
+    # our node: its bfloat16 public copy, cached snapshot and two neighbour copies (half an fp32
+    # copy each), its averaged weights (float32), and no parameters of the last publish
+    for name in ("public", "snapshots", "neighbour 1", "neighbour 2"):
+        assert 0.49 < two["by_attribute"][name] < 0.51, name
+    assert 0.99 < two["by_attribute"]["average"] < 1.01 and "last_x" not in two["by_attribute"]
+    assert 3.0 < two["census_copies"] < 3.5
+    assert 0.45 < three["census_copies"] - two["census_copies"] < 0.55  # a further neighbour: half a copy
     assert two["wire_bytes"] > 0
     out = scale.report(rows, [2, 3])
-    assert 0.9 < out["per_neighbour_copies"] < 1.1
+    assert 0.45 < out["per_neighbour_copies"] < 0.55
     for preset in scale.PRESETS:
         figures = out["presets"][preset]
         assert figures["cpu_s"] > 0 and figures["ram_offload_gib"] > figures["ram_gib"] > 0

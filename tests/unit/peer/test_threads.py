@@ -134,11 +134,15 @@ def test_a_publish_handed_over_while_the_worker_takes_one_is_not_lost():
     assert slot.take()[1] == 2  # the copy handed over meanwhile is still there
 
 
-@pytest.mark.parametrize("partner_steps, vectors", [(0.0, 1), (0.7, 2)])
-def test_each_neighbour_costs_one_fp32_model_copy_and_one_of_its_steps_sum_where_they_are_taken(partner_steps, vectors):
+@pytest.mark.parametrize("partner_steps, copy_dtype, per_parameter",
+                         [(0.0, "bfloat16", 2), (0.7, "bfloat16", 2 + 4), (0.0, "float32", 4), (0.7, "float32", 4 + 4)])
+def test_each_neighbour_costs_its_copy_in_the_senders_precision_and_a_steps_sum_where_they_are_taken(
+        partner_steps, copy_dtype, per_parameter):
+    """A neighbour's copy is held as the sender holds its own (bfloat16 by default: 2 bytes a
+    parameter), its steps sum (only where partner steps are taken) in float32."""
     x = trainer().get_flat_params()
     me = node(0, x, partner_steps=partner_steps)
-    others = [node(i, x + i, partner_steps=partner_steps) for i in range(1, 5)]
+    others = [node(i, x + i, partner_steps=partner_steps, copy_dtype=copy_dtype) for i in range(1, 5)]
     for step in range(1, 4):
         for o in others:
             o.publish(x + step * 0.1, step, NOW + step)
@@ -157,10 +161,10 @@ def test_each_neighbour_costs_one_fp32_model_copy_and_one_of_its_steps_sum_where
     for n in me.neighbours.values():
         collect(n)
     assert len(me.neighbours) == 4
-    assert sum(storages.values()) == vectors * 4 * 4 * x.numel()  # nothing else
+    assert sum(storages.values()) == 4 * per_parameter * x.numel()  # nothing else
     view = me.view_slot.current
     shared = {c.x_hat.untyped_storage().data_ptr() for c in view.copies}  # the view shares the copies
-    assert shared <= set(storages) and len(storages) == vectors * len(shared)
+    assert shared <= set(storages) and len(storages) == (1 + (partner_steps > 0)) * len(shared)
 
 
 def test_finite_updates_that_overflow_together_drop_the_copy_instead_of_mixing_it():

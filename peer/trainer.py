@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import torch
 
-ParamSpec = dict[str, tuple[tuple[int, ...], str]]
+from protocol.header import ParamSpec
 
 
 @dataclass

@@ -21,9 +21,12 @@ from enum import Enum
 from typing import Any
 
 __all__ = ["FrameKind", "TensorSpec", "FrameHeader", "canonical_json", "header_to_json",
-           "header_from_json", "HeaderError", "LOGICAL_DTYPES"]
+           "header_from_json", "HeaderError", "LOGICAL_DTYPES", "ParamSpec"]
 
 LOGICAL_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+ParamSpec = dict[str, tuple[tuple[int, ...], str]]
+"""A model's parameters by name: (shape, dtype name). Its hash is the model fingerprint every frame
+names (`protocol.messages.model_fingerprint`); a trainer states its own (`Trainer.param_spec`)."""
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
 _TENSOR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 _KEY_HEX = re.compile(r"[0-9a-f]{64}")

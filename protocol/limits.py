@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .header import ParamSpec
+
 __all__ = ["Limits", "VerifyPolicy", "DEFAULT_MAX_PARAMS"]
 
 #: The defaults admit an exact fp32 snapshot of a model this large (the 800M preset with room).
@@ -65,7 +67,7 @@ class VerifyPolicy:
     allowed_keys: frozenset[bytes] | None = None
     max_clock_skew_s: float = 300.0
     limits: Limits = field(default_factory=Limits)
-    model_spec: dict[str, tuple[tuple[int, ...], str]] | None = None
+    model_spec: ParamSpec | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.swarm, str) or not self.swarm:

@@ -17,6 +17,7 @@ from gossip_tts.cli_options import flag_names, setting, user_flags
 from gossip_tts.device import DEVICE_CHOICES
 from gossip_tts.train.config import PRESET_CHOICES
 from gossip_tts.train.parallel import STRATEGIES
+from protocol.codec_table import grammar
 
 _PATH = click.Path(path_type=Path)
 _OPTIONS = [
@@ -58,7 +59,8 @@ _OPTIONS = [
             help="Private swarm: a file of peer ids (hex public keys, one per line); everyone else is refused."),
     setting("--key", setting="peer.key_file", type=click.Path(dir_okay=False, path_type=Path), help="Identity file (gossip-tts keygen; default: <checkpoint-dir>/peer.key)."),
     setting("--gossip-every", setting="gossip.gossip_every", type=int, help="Local steps between exchanges."),
-    setting("--compression", setting="gossip.compression", help="Update codec: identity, fp16, bf16, int8, topk:F[+int8], randk:F[+int8]."),
+    setting("--compression", setting="gossip.compression", help=f"Update codec: {grammar()}; F a fraction in (0, 1], V a dense codec for the kept "
+            "values (docs/wire.md#tensor-codecs)."),
     setting("--staleness", setting="gossip.staleness", help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T)."),
     setting("--solo", setting="peer.solo", is_flag=True, help="Train alone: no server, no discovery, no gossip."),
     click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),

@@ -53,3 +53,29 @@ def test_the_grammar_names_every_form():
 def test_docs_wire_shows_the_table():
     assert markdown_table() in (ROOT / "docs" / "wire.md").read_text(), \
         "run `python -m protocol.codec_table` and put its table in docs/wire.md"
+
+
+REGISTERED_BEFORE_THE_CLI = """
+import sys
+from click.testing import CliRunner
+from protocol.codec_table import CodecKind, register
+register(CodecKind("halfk", "halfk:F[+V]", "a test codec", lambda arg, values: None, sparse=True))
+from gossip_tts.cli import main
+result = CliRunner().invoke(main, ["peer", "--help"], terminal_width=400)
+assert result.exit_code == 0, result.output
+print("torch" in sys.modules, "randk:F[+V], halfk:F[+V];" in " ".join(result.output.split()))
+from peer.core.gossip_config import default_gamma
+print(default_gamma("halfk:0.05"))
+"""
+
+
+def test_a_codec_registered_in_one_place_is_in_the_peer_help_and_sets_the_mixing_rate():
+    """The issue's check: one registration, seen by `gossip-tts peer --help` (which still loads no
+    torch), the grammar and `default_gamma`."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", REGISTERED_BEFORE_THE_CLI], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "0.1"]

@@ -1,7 +1,7 @@
 """The catalogue of a peer's metrics (name, kind, help), and which exist at 0 from the start.
 
-`Metrics` creates a metric on first use; a write that passes no help text takes it from
-`CATALOGUE` here (promtool refuses a family without help, and Grafana shows it as the tooltip).
+`Metrics` creates a metric on first use, with its help text from `CATALOGUE` here, the one place
+a metric is described (promtool refuses a family without help, and Grafana shows it as the tooltip).
 `expose_from_start` creates the counters a user is likely to query at 0, with their known
 label values: a lone peer's `rate(gossip_tts_exchanges_total[5m])` or a refusals panel
 should read 0, not "no data", before the first exchange.
@@ -14,49 +14,52 @@ from typing import Protocol
 from protocol.errors import RefusalReason
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+SUMMED = "summed"
+"""Marks a counter simnet adds up over every peer of a run into the run's totals (`SIMNET_TOTALS`)."""
 
-CATALOGUE: dict[str, tuple[str, str]] = {
+CATALOGUE: dict[str, tuple[str, ...]] = {
     "admitted_unverified_total": (
-        COUNTER, "simnet sybil control: inbound exchanges admitted without verifying their address"),
+        COUNTER, "simnet sybil control: inbound exchanges admitted without verifying their address", SUMMED),
     "adopted_from_attacker_total": (
-        COUNTER, "simnet: joins that adopted an attacker's state (joining must never do this)"),
+        COUNTER, "simnet: joins that adopted an attacker's state (joining must never do this)", SUMMED),
     "audio_seconds_total": (COUNTER, "seconds of audio trained on"),
-    "bootstrap_retries_total": (COUNTER, "hellos sent again to a --peer address that had not answered"),
+    "bootstrap_retries_total": (COUNTER, "hellos sent again to a --peer address that had not answered", SUMMED),
     "boundary_seconds": (HISTOGRAM, "seconds of the step-boundary hooks (mixing, publish hand-over)"),
     "bytes_received_total": (COUNTER, "bytes of exchange bodies received"),
     "bytes_sent_total": (COUNTER, "bytes of exchange bodies sent"),
-    "candidates_refused_total": (COUNTER, "discovered addresses dropped: too many unverified candidates"),
+    "candidates_refused_total": (COUNTER, "discovered addresses dropped: too many unverified candidates", SUMMED),
     "clip_radius": (GAUGE, "self-centred clipping radius of the last mix"),
     "connections_refused_total": (COUNTER, "connections closed at once: their address, or all addresses together, held the most allowed"),
     "consensus_distance": (
         GAUGE, "RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean"),
-    "copies_reset_total": (COUNTER, "neighbour copies dropped because they became non-finite"),
+    "copies_reset_total": (COUNTER, "neighbour copies dropped because they became non-finite", SUMMED),
     "data_bytes_received_total": (COUNTER, "corpus bytes downloaded from other peers"),
     "data_bytes_sent_total": (COUNTER, "corpus bytes uploaded to other peers (shards, manifests)"),
     "data_manifest_newest_version": (GAUGE, "the newest version of the signed manifest this peer has verified"),
     "data_shards_held": (GAUGE, "corpus shards this peer holds (own and cached)"),
     "data_shards_in_manifest": (GAUGE, "corpus shards in the manifest"),
-    "diverged_total": (COUNTER, "simnet: honest peers stopped because their loss was not finite"),
-    "evictions_total": (COUNTER, "neighbours evicted as unreachable"),
-    "exchange_failures_total": (COUNTER, "exchanges we started that failed (refused, timed out, unreachable)"),
+    "diverged_total": (COUNTER, "simnet: honest peers stopped because their loss was not finite", SUMMED),
+    "evictions_total": (COUNTER, "neighbours evicted as unreachable", SUMMED),
+    "exchange_failures_total": (COUNTER, "exchanges we started that failed (refused, timed out, unreachable)", SUMMED),
     "exchange_seconds": (HISTOGRAM, "an exchange we started: request to verified reply"),
-    "exchanges_ok_total": (COUNTER, "exchanges we started that ended in a verified reply"),
+    "exchanges_ok_total": (COUNTER, "exchanges we started that ended in a verified reply", SUMMED),
     "exchanges_refused_joining_total": (COUNTER, "simnet: inbound exchanges refused while joining"),
-    "exchanges_to_made_up_total": (COUNTER, "simnet: exchanges sent to an address no peer listens at"),
+    "exchanges_to_made_up_total": (COUNTER, "simnet: exchanges sent to an address no peer listens at", SUMMED),
     "exchanges_total": (COUNTER, "completed push-pull exchanges (either side)"),
     "exchanges_unticketed_total": (
         COUNTER, "exchanges that held no ticket of ours and pushed nothing (a first contact): answered with a ticket"),
-    "forged_frames_total": (COUNTER, "simnet attackers: forged frames sent"),
+    "forged_frames_total": (COUNTER, "simnet attackers: forged frames sent", SUMMED),
     "frames_refused_total": (COUNTER, "update frames refused, by the first check they failed"),
     "hello_bad_listen_total": (COUNTER, "hellos naming a listen address that does not parse"),
-    "hello_failures_total": (COUNTER, "hellos we sent that got no verified answer"),
+    "hello_failures_total": (COUNTER, "hellos we sent that got no verified answer", SUMMED),
     "hello_listen_mismatch_total": (COUNTER, "hellos answered by a peer signed for another address"),
     "http_refused_total": (COUNTER, "requests refused before reaching a handler"),
     "http_responses_total": (COUNTER, "HTTP answers sent, by status code"),
     "inbound_bad_listen_total": (COUNTER, "inbound exchanges naming a listen address that does not parse"),
-    "joins_alone_total": (COUNTER, "joins that ended training from our own weights"),
-    "joins_refused_total": (COUNTER, "neighbour states refused on joining: they scored worse on our probe batch"),
-    "joins_total": (COUNTER, "joins that adopted a neighbour's state"),
+    "joins_alone_total": (COUNTER, "joins that ended training from our own weights", SUMMED),
+    "joins_refused_total": (
+        COUNTER, "neighbour states refused on joining: they scored worse on our probe batch", SUMMED),
+    "joins_total": (COUNTER, "joins that adopted a neighbour's state", SUMMED),
     "loss": (GAUGE, "training loss of the last step"),
     "manifests_refused_total": (
         COUNTER, "signed manifests refused (untrusted signer, bad signature, a replayed version, bytes not matching "
@@ -65,15 +68,15 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "mix_clipped_total": (COUNTER, "mixed copies whose pull was clipped"),
     "mixed_staleness_steps": (
         HISTOGRAM, "staleness of each mixed copy: our local steps from its publication to the mixing reference"),
-    "mixes_total": (COUNTER, "neighbour copies mixed into the parameters"),
+    "mixes_total": (COUNTER, "neighbour copies mixed into the parameters", SUMMED),
     "neighbour_age_seconds": (
         GAUGE, "age by our clock of the newest copy held of a neighbour: now - min(its timestamp, when it arrived)"),
     "neighbour_distance": (GAUGE, "distance of a neighbour's copy to our public copy at its last mix, by peer"),
     "neighbours": (GAUGE, "neighbour copies held"),
     "peak_mem_gib": (GAUGE, "most device memory allocated since start, GiB"),
     "peers_live": (GAUGE, "peers in the neighbour table not judged dead"),
-    "publish_failures_total": (COUNTER, "updates that could not be published (e.g. non-finite parameters)"),
-    "published_total": (COUNTER, "compressed updates published"),
+    "publish_failures_total": (COUNTER, "updates that could not be published (e.g. non-finite parameters)", SUMMED),
+    "published_total": (COUNTER, "compressed updates published", SUMMED),
     "rollbacks_total": (COUNTER, "rollbacks to the last good state after a non-finite step"),
     "samples_total": (COUNTER, "training examples consumed"),
     "shard_errors": (
@@ -83,41 +86,47 @@ CATALOGUE: dict[str, tuple[str, str]] = {
     "shards_refused_total": (COUNTER, "shard downloads refused: bytes not matching the manifest"),
     "shards_served_total": (COUNTER, "shard uploads that reached the shard's last byte"),
     "skipped_samples": (GAUGE, "training samples skipped since start (corrupt, over a size limit, ...)"),
-    "snapshots_received_total": (COUNTER, "exact public-copy snapshots received"),
-    "snapshots_sent_total": (COUNTER, "exact public-copy snapshots sent to fill a gap"),
-    "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at"),
+    "snapshots_received_total": (COUNTER, "exact public-copy snapshots received", SUMMED),
+    "snapshots_sent_total": (COUNTER, "exact public-copy snapshots sent to fill a gap", SUMMED),
+    "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at", SUMMED),
     "snapshots_withheld_total": (COUNTER, "answers that carried no snapshot where the asker lacks our copy, by reason"),
     "step_scale": (GAUGE, "step-size multiplier for the swarm this peer mixes with"),
     "publish_period_steps": (GAUGE, "our steps per publish as measured: gossip_every at least, more where the node "
                                     "worker takes longer to publish (peer.core.cadence.PublishPeriod)"),
-    "partner_steps_taken_total": (COUNTER, "pulled partners whose own steps were taken (peer.core.partner_steps)"),
-    "partner_steps_clipped_total": (COUNTER, "partners' steps shortened to the bound our own steps set"),
+    "partner_steps_taken_total": (
+        COUNTER, "pulled partners whose own steps were taken (peer.core.partner_steps)", SUMMED),
+    "partner_steps_clipped_total": (COUNTER, "partners' steps shortened to the bound our own steps set", SUMMED),
     "partner_steps_applied_total": (COUNTER, "step boundaries that added partners' steps to the parameters"),
     "step_seconds": (HISTOGRAM, "seconds of one local training step (forward, backward, optimiser)"),
     "steps": (GAUGE, "local training steps"),
-    "sybil_requests_total": (COUNTER, "simnet sybil attackers: requests sent from made-up addresses"),
-    "leech_requests_total": (COUNTER, "simnet leech attackers: exchanges sent from fresh keys to be sent the model"),
-    "leech_bytes_total": (COUNTER, "simnet leech attackers: bytes of the answers they received"),
-    "leech_snapshots_total": (COUNTER, "simnet leech attackers: frames past the control frame in those answers"),
+    "sybil_requests_total": (COUNTER, "simnet sybil attackers: requests sent from made-up addresses", SUMMED),
+    "leech_requests_total": (
+        COUNTER, "simnet leech attackers: exchanges sent from fresh keys to be sent the model", SUMMED),
+    "leech_bytes_total": (COUNTER, "simnet leech attackers: bytes of the answers they received", SUMMED),
+    "leech_snapshots_total": (
+        COUNTER, "simnet leech attackers: frames past the control frame in those answers", SUMMED),
     "partners_barren_total": (
-        COUNTER, "partners replaced because their answers kept carrying nothing when they owed news"),
+        COUNTER, "partners replaced because their answers kept carrying nothing when they owed news", SUMMED),
     "partners_frozen_total": (
         COUNTER, "partners replaced because the step they claim stayed put for many of our publishes"),
     "partners_reinstated_total": (
         COUNTER, "partners replaced for giving nothing that may be partners again: a request of theirs brought news"),
     "tflops": (GAUGE, "model TFLOP/s of the last step (the model's own FLOP count / wall time)"),
-    "update_gaps_total": (COUNTER, "updates that could not be applied in order"),
-    "updates_applied_total": (COUNTER, "neighbour updates applied to their public copies"),
+    "update_gaps_total": (COUNTER, "updates that could not be applied in order", SUMMED),
+    "updates_applied_total": (COUNTER, "neighbour updates applied to their public copies", SUMMED),
     "updates_duplicate_total": (COUNTER, "updates already held (resent or replayed)"),
     "worker_cpu_seconds_total": (
         COUNTER, "CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by task"),
 }
 """Every metric a peer (or simnet's) writes: name (without the `gossip_tts_` prefix) -> (kind,
-help). `tests/unit/project/test_metric_catalogue.py` finds every name the code writes and fails on one
+help[, SUMMED]). `tests/unit/project/test_metric_catalogue.py` finds every name the code writes and fails on one
 missing here, so a typo cannot make a new metric silently."""
 
-HELP: dict[str, str] = {name: text for name, (_, text) in CATALOGUE.items()}
+HELP: dict[str, str] = {name: entry[1] for name, entry in CATALOGUE.items()}
 """Help text by metric name."""
+
+SIMNET_TOTALS: tuple[str, ...] = tuple(name for name, entry in CATALOGUE.items() if SUMMED in entry[2:])
+"""The counters simnet sums over every peer of a run (`simnet.runs.swarm.GossipSim.totals`)."""
 
 FROM_START: tuple[str, ...] = (
     "exchanges_total", "exchanges_ok_total", "exchange_failures_total", "bytes_received_total", "bytes_sent_total",
@@ -129,7 +138,7 @@ FROM_START: tuple[str, ...] = (
 
 
 class CounterSink(Protocol):
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None: ...
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None: ...
 
 
 def help_for(name: str) -> str:

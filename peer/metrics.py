@@ -6,9 +6,9 @@ Content-Type carries the format version (`CONTENT_TYPE`), and `build_info` and t
 standard process metrics come along. Each `Metrics` has its own registry: simnet runs
 hundreds of peers in one process and their series must not mix.
 
-Metric names are created on first use (callers pass a name, an optional help text and
-labels), so code that reports a new figure needs no registration step; a metric created
-without help text takes it from `peer.metric_help`.
+Metric names are created on first use (callers pass a name and labels), so code that reports
+a new figure needs no registration step; its help text is the catalogue's (`peer.metric_help`),
+the one place a metric is described.
 """
 
 from __future__ import annotations
@@ -63,27 +63,27 @@ class Metrics:
             prometheus_client.GCCollector(registry=self.registry)
 
     # ------------------------------------------------------------------ writing
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None:
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         """Add to a counter (value >= 0)."""
         with self._lock:
-            child = self._child("counter", name, help, labels)
+            child = self._child("counter", name, labels)
             if child is not None:
                 child.inc(value)
                 key = self._key(name, labels)
                 self._values[key] = self._values.get(key, 0.0) + float(value)
 
-    def set(self, name: str, value: float, help: str = "", **labels: str) -> None:
+    def set(self, name: str, value: float, **labels: str) -> None:
         """Set a gauge."""
         with self._lock:
-            child = self._child("gauge", name, help, labels)
+            child = self._child("gauge", name, labels)
             if child is not None:
                 child.set(value)
                 self._values[self._key(name, labels)] = float(value)
 
-    def observe(self, name: str, value: float, help: str = "", **labels: str) -> None:
+    def observe(self, name: str, value: float, **labels: str) -> None:
         """Add an observation to a histogram (`*_seconds` names get time buckets)."""
         with self._lock:
-            child = self._child("histogram", name, help, labels)
+            child = self._child("histogram", name, labels)
             if child is not None:
                 child.observe(value)
                 self._histograms.add(self._key(name, labels))
@@ -146,12 +146,12 @@ class Metrics:
         return generate_latest(self.registry).decode("utf-8")
 
     # ------------------------------------------------------------------ internals
-    def _child(self, kind: str, name: str, help: str, labels: dict[str, str]) -> Any:
+    def _child(self, kind: str, name: str, labels: dict[str, str]) -> Any:
         """The labelled child of metric `name`, creating the metric on first use (lock held)."""
         metric = self._metrics.get(name)
         names = tuple(sorted(labels))
         if metric is None:
-            metric = self._create(kind, name, help, names)
+            metric = self._create(kind, name, names)
         elif self._kinds[name] != kind or self._labelnames[name] != names:
             if name not in self._warned:  # a programming slip must not take the peer down
                 self._warned.add(name)
@@ -160,9 +160,9 @@ class Metrics:
             return None
         return metric.labels(**labels) if names else metric
 
-    def _create(self, kind: str, name: str, help: str, names: tuple[str, ...]) -> Any:
+    def _create(self, kind: str, name: str, names: tuple[str, ...]) -> Any:
         full = f"{self.prefix}_{name}"
-        help = help or help_for(name)
+        help = help_for(name)
         if kind == "counter":
             metric = Counter(full, help, names, registry=self.registry)
         elif kind == "gauge":

@@ -12,14 +12,14 @@ from typing import Protocol
 class MetricsSink(Protocol):
     """Counters and gauges the node writes (peer.metrics.Metrics, or a test double)."""
 
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None: ...
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None: ...
 
-    def set(self, name: str, value: float, help: str = "", **labels: str) -> None: ...
+    def set(self, name: str, value: float, **labels: str) -> None: ...
 
 
 class NoMetrics:
-    def inc(self, name: str, value: float = 1.0, help: str = "", **labels: str) -> None:
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         pass
 
-    def set(self, name: str, value: float, help: str = "", **labels: str) -> None:
+    def set(self, name: str, value: float, **labels: str) -> None:
         pass

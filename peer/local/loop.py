@@ -128,9 +128,9 @@ def _bytes_per_s(rate: float) -> str:
 def record_step(metrics: Metrics, stats: StepStats, step_s: float, boundary_s: float) -> None:
     """Per-step figures for /metrics and /v1/status: step and boundary time, audio trained on,
     and a point of the loss history (`peer.local.status_history`)."""
-    metrics.observe("step_seconds", step_s, help="seconds of one local training step (forward, backward, optimiser)")
-    metrics.observe("boundary_seconds", boundary_s, help="seconds of the step-boundary hooks (mixing, publish hand-over)")
-    metrics.inc("audio_seconds_total", stats.audio_seconds, help="seconds of audio trained on")
+    metrics.observe("step_seconds", step_s)
+    metrics.observe("boundary_seconds", boundary_s)
+    metrics.inc("audio_seconds_total", stats.audio_seconds)
     history_of(metrics).add(stats.step, stats.loss, time.time(), stats.audio_seconds)
 
 
@@ -202,7 +202,7 @@ def run_loop(
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,
-                        (lambda name: metrics.inc(name, help="rollbacks to the last good state")) if metrics else (lambda name: None))
+                        (lambda name: metrics.inc(name)) if metrics else (lambda name: None))
     last_ckpt = clock()
     last_loss: float | None = None
     history: list[StepStats] = []

@@ -246,7 +246,7 @@ class AsyncDriver:
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
             self.dispatch(self.session.exchange_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
             return
-        self.metrics.observe("exchange_seconds", self.mono() - t0, help="an exchange we started: request to verified reply")
+        self.metrics.observe("exchange_seconds", self.mono() - t0)
         self.dispatch(self.session.exchange_done(a.token, self.mono(), peer_id=result.sender.hex(),
                                                  rtt=self.mono() - t0, carried=result.news, owed=result.owed,
                                                  step=result.step))

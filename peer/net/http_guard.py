@@ -75,7 +75,7 @@ class RequestGuard:
         self._key_work = AddressBuckets(cfg.key_work_per_s, cfg.key_work_burst, MAX_GUARDED_ADDRESSES)
 
     def _refuse(self, status: int, reason: str, text: str) -> web.Response:
-        self.metrics.inc("http_refused_total", help="requests refused before reaching a handler", reason=reason)
+        self.metrics.inc("http_refused_total", reason=reason)
         return web.json_response({"refused": reason, "detail": text}, status=status)
 
     def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
@@ -202,7 +202,7 @@ def response_counter(metrics: Metrics) -> type[AbstractAccessLogger]:
 
     class ResponseCounter(AbstractAccessLogger):
         def log(self, request: Any, response: web.StreamResponse, time: float) -> None:
-            metrics.inc("http_responses_total", help="HTTP answers sent, by status code", code=str(response.status))
+            metrics.inc("http_responses_total", code=str(response.status))
 
     return ResponseCounter
 

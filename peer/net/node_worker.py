@@ -66,7 +66,6 @@ class NodeWorker:
             return fn(*(self.clock() if a is NOW else a for a in args))
         finally:
             self.node.metrics.inc("worker_cpu_seconds_total", time.thread_time() - start,
-                                  help="CPU seconds of the gossip worker (compress, sign, verify, decode, apply) by task",
                                   task=getattr(fn, "__name__", "other"))
 
     async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:

@@ -162,7 +162,7 @@ class ShardServer:
                 return response
             await response.write_eof()
         if not self.store.is_manifest(digest) and end == size:
-            self.metrics.inc("shards_served_total", help="shard uploads that reached the shard's last byte")
+            self.metrics.inc("shards_served_total")
         return response
 
     async def _copy(self, f: BinaryIO, start: int, end: int, request: web.Request, response: web.StreamResponse) -> None:
@@ -184,7 +184,7 @@ class ShardServer:
             if not sent:  # the file shrank under us: the asker sees a short body and resumes elsewhere
                 raise ConnectionResetError("shard file shorter than its size")
             offset += sent
-            self.metrics.inc("data_bytes_sent_total", sent, help="corpus bytes uploaded to other peers (shards, manifests)")
+            self.metrics.inc("data_bytes_sent_total", sent)
 
     async def _send_piece(self, loop: asyncio.AbstractEventLoop, f: BinaryIO, offset: int, n: int,
                           request: web.Request, response: web.StreamResponse) -> int:

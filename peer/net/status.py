@@ -98,22 +98,20 @@ class NodeSummary:
 def summarize_node(node: "GossipNode", metrics: "Metrics", consensus: bool) -> NodeSummary:
     """On the node worker: copy what the status needs; update the node-side gauges."""
     rows = tuple(NodeNeighbour(key.hex(), n.listen, int(n.step), float(n.last_heard)) for key, n in node.neighbours.items())
-    metrics.set("neighbours", len(rows), help="neighbour copies held")
+    metrics.set("neighbours", len(rows))
     # Per-neighbour series live as long as the node holds the neighbour (it drops the least
     # recently heard on its own), so one-shot keys leave no series behind.
     metrics.forget_all_but(PEER_LABEL, {key.hex()[:16] for key in node.neighbours})
     now = time.time()
     for key, n in node.neighbours.items():
         if n.copy.x_hat is not None:
-            metrics.set("neighbour_age_seconds", now - n.published_at, peer=key.hex()[:16],
-                        help="age by our clock of the newest copy held of a neighbour: now - min(its timestamp, when it arrived)")
+            metrics.set("neighbour_age_seconds", now - n.published_at, peer=key.hex()[:16])
     distance = None
     if consensus:
         copies = [n.copy.x_hat for n in node.neighbours.values() if n.copy.x_hat is not None]
         if copies:
             distance = consensus_distance([node.served, *copies])
-            metrics.set("consensus_distance", distance,
-                        help="RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean")
+            metrics.set("consensus_distance", distance)
     return NodeSummary(rows, distance, now)
 
 
@@ -183,8 +181,7 @@ class StatusService:
         while True:
             try:
                 await self.refresh(consensus=time.monotonic() >= self._next_consensus)
-                self.metrics.set("peers_live", len(self.face.live_peers()),
-                                 help="peers in the neighbour table not judged dead")
+                self.metrics.set("peers_live", len(self.face.live_peers()))
             except (RuntimeError, ValueError) as exc:  # worker shut down, or a copy vanished mid-read
                 log.debug("status refresh failed: %s", exc)
             await asyncio.sleep(REFRESH_S)

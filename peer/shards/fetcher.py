@@ -127,7 +127,7 @@ class ShardFetcher:
             for address in job.sources:
                 def counted(n: int, address: str = address) -> None:
                     contributors.add(address)
-                    self.metrics.inc("data_bytes_received_total", n, help="corpus bytes downloaded from other peers")
+                    self.metrics.inc("data_bytes_received_total", n)
 
                 try:
                     fetch_range(address, job.shard, part, entry.size, self.cfg.stall_timeout_s, deadline, self._stop, counted)
@@ -135,8 +135,7 @@ class ShardFetcher:
                     self._refuse(job, exc.reason, str(exc), {address}, part)
                     return
                 except SourceFailed as exc:
-                    self.metrics.inc("shard_source_failures_total", help="shard downloads a source left unfinished (the "
-                                     "next source resumes them)", reason=exc.reason)
+                    self.metrics.inc("shard_source_failures_total", reason=exc.reason)
                     log.info("shard %s: %s; resuming from the next holder", entry.name, exc)
                     if exc.reason in ("deadline", "stopped"):
                         return
@@ -150,7 +149,7 @@ class ShardFetcher:
                     return
                 self.store.add(job.shard)
                 added = True
-                self.metrics.inc("shards_fetched_total", help="shards downloaded, verified against the manifest and cached")
+                self.metrics.inc("shards_fetched_total")
                 log.info("fetched shard %s (%d bytes) from %s", entry.name, entry.size, ", ".join(sorted(contributors)))
                 self.changed.set()
                 return
@@ -169,11 +168,11 @@ class ShardFetcher:
             for source in sources:
                 self.penalties.penalise(source, now)
         part.unlink(missing_ok=True)
-        self.metrics.inc("shards_refused_total", help="shard downloads refused: bytes not matching the manifest", reason=reason)
+        self.metrics.inc("shards_refused_total", reason=reason)
         log.warning("refused shard %s: %s; banned for %g s: %s", job.shard[:16], detail, self.cfg.ban_s,
                     ", ".join(sorted(sources)) or "nobody (several sources)")
 
     def _gauge(self) -> None:
         held = self.store.held()
-        self.metrics.set("data_shards_held", len(held), help="corpus shards this peer holds (own and cached)")
-        self.metrics.set("data_shards_in_manifest", len(self.order), help="corpus shards in the manifest")
+        self.metrics.set("data_shards_held", len(held))
+        self.metrics.set("data_shards_in_manifest", len(self.order))

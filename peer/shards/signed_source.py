@@ -111,8 +111,7 @@ class SignedManifestFinder:
                 self.refused.clear()
             self.refused.add(offer.hash)
         self.penalties.penalise(address, time.monotonic())
-        self.metrics.inc("manifests_refused_total", help="signed manifests refused (untrusted signer, bad signature, "
-                         "a replayed version, bytes not matching the offer)", reason=reason)
+        self.metrics.inc("manifests_refused_total", reason=reason)
         log.warning("refused signed manifest %s… from %s: %s", offer.hash[:16], address, detail)
 
 
@@ -173,5 +172,4 @@ class NewerManifestWatcher:
         return newer
 
     def _gauge(self) -> None:
-        self.finder.metrics.set("data_manifest_newest_version", self.newest.version,
-                                help="the newest version of the signed manifest this peer has verified")
+        self.finder.metrics.set("data_manifest_newest_version", self.newest.version)

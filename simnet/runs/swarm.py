@@ -9,6 +9,7 @@ import random
 import torch
 
 from async_opt import consensus_distance
+from peer.metric_help import SIMNET_TOTALS
 from peer.metrics import Metrics
 from peer.trainer import Trainer
 from protocol import Identity, RefusalReason
@@ -23,16 +24,6 @@ from simnet.world.scheduler import Scheduler, VirtualClock
 from simnet.world.sim_world import AddressBook, SimWorld
 from simnet.world.speed import SpeedModel
 from simnet.world.topology import Topology
-
-COUNTERS = (
-    "published_total", "publish_failures_total", "exchanges_ok_total", "exchange_failures_total",
-    "hello_failures_total", "bootstrap_retries_total", "evictions_total", "snapshots_sent_total",
-    "updates_applied_total", "update_gaps_total", "copies_reset_total", "mixes_total", "joins_total",
-    "joins_alone_total", "diverged_total", "forged_frames_total", "joins_refused_total", "candidates_refused_total",
-    "sybil_requests_total", "admitted_unverified_total", "exchanges_to_made_up_total", "snapshots_to_made_up_total",
-    "adopted_from_attacker_total", "leech_requests_total", "leech_bytes_total", "leech_snapshots_total",
-    "partner_steps_taken_total", "partner_steps_clipped_total", "snapshots_received_total", "partners_barren_total",
-)
 
 
 def identity_for(seed: int, index: int) -> Identity:
@@ -197,7 +188,7 @@ class GossipSim:
 
     def totals(self) -> dict:
         """Counters summed over every peer incarnation, plus link and churn statistics."""
-        out = {name.removesuffix("_total"): sum(m.total(name) for m in self.all_metrics) for name in COUNTERS}
+        out = {name.removesuffix("_total"): sum(m.total(name) for m in self.all_metrics) for name in SIMNET_TOTALS}
         refused = {}
         for reason in RefusalReason:
             k = sum(m.get("frames_refused_total", reason=reason.value) for m in self.all_metrics)

@@ -17,7 +17,7 @@ def parsed(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_counters_keep_every_digit():
     m = Metrics(process=False)
-    m.inc("bytes_sent_total", 123_456_789, help="bytes sent")
+    m.inc("bytes_sent_total", 123_456_789)
     m.inc("bytes_sent_total", 1)
     m.inc("frames_refused_total", 3_995_061, reason="bad_signature")
     samples = parsed(m)
@@ -30,8 +30,8 @@ def test_histogram_counts_every_observation_not_a_window():
     m = Metrics(process=False)
     values = [i % 70 for i in range(5000)]  # more than any recent-values window
     for v in values:
-        m.observe("mixed_staleness_steps", v, help="staleness of mixed updates, in steps")
-    m.observe("exchange_seconds", 0.2, help="exchange round trips")
+        m.observe("mixed_staleness_steps", v)
+    m.observe("exchange_seconds", 0.2)
     samples = parsed(m)
     assert samples[("gossip_tts_mixed_staleness_steps_count", ())] == len(values)
     assert samples[("gossip_tts_mixed_staleness_steps_sum", ())] == sum(values)
@@ -51,7 +51,7 @@ def test_build_info_process_metrics_and_content_type():
 def test_forget_drops_a_neighbours_series_and_only_those():
     m = Metrics(process=False)
     for peer in ("aa", "bb"):
-        m.set("neighbour_distance", 1.5, help="distance to a neighbour", peer=peer)
+        m.set("neighbour_distance", 1.5, peer=peer)
         m.observe("exchange_seconds", 0.1, peer=peer)
     m.inc("exchanges_total")
     assert m.forget(peer="aa") == 2

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Callable, Optional
 if TYPE_CHECKING:
     from .codecs_dense import CodecBase
 
-__all__ = ["CodecKind", "SpecParts", "KINDS", "register", "kind_named", "read_spec", "kept_fraction",
+__all__ = ["CodecKind", "SpecParts", "KINDS", "DEFAULT_VALUES", "register", "kind_named", "read_spec", "kept_fraction",
            "grammar", "markdown_table", "MAX_SPEC_CHARS"]
 
 MAX_SPEC_CHARS = 64
+DEFAULT_VALUES = "fp16"
+"""The value codec of a sparse spec that names none (left out of its canonical form)."""
 _FRACTION = re.compile(r"(?:0|[1-9][0-9]{0,8})(?:\.[0-9]{1,12})?")
 _BLOCK = re.compile(r"block=([1-9][0-9]{0,5})")
 
@@ -55,7 +57,9 @@ class SpecParts:
 
     kind: CodecKind
     argument: Optional[str]
+    """The text after `:`, None without one."""
     values: Optional["SpecParts"] = None
+    """A sparse kind's value codec (`DEFAULT_VALUES` where the spec names none)."""
 
 
 def _identity(arg: Optional[str], values: "Optional[CodecBase]") -> "CodecBase":
@@ -161,7 +165,7 @@ def read_spec(spec: str) -> SpecParts:
         raise ValueError(f"bad {name} fraction {arg!r} in {spec!r}; expected a decimal like 0.01")
     if "+" in values:
         raise ValueError(f"too many '+' parts in {spec!r}")
-    return SpecParts(kind, arg, _dense_part(values, spec) if plus else SpecParts(kind_named("fp16"), None))
+    return SpecParts(kind, arg, _dense_part(values if plus else DEFAULT_VALUES, spec))
 
 
 def kept_fraction(spec: str) -> Fraction:

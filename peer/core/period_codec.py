@@ -27,7 +27,7 @@ from decimal import Decimal
 
 from peer.core.cadence import PublishPeriod
 from protocol import CodecBase, parse_codec
-from protocol.codec_table import read_spec
+from protocol.codec_table import DEFAULT_VALUES, read_spec
 
 
 @functools.lru_cache(maxsize=256)
@@ -44,7 +44,7 @@ def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_by
     while scale > 1:
         fraction = Decimal(arg) * scale
         if fraction >= 1:
-            spec = parse_codec(values).spec if plus else "fp16"
+            spec = parse_codec(values if plus else DEFAULT_VALUES).spec
         else:
             spec = parse_codec(f"{name}:{format(fraction.normalize(), 'f')}{plus}{values}").spec
         if parse_codec(spec).packed_nbytes(numel) <= max_bytes:

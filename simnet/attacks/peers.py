@@ -8,15 +8,8 @@ thing they change: the node class (`future`, `nan`, `join_liar`, `slot_sybil`), 
 own keys and send well-formed frames, so honest peers defend with production code.
 
 Control arms (`attack.undefended`) are honest peers built without the one defence their
-run's attack targets:
-- future: `TimestampTrustingPeer` takes a frame's claimed timestamp as its publish time
-  instead of min(claimed, received);
-- join_liar: `UnprobingPeer` adopts the furthest-along state without probing it;
-- sybil: `UnverifyingPeer` takes an inbound exchange's listen address as verified at once,
-  without dialling it for a hello signed over its nonce;
-- leech: `SnapshotsToAnyonePeer` answers every asker with a snapshot (`simnet.attacks.leech`);
-- slot_sybil: `UnscoringPeer`'s session is not told what answers carried, so a partner that answers
-  nothing keeps its slot.
+run's attack targets. Which peer each attack and its control arm run, and what each does, is
+the attack table (`simnet.attacks.kinds`).
 `pushy` and `pushy_undefended` change only the settings a peer is built with; `simnet.attacks.build`
 chooses each slot's peer.
 """

@@ -19,7 +19,7 @@ from .codecs import CodecBase, TensorCodec, parse_codec
 from .errors import FrameRefused, RefusalReason
 from .finite import all_finite
 from .frame import SIGNATURE_SIZE, Frame, codec_seed, encode_frame
-from .header import FrameHeader, FrameKind, TensorSpec, canonical_json
+from .header import FrameHeader, FrameKind, ParamSpec, TensorSpec, canonical_json
 from .identity import Identity
 from .limits import Limits
 from .sparse import SparseVector
@@ -142,12 +142,12 @@ def read_vector(frame: Frame) -> torch.Tensor:
     return tensor
 
 
-def flat_model_spec(numel: int) -> dict[str, tuple[tuple[int, ...], str]]:
+def flat_model_spec(numel: int) -> ParamSpec:
     """`VerifyPolicy.model_spec` for update and snapshot frames of an N-parameter vector."""
     return {name: ((numel,), "float32") for name in (UPDATE_TENSOR, STEP_TENSOR, SNAPSHOT_TENSOR)}
 
 
-def model_spec_of(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], str]]:
+def model_spec_of(tensors: Mapping[str, torch.Tensor]) -> ParamSpec:
     """name -> (shape, dtype) of a state dict, the input of `model_fingerprint`."""
     return {name: (tuple(t.shape), str(t.dtype).removeprefix("torch."))
             for name, t in tensors.items()}

@@ -48,10 +48,8 @@ from protocol import (
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
+from protocol.header import ParamSpec
 from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
-
-ParamSpec = dict[str, tuple[tuple[int, ...], str]]
-
 
 class GossipNode:
     """Publish, exchange, ingest; see the module docstring for the thread contract."""

@@ -8,8 +8,6 @@ import re
 from tests.paths import REPO
 
 SPELLED_OUT = re.compile(r"dict\[str, tuple\[tuple\[int, \.\.\.\], str\]\]")
-PENDING = {"peer/core/node.py", "protocol/messages.py"}
-"""Still spelling the type out, until they name `ParamSpec` (each is being changed elsewhere)."""
 
 
 def test_the_parameter_spec_type_is_spelled_out_once():
@@ -19,4 +17,4 @@ def test_the_parameter_spec_type_is_spelled_out_once():
     assert ParamSpec is defined
     found = {str(path.relative_to(REPO)) for package in ("protocol", "peer", "async_opt", "simnet", "gossip_tts")
              for path in (REPO / package).rglob("*.py") if SPELLED_OUT.search(path.read_text())}
-    assert found - PENDING == {"protocol/header.py"}, sorted(found)
+    assert found == {"protocol/header.py"}, sorted(found)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import math
 import re
@@ -30,7 +31,15 @@ import time
 from pathlib import Path
 
 from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
-from stage_progress import Estimator, follow, minutes
+from stage_progress import Estimator, follow, minutes, plan_stages
+
+JUDGE_CONTROLS = 3
+"""The judge's control sets beside the models: the real recordings, their codec round trip, noise."""
+
+
+def judge_installed() -> bool:
+    """Whether the [judge] extra's listeners are importable, so the estimate counts the judge only when it runs."""
+    return all(importlib.util.find_spec(name) for name in ("pocketsphinx", "resemblyzer", "speechmos"))
 
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
@@ -95,13 +104,10 @@ def main() -> None:
     rows = read_metadata(args.voice)
     train_rows, val_rows = rows[: -args.held_out], rows[-args.held_out :]
     est = Estimator(args.preset)
-    planned = {  # seconds on the reference machine
-        "pack": est.reference("pack_clip", len(rows)) + est.reference("process", args.peers + 1),
-        "base": 0.0 if args.base else est.reference("base_step", args.base_steps) + est.reference("process", 1),
-        "fine-tune": est.reference("finetune_step", args.steps) + est.reference("process", args.peers + 1),
-        "eval+sample": est.reference("eval", args.peers + 1) + est.reference("synth_step", args.synth_steps)
-        + est.reference("process", 1),
-    }
+    judged = {"base": args.base or out / "base", "fine-tuned": out / "peer0"}
+    judged_clips = len(val_rows) * (len(judged) + JUDGE_CONTROLS) if judge_installed() else 0
+    planned = plan_stages(est, clips=len(rows), peers=args.peers, base_steps=0 if args.base else args.base_steps,
+                          steps=args.steps, synth_steps=args.synth_steps, judged_clips=judged_clips)
     print(f"estimated: {', '.join(f'{name} ~{minutes(s)}' for name, s in planned.items() if s)}; total "
           f"~{minutes(sum(planned.values()))} (on 2 busy CPU cores; each stage's estimate is then scaled by how "
           "fast this machine ran the stages before it)", flush=True)
@@ -176,7 +182,10 @@ def main() -> None:
     plot_spectrograms(args.voice / "wavs" / f"{val_rows[0][0]}.wav", wav, out / "finetuned.png")
     took["eval+sample"] = time.monotonic() - t
     t = time.monotonic()
-    judge_checkpoints(HeldOutConfig(checkpoints={"base": base, "fine-tuned": out / "peer0"}, voice=args.voice,
+    if judged_clips:
+        print(f"      judging: the base and peer 0 speak the {len(val_rows)} held-out sentences, heard beside the real "
+              f"recordings, their codec round trip and noise (~{minutes(planned['judge'] * est.slowdown)})", flush=True)
+    judge_checkpoints(HeldOutConfig(checkpoints=judged, voice=args.voice,
                                     sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
                                     out=out / "judged", synth_steps=args.synth_steps))
     took["judge"] = time.monotonic() - t

@@ -17,12 +17,14 @@ from pathlib import Path
 REFERENCE_SECONDS = {
     ("tiny", "base_step"): 0.12, ("tiny", "finetune_step"): 1.4, ("tiny", "synth_step"): 0.6, ("tiny", "eval"): 12.0,
     ("small", "base_step"): 1.1, ("small", "finetune_step"): 7.0, ("small", "synth_step"): 2.0, ("small", "eval"): 20.0,
-    ("any", "pack_clip"): 0.2, ("any", "process"): 5.0,
+    ("any", "pack_clip"): 0.2, ("any", "process"): 5.0, ("any", "judge_clip"): 26.0,
 }
 """Seconds on the reference machine (2 AMD EPYC cores, load average 8-9, the example run under
 `nice -n 10`, torch 2.13 CPU): one base step (batch 8, the built-in corpus's short clips), one
 fine-tuning step of two peers side by side on whole voice clips, one sampler step, one eval
-(process included), one clip packed, one start of a gossip-tts process (importing torch)."""
+(process included), one clip packed, one start of a gossip-tts process (importing torch), one
+held-out clip through the judge (spoken by a model or made as a control, then heard by its
+three listeners; their loading spread over the clips)."""
 
 STEP_RE = re.compile(r"step (\d+) loss ([0-9.]+)")
 EVERY_S = 5.0
@@ -48,6 +50,20 @@ class Estimator:
         """A stage estimated at `reference_s` on the reference machine took `took_s` here."""
         self._said += reference_s
         self._took += took_s
+
+
+def plan_stages(est: Estimator, *, clips: int, peers: int, base_steps: int, steps: int, synth_steps: int,
+                judged_clips: int) -> dict[str, float]:
+    """Reference seconds of each stage; a stage that will not run (a given base: base_steps 0; no
+    judge extra: judged_clips 0) plans 0, so the total promises only what the run will do."""
+    return {
+        "pack": est.reference("pack_clip", clips) + est.reference("process", peers + 1),
+        "base": est.reference("base_step", base_steps) + est.reference("process", 1) if base_steps else 0.0,
+        "fine-tune": est.reference("finetune_step", steps) + est.reference("process", peers + 1),
+        "eval+sample": est.reference("eval", peers + 1) + est.reference("synth_step", synth_steps)
+        + est.reference("process", 1),
+        "judge": est.reference("judge_clip", judged_clips),
+    }
 
 
 def minutes(seconds: float) -> str:

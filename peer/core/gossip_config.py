@@ -207,6 +207,12 @@ class GossipConfig:
             raise ValueError(f"copy_dtype must be one of {', '.join(COPY_DTYPES)}, got {self.copy_dtype!r}")
 
     @property
+    def keeps_parameters(self) -> bool:
+        """Whether a node keeps the exact parameters of its last publish: partner steps need them,
+        and with float32 copies /v1/state serves them (with bfloat16 it serves x̂, held anyway)."""
+        return self.copy_dtype == "float32" or self.partner_steps > 0
+
+    @property
     def copy_torch_dtype(self) -> "torch.dtype":
         """`copy_dtype` as a torch dtype."""
         import torch

@@ -18,8 +18,10 @@ import torch
 
 from peer.core.actions import Action, Count, FetchState, JoinDone, Log, SendHello
 from peer.core.config import SessionConfig
+from peer.core.state_seed import StateSource, public_copy_fields, source_of
 from protocol import (
-    FrameKind, FrameRefused, Identity, RefusalReason, VerifyPolicy, decode_frame, make_snapshot_frame, read_vector,
+    FrameKind, FrameRefused, Identity, RefusalReason, VerifyPolicy, decode_frame, held_dtype, make_snapshot_frame,
+    read_vector,
 )
 from protocol.messages import SNAPSHOT_TENSOR
 
@@ -146,19 +148,24 @@ class Join:
 
 
 def sign_state(identity: Identity, swarm: str, fingerprint: str, seq: int, step: int, now: float,
-               vector: torch.Tensor) -> bytes:
-    """A signed, exact copy of `vector`, marked as the state a joiner may adopt."""
+               vector: torch.Tensor, public: tuple[int, int] | None = None) -> bytes:
+    """A signed, exact copy of `vector`, marked as the state a joiner may adopt; `public`: (our
+    epoch, its seq) where `vector` is our public copy x̂ (`peer.core.state_seed`)."""
+    fields = public_copy_fields(*public) if public is not None else {}
     return make_snapshot_frame(identity, swarm=swarm, fingerprint=fingerprint, seq=seq, step=step, timestamp=now,
-                               vector=vector, extra={"kind": STATE_KIND})
+                               vector=vector, extra={"kind": STATE_KIND, **fields})
 
 
-def read_state(data: bytes, policy: VerifyPolicy, now: float) -> tuple[torch.Tensor, int]:
-    """Verify a state (`sign_state`); returns (parameters, the sender's step). FrameRefused for any
-    other frame, an update, an exchange snapshot or a state holding more than the parameters included."""
+def read_state(data: bytes, policy: VerifyPolicy, now: float) -> tuple[torch.Tensor, int, StateSource | None]:
+    """Verify a state (`sign_state`); returns (parameters, the sender's step, whose public copy it
+    is where it says). FrameRefused for any other frame, an update, an exchange snapshot or a state
+    holding more than the parameters included."""
     frame = decode_frame(data, policy, now=now)
     if frame.header.kind != FrameKind.SNAPSHOT or frame.header.extra.get("kind") != STATE_KIND:
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a {frame.header.kind.value} frame is not a signed state")
     if list(frame.parts) != [SNAPSHOT_TENSOR]:  # the model spec admits a steps tensor beside it
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a state holds {SNAPSHOT_TENSOR!r} alone, "
                                                      f"not {sorted(frame.parts)[:3]}")
-    return read_vector(frame), frame.header.step
+    h = frame.header
+    published_at = min(h.timestamp, now)
+    return read_vector(frame), h.step, source_of(h.extra, h.sender, h.step, published_at, held_dtype(h))

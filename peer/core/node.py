@@ -40,6 +40,7 @@ from peer.core.outbox import Outbox
 from peer.core.partner_steps import PartnerSteps
 from peer.core.period_codec import PeriodCodecs
 from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
+from peer.core.state_seed import OfferedStates, seed
 from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
@@ -81,8 +82,7 @@ class GossipNode:
         )
         x0 = x0.detach().to(torch.float32).cpu().clone()
         self.public = PublicCopy(x0, cfg.clip_own_window, dtype=cfg.copy_torch_dtype)
-        self._keep_x = cfg.copy_dtype == "float32" or cfg.partner_steps > 0
-        self.last_x: torch.Tensor | None = x0 if self._keep_x else None
+        self.last_x: torch.Tensor | None = x0 if cfg.keeps_parameters else None
         """The exact parameters at the last publish, kept for partner steps or with float32 copies."""
         self.outbox = Outbox(cfg.outbox_bytes, cfg.outbox_min_frames)
         self.neighbours: dict[bytes, Neighbour] = {}
@@ -100,7 +100,7 @@ class GossipNode:
         self.last_publish_bytes = 0
         """Size of the newest published update frame (simnet charges its signing)."""
         self._published_at: float | None = None
-        self._views = ViewBuilder()
+        self._views, self._offered = ViewBuilder(), OfferedStates()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
         self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window, cfg.max_neighbours,
@@ -129,11 +129,10 @@ class GossipNode:
         publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
         steps (peer.core.partner_steps).
 
-        `x` is handed over (`peer.boundary.PendingPublish` makes a copy for it): the node keeps it
-        as `last_x`, what /v1/state serves, and neither it nor the caller may write it afterwards.
+        `x` is handed over (`peer.boundary.PendingPublish` makes a copy for it): the node may keep
+        it as `last_x`, and neither it nor the caller may write it afterwards.
 
-        Raises ValueError (and changes nothing) when `x` is not finite: there is nothing
-        sane to send, and the caller decides what that means.
+        Raises ValueError (changing nothing) when `x` is not finite: the caller decides what that means.
         """
         x = x.detach().to(torch.float32)
         if not all_finite(x):
@@ -159,7 +158,7 @@ class GossipNode:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
             self.public.reset(x, self.public.seq)
-        self.last_x, self._published_at = (x if self._keep_x else None), now
+        self.last_x, self._published_at = (x if self.cfg.keeps_parameters else None), now
         self._state_cache = None
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
@@ -169,10 +168,12 @@ class GossipNode:
         return seq
 
     def adopt(self, x: torch.Tensor, step: int) -> None:
-        """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`)."""
+        """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`);
+        a state read by `read_state` that names its sender's x̂ also seeds our copy of that sender."""
+        source = self._offered.take(x)
         x, self.step = x.detach().to(torch.float32).clone(), int(step)
         self.public.reset(x, 0)
-        self.last_x = x if self._keep_x else None
+        self.last_x = x if self.cfg.keeps_parameters else None
         self._published_at = None
         self._state_cache = None
         self.tickets.renew(next_epoch(self.epoch))  # neighbours must drop what they held of our old public copy
@@ -180,6 +181,9 @@ class GossipNode:
         for n in self.neighbours.values():
             n.acked_seq = -1
         self.partner_steps.reset()
+        if source is not None and source.sender != self.identity.public_key:
+            self._versions += 1
+            seed(self._neighbour(source.sender), x, source, self._versions)
         self._publish_view()
         self.average.reset(x, self.step)
 
@@ -242,15 +246,13 @@ class GossipNode:
 
     # ------------------------------------------------------------------ joining
     def state_frame(self, now: float) -> bytes:
-        """A signed, exact copy of the parameters at the last publish (GET /v1/state).
-
-        Taken at a step boundary, so never a half-updated model; signed once per publish
-        and served from that cache until the next one.
-        """
+        """`served`, signed as our state (GET /v1/state): taken at a publish, so never a half-updated
+        model; signed once per publish and served from that cache until the next one."""
         if self._state_cache is None:
             self._control_seq += 1
+            public = None if self.last_x is not None else (self.epoch, self.public.seq)  # the x̂ served, named
             self._state_cache = sign_state(self.identity, self.cfg.swarm, self.fingerprint, self._control_seq,
-                                           self.step, now, self.served)
+                                           self.step, now, self.served, public)
         return self._state_cache
 
     @property
@@ -266,7 +268,9 @@ class GossipNode:
     def read_state(self, data: bytes, now: float) -> tuple[torch.Tensor, int]:
         """Verify a /v1/state snapshot; returns (parameters, the sender's step). Only a snapshot
         signed as a state (`state_frame`) is one: an update or an exchange snapshot is refused."""
-        return read_state(data, self.policy, now)
+        x, step, source = read_state(data, self.policy, now)
+        self._offered.remember(x, source)  # adopting `x` then seeds our copy of its sender
+        return x, step
 
     # ------------------------------------------------------------------ internals
     def _publish_view(self) -> None:
@@ -278,11 +282,9 @@ class GossipNode:
                        offer: int, frames: list[bytes]) -> bytes:
         """Our control frame to `peer_key`, spending its `ticket`, binding `frames` (sent after it)."""
         n = self.neighbours.get(peer_key) if peer_key else None
-        control = Control(
-            epoch=self.epoch, listen=self.listen, have_epoch=n.epoch if n else 0,
-            have_seq=n.copy.seq if n and n.copy.x_hat is not None else -1,
-            offer=offer, reply=reply, bundle=bundle_digest(frames),
-        )
+        control = Control(epoch=self.epoch, listen=self.listen, have_epoch=n.epoch if n else 0,
+                          have_seq=n.copy.seq if n and n.copy.x_hat is not None else -1,
+                          offer=offer, reply=reply, bundle=bundle_digest(frames))
         self._control_seq += 1
         return make_control(self.identity, control, swarm=self.cfg.swarm, fingerprint=self.fingerprint,
                             seq=self._control_seq, step=self.step, now=now, to=peer_key or b"", to_epoch=to_epoch,

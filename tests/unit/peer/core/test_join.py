@@ -107,8 +107,8 @@ def test_it_asks_at_most_join_max_asked_peers() -> None:
 def test_only_a_snapshot_signed_as_a_state_is_read_as_one() -> None:
     identity, x = Identity.generate(bytes(32)), torch.arange(6, dtype=torch.float32)
     policy = VerifyPolicy(swarm="s", fingerprint="f", model_spec=flat_model_spec(6))
-    got, step = read_state(sign_state(identity, "s", "f", 1, 42, 1000.0, x), policy, 1000.0)
-    assert torch.equal(got, x) and step == 42
+    got, step, source = read_state(sign_state(identity, "s", "f", 1, 42, 1000.0, x), policy, 1000.0)
+    assert torch.equal(got, x) and step == 42 and source is None  # exact parameters name no public copy
     exchange_snapshot = make_snapshot_frame(identity, swarm="s", fingerprint="f", seq=2, step=42, timestamp=1000.0,
                                             vector=x)
     with pytest.raises(FrameRefused, match="not a signed state"):

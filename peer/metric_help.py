@@ -107,6 +107,10 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
         COUNTER, "simnet leech attackers: frames past the control frame in those answers", SUMMED),
     "partners_barren_total": (
         COUNTER, "partners replaced because their answers kept carrying nothing when they owed news", SUMMED),
+    "accept_pauses_total": (
+        COUNTER, "times accepting paused: benched addresses' connections came faster than NetConfig.benched_connections_per_s"),
+    "connections_benched_total": (
+        COUNTER, "connections closed unread: their address was refused too often (NetConfig.refusals_per_s)"),
     "partners_frozen_total": (
         COUNTER, "partners replaced because the step they claim stayed put for many of our publishes"),
     "partners_reinstated_total": (

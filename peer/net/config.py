@@ -80,6 +80,25 @@ class NetConfig:
     on one machine). `inf` turns either limit off."""
     address_work_burst: float = 48.0
     """The most work one address's exchanges may cost at once."""
+    refusals_per_s: float = float("inf")
+    """Refused requests per second (429, or refused for what they are) past which an address is
+    benched: its connections are closed as they are made, before HTTP is parsed, until it is
+    back within this rate (`peer.net.refusal_bench`). Refusals are paid on the event loop, which
+    shares the interpreter lock and the core with training. `inf`, the default, turns benching
+    off: while it is on, a newcomer's first connection waits during a flood, and the attack tests
+    of other defences have not yet been run with it (tests/adversarial/test_refused_flood.py
+    measures 8 a second)."""
+    refusal_burst: float = 32.0
+    """The most refusals one address may collect at once before it is benched."""
+    refusals_in_all_per_s: float = 8.0
+    """As `refusals_per_s`, for all addresses together (two seconds' worth at once): an address
+    refused while that is spent is benched at once, so many addresses, each within its own
+    rate, still reach HTTP no more often than this."""
+    benched_connections_per_s: float = 32.0
+    """Connections of benched addresses turned away per second, all together (a second's worth at
+    once), past which accepting pauses until half of that is back: each wakes the event loop,
+    which then takes the interpreter lock from training. New connections wait in the kernel
+    meanwhile (a newcomer's connect is retried); connections already held go on. `inf`: never."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
@@ -104,6 +123,11 @@ class NetConfig:
             raise ValueError("key_work_per_s and address_work_per_s must be > 0, their bursts >= 1, got "
                              f"{self.key_work_per_s}, {self.address_work_per_s}, {self.key_work_burst}, "
                              f"{self.address_work_burst}")
+        if not (min(self.refusals_per_s, self.refusals_in_all_per_s, self.benched_connections_per_s) > 0
+                and self.refusal_burst >= 1):
+            raise ValueError("refusals_per_s, refusals_in_all_per_s and benched_connections_per_s must be > 0 and "
+                             f"refusal_burst >= 1, got {self.refusals_per_s}, {self.refusals_in_all_per_s}, "
+                             f"{self.benched_connections_per_s} and {self.refusal_burst}")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from peer.metrics import Metrics
     from peer.net.config import NetConfig
     from peer.net.node_worker import NodeWorker
+    from peer.net.refusal_bench import RefusalBench
     from peer.net.shard_routes import ShardServer
 
 STATE_CHUNK = 1 << 20
@@ -114,11 +115,13 @@ async def _write_all(response: web.StreamResponse, view: memoryview) -> None:
 
 
 def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metrics: "Metrics",
-              session_cfg: "SessionConfig", shards: "ShardServer | None" = None) -> web.Application:
-    """Every route of a peer; `shards` serves /v1/shards (None: those answer 404)."""
+              session_cfg: "SessionConfig", shards: "ShardServer | None" = None,
+              bench: "RefusalBench | None" = None) -> web.Application:
+    """Every route of a peer; `shards` serves /v1/shards (None: those answer 404); `bench` hears of
+    refusals (`peer.net.refusal_bench`)."""
     max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
     guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel,
-                         min_body_rate=session_cfg.min_transfer_rate)
+                         min_body_rate=session_cfg.min_transfer_rate, bench=bench)
     app = web.Application(client_max_size=max_body, middlewares=[guard.middleware()])
     routes = PeerRoutes(face, metrics, session_cfg.transfer_deadline_s)
     app.router.add_post("/v1/exchange", routes.exchange)

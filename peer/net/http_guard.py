@@ -31,6 +31,7 @@ from peer.core.ingest import HEAD_BYTES, bundle_sender, exchange_work
 from peer.core.token_bucket import AddressBuckets
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
+from peer.net.refusal_bench import RefusalBench
 from protocol import Limits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -39,6 +40,9 @@ BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
 TICKETED_KEY: web.RequestKey[bool] = web.RequestKey("ticketed", bool)
 """Set by the exchange handler once the node has read the request: whether it spent a ticket of
 ours. False (a first contact, a refused frame) costs the sender's address a stranger token."""
+BLAMED = frozenset({400, 408, 413, 415, 429})
+"""Answers that refuse a request for what it is or how often its address asks (not 503: our own
+state, a busy worker or the body budget of all addresses together)."""
 MAX_GUARDED_ADDRESSES = 4096
 """Addresses whose /v1/state and stranger buckets are remembered; the least recent goes first
 (and starts full again)."""
@@ -51,11 +55,14 @@ class RequestGuard:
 
     def __init__(self, cfg: NetConfig, metrics: Metrics, max_body_bytes: int,
                  clock: Callable[[], float] = time.monotonic, *, model_bytes: int | None = None,
-                 min_body_rate: float = math.inf) -> None:
+                 min_body_rate: float = math.inf, bench: RefusalBench | None = None) -> None:
         """`min_body_rate`: bytes per second a body must keep up past `NetConfig.body_read_timeout_s`
         (`SessionConfig.min_transfer_rate`): a pushed snapshot is the model's size, so the deadline
-        grows with what has arrived; inf keeps the fixed deadline."""
+        grows with what has arrived; inf keeps the fixed deadline. `bench` is told of every answer
+        that blames the request (`BLAMED`), so that an address refused too often is turned away
+        before HTTP is parsed (`peer.net.refusal_bench`)."""
         self.cfg, self.metrics, self.clock = cfg, metrics, clock
+        self.bench = bench
         self.min_body_rate = min_body_rate
         self.max_body_bytes = max_body_bytes
         """The largest body accepted: a bundle larger than the frame limit is refused anyway."""
@@ -88,6 +95,12 @@ class RequestGuard:
         return guard
 
     async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await self._check(request, handler)
+        if self.bench is not None and response.status in BLAMED:
+            self.bench.refused(request.remote or "?")
+        return response
+
+    async def _check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         remote = request.remote or "?"
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             return self._refuse(415, "compressed_body", "compressed request bodies are not accepted")

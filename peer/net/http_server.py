@@ -21,6 +21,7 @@ from peer.net.http_app import PeerFace, build_app
 from peer.net.connection_caps import CappedSite
 from peer.net.http_guard import QuietBadRequests, response_counter
 from peer.net.node_worker import NodeWorker
+from peer.net.refusal_bench import RefusalBench
 from peer.net.shard_routes import ShardServer
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ class HttpServer:
     def __init__(self, face: PeerFace, worker: NodeWorker, net_cfg: NetConfig, metrics: Metrics,
                  session_cfg: SessionConfig, shards: ShardServer | None = None) -> None:
         self.net_cfg, self.metrics = net_cfg, metrics
-        self._app = build_app(face, worker, net_cfg, metrics, session_cfg, shards)
+        self.bench = RefusalBench.of(net_cfg)
+        self._app = build_app(face, worker, net_cfg, metrics, session_cfg, shards, self.bench)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -54,7 +56,7 @@ class HttpServer:
             logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
         )
         await self._runner.setup()
-        site = CappedSite(self._runner, host, port, cfg=self.net_cfg, metrics=self.metrics)
+        site = CappedSite(self._runner, host, port, cfg=self.net_cfg, metrics=self.metrics, bench=self.bench)
         try:
             await site.start()
         except OSError as exc:

@@ -105,17 +105,24 @@ def _window(pair, addresses: int) -> Window:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     threads = [threading.Thread(target=leech, args=(i,), daemon=True) for i in range(addresses)]
+    steps_per_s, training_cpu = attack_window(pair, threads, stop, WINDOW_S)
+    return Window(steps_per_s, sum(got), sum(sent), training_cpu)
+
+
+def attack_window(pair, threads: list[threading.Thread], stop: threading.Event, seconds: float) -> tuple[float, float]:
+    """Run the attacking `threads` for `seconds`, then set `stop` and join them: the victim's steps
+    per second meanwhile, and the share of a core its training thread (its main thread) had."""
     pid = pair.victim.proc.pid
     step0, t0, cpu0 = status(pair.base)["step"], time.monotonic(), _thread_cpu_s(pid, pid)
     for t in threads:
         t.start()
-    time.sleep(WINDOW_S)
+    time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join(60)
     elapsed = time.monotonic() - t0
     steps, cpu = status(pair.base)["step"] - step0, _thread_cpu_s(pid, pid) - cpu0
-    return Window(steps / elapsed, sum(got), sum(sent), cpu / elapsed)
+    return steps / elapsed, cpu / elapsed
 
 
 def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(victim_on_its_own_core):

@@ -1,0 +1,79 @@
+"""Addresses whose requests keep being refused, turned away before HTTP is parsed.
+
+A refusal (429, and the guard's other answers that blame the request) is cheap, but it is an
+accepted connection, a parsed request, a middleware run and an answer, all on the event loop,
+which shares the interpreter lock and the core with training: requests sent back to back,
+nearly all refused, cost a victim pinned to one core about half its training steps (SECURITY.md).
+So each address's refusals are rationed too (`NetConfig.refusals_per_s`, past a burst of
+`refusal_burst`), and all addresses' together (`refusals_in_all_per_s`: an address refused while
+that is spent has spent its own): an address out of its budget is benched, its new connections closed as they
+are made and those it holds at their next bytes (`peer.net.connection_caps`), before aiohttp
+sees them, until its budget refills. An honest peer is refused a few times at most (a restart's
+first contacts, a partner out of its work budget) and is never benched.
+
+Turning a connection away is cheaper than answering it, but each still wakes the event loop,
+which then takes the interpreter lock from training: a flood of ~1,300 connections a second
+reset as they were accepted cost as much training as ~1,000 answered with 429. So the benched
+connections turned away in all are rationed too (`NetConfig.benched_connections_per_s`): past
+that, accepting pauses (`accept_pause_s`), the kernel holds or drops new connections meanwhile,
+and the loop wakes a few times a second however fast they come. Connections already held go on.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+from peer.core.token_bucket import AddressBuckets, TokenBucket
+from peer.net.config import NetConfig
+
+MAX_BENCHED_ADDRESSES = 4096
+"""Addresses whose refusals are remembered; the least recent goes first (and starts afresh)."""
+
+
+class RefusalBench:
+    """Per address, refusals against a token bucket; an address out of tokens is benched."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic, *,
+                 in_all_per_s: float = math.inf, turned_away_per_s: float = math.inf) -> None:
+        self.enabled = math.isfinite(rate)
+        """False (`refusals_per_s` inf): nobody is ever benched."""
+        self.clock = clock
+        self.burst = burst
+        self._buckets = AddressBuckets(rate if self.enabled else 0.0, burst, MAX_BENCHED_ADDRESSES)
+        self._in_all_per_s = in_all_per_s
+        self._in_all = TokenBucket(2 * in_all_per_s if math.isfinite(in_all_per_s) else 1.0, clock())
+        self._turned_away = TokenBucket(max(1.0, turned_away_per_s) if math.isfinite(turned_away_per_s) else 1.0,
+                                        clock())
+        self._turned_away_per_s = turned_away_per_s
+
+    @classmethod
+    def of(cls, cfg: NetConfig) -> "RefusalBench":
+        """The bench `cfg`'s budgets describe."""
+        return cls(cfg.refusals_per_s, cfg.refusal_burst, in_all_per_s=cfg.refusals_in_all_per_s,
+                   turned_away_per_s=cfg.benched_connections_per_s)
+
+    def turned_away(self) -> float:
+        """A benched address's connection was turned away: seconds to pause accepting (0: none), once
+        more than `turned_away_per_s` (a second's worth at once) came. The pause lasts until half
+        of that budget is back."""
+        rate = self._turned_away_per_s
+        if not math.isfinite(rate):
+            return 0.0
+        burst = max(1.0, rate)
+        if self._turned_away.take(rate, burst, self.clock()):
+            return 0.0
+        return burst / 2 / rate
+
+    def refused(self, address: str) -> None:
+        """A request of `address` was refused."""
+        if not self.enabled:
+            return
+        now, rate = self.clock(), self._in_all_per_s
+        in_all = not math.isfinite(rate) or self._in_all.take(rate, 2 * rate, now)
+        self._buckets.charge(address, now, 1.0 if in_all else 2 * self.burst)
+
+    def benched(self, address: str) -> bool:
+        """Whether `address`'s connections are to be closed unread now."""
+        return self.enabled and not self._buckets.has(address, self.clock())

@@ -1,0 +1,128 @@
+"""An address refused too often is turned away before HTTP is parsed (`peer.net.refusal_bench`;
+NetConfig.refusals_per_s, refusal_burst).
+
+Requests sent back to back, each refused with 429 before its body was read, still cost the event
+loop a parsed request, a middleware run and an answer apiece: a victim pinned to one core lost
+about half its training steps. Now, past its refusal budget, an address's connections are
+closed as they are made, or at their next bytes, and aiohttp never sees them; another address,
+and the same address once back within its rate, is served as before."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from aiohttp import web
+
+from peer.metrics import Metrics
+from peer.net.config import NetConfig
+from peer.net.connection_caps import CappedSite
+from peer.net.http_guard import TICKETED_KEY, RequestGuard
+from peer.net.refusal_bench import RefusalBench
+
+FLOODER, OTHER = "127.0.3.1", "127.0.3.2"
+RATE, BURST = 1.0, 6
+
+
+def test_past_its_burst_of_refusals_an_address_is_benched_until_it_is_back_within_its_rate() -> None:
+    clock = [0.0]
+    bench = RefusalBench(RATE, BURST, clock=lambda: clock[0])
+    for _ in range(BURST - 1):
+        bench.refused("a")
+    assert not bench.benched("a")
+    bench.refused("a")
+    assert bench.benched("a") and not bench.benched("b")
+    clock[0] = 1.0
+    assert not bench.benched("a")
+    off = RefusalBench(float("inf"), 1, clock=lambda: clock[0])
+    for _ in range(100):
+        off.refused("a")
+    assert not off.benched("a")
+
+
+def test_many_addresses_each_within_its_rate_are_benched_once_the_refusals_in_all_are_spent() -> None:
+    clock = [0.0]
+    bench = RefusalBench(RATE, BURST, clock=lambda: clock[0], in_all_per_s=2.0)  # 4 at once in all
+    for address in ("a", "b", "c", "d"):
+        bench.refused(address)
+    assert not any(bench.benched(a) for a in "abcd")
+    bench.refused("e")  # the fifth in a moment: its address is benched though it was refused once
+    assert bench.benched("e") and not bench.benched("a")
+
+
+def test_connections_turned_away_past_their_budget_in_all_pause_accepting() -> None:
+    clock = [0.0]
+    bench = RefusalBench(RATE, BURST, clock=lambda: clock[0], turned_away_per_s=10.0)
+    assert [bench.turned_away() for _ in range(10)] == [0.0] * 10
+    assert bench.turned_away() == 0.5  # until half a second's budget is back
+    clock[0] = 0.5
+    assert bench.turned_away() == 0.0
+    assert RefusalBench(RATE, BURST).turned_away() == 0.0  # no budget set: never
+
+
+def _serve(cfg: NetConfig, requests: int) -> tuple[dict[str, int], list[int], Metrics]:
+    """Serve POST /v1/exchange (refused: one a second per address, as a stranger's) and GET /metrics
+    behind the guard and the capped site; FLOODER sends `requests` exchanges back to back, each on a
+    new connection, then OTHER asks for /metrics. (How FLOODER's connections ended, by answer
+    status or 0 for closed unanswered; OTHER's status; the server's metrics.)"""
+    metrics = Metrics(process=False)
+
+    async def exchange(request: web.Request) -> web.Response:
+        request[TICKETED_KEY] = False  # what the node says of a first contact it could not open
+        return web.Response(status=400, text="refused")
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def main() -> tuple[dict[str, int], list[int]]:
+        bench = RefusalBench.of(cfg)
+        guard = RequestGuard(cfg, metrics, max_body_bytes=1 << 20, bench=bench)
+        app = web.Application(middlewares=[guard.middleware()])
+        app.router.add_post("/v1/exchange", exchange)
+        app.router.add_get("/metrics", page)
+        runner = web.AppRunner(app, lingering_time=0)
+        await runner.setup()
+        site = CappedSite(runner, "127.0.0.1", 0, cfg=cfg, metrics=metrics, bench=bench)
+        await site.start()
+        loop = asyncio.get_running_loop()
+        ends: dict[str, int] = {}
+        for _ in range(requests):
+            code = await loop.run_in_executor(None, _ask, site._bound_port, FLOODER, b"POST /v1/exchange", b"x" * 600)
+            ends[str(code)] = ends.get(str(code), 0) + 1
+        other = [await loop.run_in_executor(None, _ask, site._bound_port, OTHER, b"GET /metrics", b"")]
+        await runner.cleanup()
+        return ends, other
+
+    ends, other = asyncio.run(main())
+    return ends, other, metrics
+
+
+def _ask(port: int, source: str, line: bytes, body: bytes) -> int:
+    """One request from `source`: its answer's status, or 0 when the connection closed unanswered."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as s:
+            s.sendall(line + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            answer = s.makefile("rb").readline()
+        return int(answer.split()[1]) if answer else 0
+    except OSError:
+        return 0
+
+
+def test_a_flood_of_refused_requests_from_one_address_is_closed_before_http() -> None:
+    cfg = NetConfig(stranger_exchanges_per_s=1.0, stranger_exchange_burst=4, refusals_per_s=8.0, refusal_burst=BURST)
+    ends, other, metrics = _serve(cfg, 60)
+    # four first contacts reach the handler (refused there), then 429s until the budget of refusals
+    # is spent, then the rest is closed unread; refusals refill at 8 a second (and 8 in all), so a few more pass
+    assert ends.get("0", 0) >= 40 and ends.get("400", 0) + ends.get("429", 0) <= 60 - 40, ends
+    assert metrics.get("connections_benched_total") >= 40 and other == [200]
+    off = NetConfig(stranger_exchanges_per_s=1.0, stranger_exchange_burst=4)  # the default: off
+    ends, other, metrics = _serve(off, 60)
+    assert ends == {"400": 4, "429": 56} and metrics.get("connections_benched_total") == 0 and other == [200]
+
+
+def test_benched_connections_past_their_budget_in_all_pause_accepting_and_others_still_get_in() -> None:
+    cfg = NetConfig(stranger_exchanges_per_s=1.0, stranger_exchange_burst=4, refusals_per_s=8.0, refusal_burst=BURST,
+                    benched_connections_per_s=8.0)
+    ends, other, metrics = _serve(cfg, 60)
+    assert metrics.get("accept_pauses_total") >= 2 and ends.get("0", 0) >= 30, (ends, metrics.get("accept_pauses_total"))
+    assert other == [200]  # it waited for the pause to end, in the kernel's queue

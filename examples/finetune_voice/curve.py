@@ -2,9 +2,11 @@
 
     python examples/finetune_voice/curve.py runs/voice-1x.log runs/voice-2x.log ... --plot curve.png
 
-Each LOG is the printed output of one finetune_voice.py run; its `stages: {json}` line gives
-the seconds of each stage, its `judge: {json}` line the figures of the base, the fine-tuned
-model and the controls. The loss falls long before a listener hears a voice, so the question
+Each LOG is the printed output of one finetune_voice.py run that pretrained its own base; its
+`stages: {json}` line gives the seconds of each stage, its `judge: {json}` line the figures of
+the base, the fine-tuned model and the controls. Runs are placed by their training steps at the
+reference machine's pace (stage_progress.REFERENCE_SECONDS), since a shared machine's load
+moves the measured minutes of one run against another; the measured ones are in the table. The loss falls long before a listener hears a voice, so the question
 "is the default run long enough?" is answered by these figures, each beside the real voice
 and noise measured in the same run, and by where a fit of them against log-minutes would
 reach a target: a figure past the last run is an extrapolation and is printed as one.
@@ -19,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from stage_progress import Estimator
+
 FIGURES = ("wer", "similarity", "dnsmos")
 TARGETS = {"similarity": 0.75, "dnsmos": 2.0}
 """What a default run should reach for its output to sound like a voice (higher is better)."""
@@ -29,6 +33,7 @@ CONTROLS = ("real", "noise")
 class Run:
     """One finetune_voice.py run: its length and what the judge made of it."""
 
+    preset: str
     base_steps: int
     finetune_steps: int
     seconds: dict[str, float]
@@ -36,8 +41,14 @@ class Run:
 
     @property
     def training_minutes(self) -> float:
-        """Minutes spent training (the base and the fine-tune), the cost the curve is drawn against."""
-        return (self.seconds.get("base", 0.0) + self.seconds["fine-tune"]) / 60
+        """Minutes this run spent training (the base and the fine-tune), as measured."""
+        return (self.seconds["base"] + self.seconds["fine-tune"]) / 60
+
+    @property
+    def reference_minutes(self) -> float:
+        """Minutes its training steps take at the reference pace: the cost the curve is drawn against."""
+        est = Estimator(self.preset)
+        return (est.reference("base_step", self.base_steps) + est.reference("finetune_step", self.finetune_steps)) / 60
 
     def figure(self, model: str, name: str) -> float | None:
         row = self.judge["controls"][model] if model in CONTROLS else self.judge.get(model)
@@ -49,22 +60,20 @@ def parse_run(text: str) -> Run:
     stages = re.findall(r"^stages: (\{.*\})$", text, re.M)
     judged = re.findall(r"^judge: (\{.*\})$", text, re.M)
     fine = re.search(r"fine-tune for (\d+) steps each", text)
-    if not (stages and judged and fine):
-        raise ValueError("not a finished finetune_voice.py run with the judge: needs its `stages:`, `judge:` "
-                         "and fine-tune lines")
-    base = re.search(r"pretraining a \S+ base on the built-in corpus for (\d+) steps", text)
-    return Run(int(base.group(1)) if base else 0, int(fine.group(1)), json.loads(stages[-1]), json.loads(judged[-1]))
+    base = re.search(r"pretraining a (\S+) base on the built-in corpus for (\d+) steps", text)
+    if not (stages and judged and fine and base):
+        raise ValueError("not a finished finetune_voice.py run that pretrained its base, with the judge: needs its "
+                         "`stages:`, `judge:`, pretraining and fine-tune lines")
+    return Run(base.group(1), int(base.group(2)), int(fine.group(1)), json.loads(stages[-1]), json.loads(judged[-1]))
 
 
 def table(runs: list[Run]) -> list[str]:
     """A markdown table: one row per run (the fine-tuned model), then the controls of the last run."""
-    lines = ["| run | base + fine-tune steps | training min | whole run min | WER | CER | similarity | DNSMOS |",
-             "|---|---|---|---|---|---|---|---|"]
-    first = runs[0]
+    lines = ["| base + fine-tune steps | training min, reference pace | training min, measured | whole run min, "
+             "measured | WER | CER | similarity | DNSMOS |", "|---|---|---|---|---|---|---|---|"]
     for run in runs:
-        scale = run.finetune_steps / first.finetune_steps
         row = run.judge["fine-tuned"]
-        lines.append(f"| fine-tuned, {scale:g}x | {run.base_steps} + {run.finetune_steps} | "
+        lines.append(f"| {run.base_steps} + {run.finetune_steps} | {run.reference_minutes:.1f} | "
                      f"{run.training_minutes:.1f} | {run.seconds['total'] / 60:.1f} | "
                      + " | ".join(_cell(row.get(name)) for name in ("wer", "cer", "similarity", "dnsmos")) + " |")
     for name in CONTROLS:
@@ -93,7 +102,7 @@ def crossing(minutes: list[float], values: list[float], target: float) -> float 
 
 def verdicts(runs: list[Run]) -> list[str]:
     """For each target: the last run's figure, and where the fit would reach the target."""
-    minutes = [run.training_minutes for run in runs]
+    minutes = [run.reference_minutes for run in runs]
     lines = []
     for name, target in TARGETS.items():
         values = [run.figure("fine-tuned", name) for run in runs]
@@ -116,7 +125,7 @@ def plot(runs: list[Run], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    minutes = [run.training_minutes for run in runs]
+    minutes = [run.reference_minutes for run in runs]
     fig, axes = plt.subplots(1, len(FIGURES), figsize=(10, 3.2))
     for ax, name in zip(axes, FIGURES):
         for model, style in (("fine-tuned", "o-"), ("base", "s:")):
@@ -126,10 +135,12 @@ def plot(runs: list[Run], png: Path) -> None:
         if name in TARGETS:
             ax.axhline(TARGETS[name], color="tab:red", linestyle=":", label="target")
         ax.set_xscale("log")
+        ax.set_xticks(minutes, [f"{m:.0f}" for m in minutes])
+        ax.minorticks_off()
         ax.set_title(name if name != "wer" else "WER (lower is better)", fontsize=9)
-        ax.set_xlabel("training minutes (2 CPU cores)", fontsize=8)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+        ax.set_xlabel("training minutes (2 busy cores, reference pace)", fontsize=8)
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="lower center", ncol=5, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(png, dpi=70)
     plt.close(fig)
 
@@ -139,7 +150,7 @@ def main() -> None:
     ap.add_argument("logs", type=Path, nargs="+", help="the printed output of finetune_voice.py runs")
     ap.add_argument("--plot", type=Path, default=None, help="write the curve here (needs matplotlib)")
     args = ap.parse_args()
-    runs = sorted((parse_run(log.read_text(errors="replace")) for log in args.logs), key=lambda r: r.training_minutes)
+    runs = sorted((parse_run(log.read_text(errors="replace")) for log in args.logs), key=lambda r: r.reference_minutes)
     for line in table(runs) + [""] + verdicts(runs):
         print(line)
     if args.plot:

@@ -34,18 +34,24 @@ def run_output(base_steps: int, steps: int, base_s: float, finetune_s: float, si
     ])
 
 
+REFERENCE_1X = (200 * 0.12 + 150 * 1.4) / 60  # tiny: a base step 0.12 s, a fine-tuning step 1.4 s
+
+
 def test_a_run_is_its_steps_its_training_minutes_and_the_judge_line():
     run = curve.parse_run(run_output(200, 150, 30.0, 90.0, 0.55, 1.3))
-    assert (run.base_steps, run.finetune_steps) == (200, 150)
+    assert (run.preset, run.base_steps, run.finetune_steps) == ("tiny", 200, 150)
     assert run.training_minutes == pytest.approx(2.0)  # base + fine-tune, not packing, eval or the judge
+    assert run.reference_minutes == pytest.approx(REFERENCE_1X)  # the steps at the reference pace
     assert run.figure("fine-tuned", "similarity") == 0.55
     assert run.figure("real", "dnsmos") == 3.26 and run.figure("noise", "wer") == 1.0
 
 
-def test_output_without_the_judge_is_refused_with_what_is_missing():
-    text = run_output(200, 150, 30.0, 90.0, 0.55, 1.3).replace("judge: {", "no judge table: {")
+def test_output_without_the_judge_or_its_own_base_is_refused_with_what_is_missing():
+    text = run_output(200, 150, 30.0, 90.0, 0.55, 1.3)
     with pytest.raises(ValueError, match="judge:"):
-        curve.parse_run(text)
+        curve.parse_run(text.replace("judge: {", "no judge table: {"))
+    with pytest.raises(ValueError, match="pretrain"):  # a run from a given --base: its training is not all counted
+        curve.parse_run(text.replace("pretraining a tiny base on the built-in corpus", "fine-tuning runs/base"))
 
 
 def test_the_fit_reaches_a_target_where_a_log_linear_trend_says():
@@ -61,16 +67,16 @@ def test_the_verdicts_say_reached_or_extrapolated_with_the_last_figure():
     runs = sorted([curve.parse_run(run_output(200 * k, 150 * k, 30.0 * k, 90.0 * k, 0.5 + 0.1 * math.log2(k), 2.0 + 0.1 * k))
                    for k in (1, 2, 4)], key=lambda r: r.training_minutes)
     lines = curve.verdicts(runs)
-    assert lines[0].startswith("similarity >= 0.75: not reached; 0.700 at 8.0 min")
-    assert f"reaches it at ~{2 * 2 ** 2.5:.0f} training min (extrapolated)" in lines[0]
-    assert lines[1] == "dnsmos >= 2.0: reached at 2.0 training min"
+    assert lines[0].startswith(f"similarity >= 0.75: not reached; 0.700 at {4 * REFERENCE_1X:.1f} min")
+    assert f"reaches it at ~{REFERENCE_1X * 2 ** 2.5:.0f} training min (extrapolated)" in lines[0]
+    assert lines[1] == f"dnsmos >= 2.0: reached at {REFERENCE_1X:.1f} training min"
 
 
 def test_the_table_has_a_row_per_length_then_the_real_voice_and_noise():
     runs = [curve.parse_run(run_output(200 * k, 150 * k, 30.0 * k, 90.0 * k, 0.55, 1.3)) for k in (1, 2)]
     lines = curve.table(runs)
-    assert lines[2].startswith("| fine-tuned, 1x | 200 + 150 | 2.0 | 5.0 | 1.000 | 0.950 | 0.550 | 1.300 |")
-    assert lines[3].startswith("| fine-tuned, 2x | 400 + 300 | 4.0 |")
+    assert lines[2] == "| 200 + 150 | 3.9 | 2.0 | 5.0 | 1.000 | 0.950 | 0.550 | 1.300 |"
+    assert lines[3].startswith("| 400 + 300 | 7.8 | 4.0 |")
     assert lines[4].endswith("| 0.410 | 0.190 | 0.940 | 3.260 |") and lines[4].startswith("| real")
     assert lines[5].startswith("| noise") and len(lines) == 6
 

@@ -32,7 +32,7 @@ from async_opt import PublicCopy
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import FRAME_OVERHEAD, MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, screen
+from peer.core.ingest import MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
@@ -301,9 +301,8 @@ class GossipNode:
             frames = self.outbox.since(n.acked_seq)
             # A long gap costs more as updates than as one exact snapshot (to send, and to decode);
             # with partner steps on, both carry two vectors (a snapshot: our steps sum).
-            vectors = 2 if self.partner_steps.enabled else 1
-            if frames is not None and len(frames) <= MAX_GAP_UPDATES and (
-                    sum(map(len, frames)) < vectors * 4 * self.numel + FRAME_OVERHEAD):
+            ours = snapshot_bytes(self.numel, self.partner_steps.enabled, self.public.dtype)
+            if frames is not None and len(frames) <= MAX_GAP_UPDATES and sum(map(len, frames)) < ours:
                 return frames
             gap_fill = frames is not None  # a snapshot in place of updates we hold: no budget
         if withheld is not None and (reason := withheld(gap_fill)) is not None:

@@ -22,11 +22,14 @@ from peer.core.token_bucket import AddressBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
 
 
-def snapshot_bytes(numel: int, with_steps: bool) -> int:
-    """The most an honest snapshot frame of a `numel`-parameter model takes on the wire: one
-    exact fp32 vector, two with its sender's steps sum (`peer.core.partner_steps`), and the frame's
-    own bytes. Transfer deadlines grow with it (`SessionConfig.transfer_deadline_s`)."""
-    return (2 if with_steps else 1) * 4 * numel + FRAME_OVERHEAD
+def snapshot_bytes(numel: int, with_steps: bool, dtype: torch.dtype = torch.float32) -> int:
+    """What a snapshot frame of a `numel`-parameter model held in `dtype` takes on the wire: one
+    exact vector, two fp32 ones with its sender's steps sum (`peer.core.partner_steps`), and the
+    frame's own bytes. At float32 (the default) the most an honest one takes: transfer deadlines
+    grow with it (`SessionConfig.transfer_deadline_s`)."""
+    if with_steps:
+        return 2 * 4 * numel + FRAME_OVERHEAD
+    return (2 if dtype == torch.bfloat16 else 4) * numel + FRAME_OVERHEAD
 
 
 SNAPSHOT_REUSE_S = 60.0

@@ -9,6 +9,7 @@ import torch
 from async_opt import NeighbourCopy, PublicCopy
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
+from peer.metrics import Metrics
 from protocol import Identity, make_update_frame
 from tests.unit.exchange_helpers import exchange, push
 
@@ -120,3 +121,23 @@ def test_updates_into_a_bfloat16_copy_round_once_not_twice():
     twice = base + update.to(torch.bfloat16)
     assert torch.equal(copy.x_hat.view(torch.int16), once.view(torch.int16))
     assert not torch.equal(once, twice)
+
+
+def test_a_gap_is_filled_with_updates_only_while_they_are_smaller_than_our_snapshot():
+    """Three int8 updates (about 3 bytes a parameter) outweigh a bfloat16 snapshot (2): it goes in
+    their place. The control, a float32 peer, whose snapshot takes 4, sends the updates."""
+    x = torch.randn(DIM) * 0.02
+    sent = {}
+    for dtype in ("bfloat16", "float32"):
+        sender = node(0, x, copy_dtype=dtype, compression="int8")
+        receiver = GossipNode(sender.cfg, Identity.generate(b"\x07" * 32), {"w": ((DIM,), "float32")}, x, now=NOW,
+                              metrics=Metrics(process=False))
+        sender.publish(x + 1e-3, 1, NOW)
+        push(sender, receiver, NOW)  # the receiver holds seq 1, and told the sender so
+        for step in (2, 3, 4):
+            sender.publish(x + step * 1e-3, step, NOW + step)
+        push(sender, receiver, NOW + 4)
+        copy = receiver.neighbours[sender.identity.public_key].copy
+        assert copy.seq == 4 and torch.equal(copy.x_hat, sender.public.x_hat)
+        sent[dtype] = (receiver.metrics.total("snapshots_received_total"), receiver.metrics.total("updates_applied_total"))
+    assert sent["bfloat16"] == (2, 0) and sent["float32"] == (1, 3)  # the first push: a snapshot

@@ -27,6 +27,9 @@ FIGURES = ("wer", "similarity", "dnsmos")
 TARGETS = {"similarity": 0.75, "dnsmos": 2.0}
 """What a default run should reach for its output to sound like a voice (higher is better)."""
 CONTROLS = ("real", "noise")
+FAR = 100
+"""A fit that reaches a target only past this many times the longest run's minutes says so, not when:
+a nearly flat line crosses at absurd lengths that no measurement supports."""
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,12 @@ def verdicts(runs: list[Run]) -> list[str]:
             lines.append(f"{name} >= {target}: reached at {min(reached):.1f} training min")
             continue
         at = crossing(minutes, [v for v in values if v is not None], target)
-        where = ("the fit does not rise towards it" if at is None
-                 else f"a log-linear fit reaches it at ~{at:.0f} training min (extrapolated)")
+        if at is None:
+            where = "the fit does not rise towards it"
+        elif at > FAR * minutes[-1]:
+            where = f"a log-linear fit reaches it only past {FAR}x the longest run (extrapolated)"
+        else:
+            where = f"a log-linear fit reaches it at ~{at:.0f} training min (extrapolated)"
         lines.append(f"{name} >= {target}: not reached; {values[-1]:.3f} at {minutes[-1]:.1f} min, {where}")
     return lines
 

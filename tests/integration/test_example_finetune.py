@@ -29,6 +29,8 @@ def test_finetune_voice_example_lowers_held_out_loss_and_writes_a_wav(tmp_path):
     for stage in (r"^\[1/4\] .*\(~[0-9.]+ (s|min)\)$", r"^ +packed train0: ", r"^\[2/4\] .*\(~", r"^ +base: step \d+/150",
                   r"^\[3/4\] .*\(~", r"^ +peer0 \| peer1: step \d+/100 .*, step \d+/100", r"^\[4/4\] .*\(~"):
         assert re.search(stage, done.stdout, re.M), (stage, done.stdout)
+    # Each stage's seconds, for curve.py.
+    assert re.search(r'^stages: \{"pack": [0-9.]+, "base": [0-9.]+, "fine-tune": [0-9.]+, .*"total": ', done.stdout, re.M)
     m = re.search(r"held-out eval loss: base ([0-9.]+) -> fine-tuned (.+)", done.stdout)
     assert m, done.stdout
     before = float(m.group(1))

@@ -86,3 +86,10 @@ def test_the_plot_is_written(tmp_path):
     runs = [curve.parse_run(run_output(200 * k, 150 * k, 30.0 * k, 90.0 * k, 0.55, 1.3)) for k in (1, 2)]
     curve.plot(runs, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_nearly_flat_trend_is_not_given_an_absurd_length():
+    runs = [curve.parse_run(run_output(200 * k, 150 * k, 30.0 * k, 90.0 * k, 0.55 + 0.001 * k, 1.3)) for k in (1, 2)]
+    similarity, dnsmos = curve.verdicts(runs)
+    assert similarity.endswith("reaches it only past 100x the longest run (extrapolated)")
+    assert dnsmos.endswith("the fit does not rise towards it")

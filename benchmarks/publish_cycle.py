@@ -191,11 +191,13 @@ def make_node(cfg: GossipConfig, seed: int, spec: ParamSpec, x0: torch.Tensor, m
 def measure(numel: int, periods: int, compression: str, add_in_place: bool, held: int = 2,
             start_step: int = START_STEP,
             census: Callable[[GossipNode, list[GossipNode]], dict[str, Any]] | None = None,
-            partner_steps: float | None = None) -> dict[str, Any]:
+            partner_steps: float | None = None, copy_dtype: str | None = None) -> dict[str, Any]:
     """The period's figures at `numel` parameters; `census(ours, partners)`, if given, is asked
     at the end what the nodes hold (benchmarks/scale.py) and its answer kept as "census".
-    `partner_steps`: `GossipConfig.partner_steps` (None: its default)."""
+    `partner_steps`, `copy_dtype`: those `GossipConfig` settings (None: their defaults)."""
     cfg = GossipConfig(swarm="cycle", compression=compression)
+    if copy_dtype is not None:
+        cfg = dataclasses.replace(cfg, copy_dtype=copy_dtype)
     if partner_steps is not None:
         cfg = dataclasses.replace(cfg, partner_steps=partner_steps)
     timer = Timer()

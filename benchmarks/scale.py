@@ -1,6 +1,7 @@
 """What gossip costs a peer at each model size, and what that means at `800m` and `echo-2.4b`.
 
-    python benchmarks/scale.py [--sizes 10000000,30000000,100000000] [--held 2,8] [--periods 4] [--json OUT]
+    python benchmarks/scale.py [--sizes 10000000,30000000,100000000] [--held 2,8] [--periods 4]
+                               [--copy-dtypes bfloat16,float32] [--json OUT]
 
 For each size and each count of neighbour copies held, in a fresh process: the publish periods
 of benchmarks/publish_cycle.py (our node, two partners we pull and who pull us, the rest held
@@ -14,7 +15,8 @@ It prints, per size:
   own parameters and the partners' holdings (an estimate of our node's peak, temporaries included);
 - the bytes our node sends and receives per period.
 
-Then it fits CPU seconds per period = a + b·n over the sizes (least squares) and copies held
+Each set of runs is made again with every other `--copy-dtypes` precision (the control: float32
+copies) and printed beside the first as ratios. Then it fits CPU seconds per period = a + b·n over the sizes (least squares) and copies held
 = c + d·(neighbours beyond two), and extrapolates: CPU seconds per period and CPU RAM (with and
 without `--offload`, which adds the fp32 masters, AdamW's two moments and a bf16 staging copy:
 14 bytes a parameter) at `800m` and `echo-2.4b`, and the publish cadence a 5% budget of training
@@ -98,7 +100,7 @@ def by_attribute(node: Any) -> dict[str, int]:
     return {name: size for name, size in out.items() if size}
 
 
-def child(numel: int, held: int, periods: int, compression: str) -> dict[str, Any]:
+def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str) -> dict[str, Any]:
     """One size in this process: publish_cycle's periods, a census, the peak RSS."""
     import publish_cycle
 
@@ -111,12 +113,12 @@ def child(numel: int, held: int, periods: int, compression: str) -> dict[str, An
 
     # partner steps off: the TTS trainer's Adam steps do not add (Capabilities.additive_steps)
     out = publish_cycle.measure(numel, periods, compression, add_in_place=True, held=held, census=census,
-                                partner_steps=0.0)
+                                partner_steps=0.0, copy_dtype=copy_dtype)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     copy = 4.0 * numel
     trainers = 4  # our parameters, the two partners' and the flat start publish_cycle builds them from
     return {
-        "numel": numel, "held": held,
+        "numel": numel, "held": held, "copy_dtype": copy_dtype,
         "ns": {name: out[name] / numel * 1e9 for name in (*STAGES, "worker", "training")},
         "census_copies": out["census"]["ours"] / copy,
         "by_attribute": {name: size / copy for name, size in out["census"]["by_attribute"].items()},
@@ -126,8 +128,8 @@ def child(numel: int, held: int, periods: int, compression: str) -> dict[str, An
     }
 
 
-def run_child(numel: int, held: int, periods: int, compression: str) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression]
+def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression, copy_dtype]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"scale.py: size {numel:,} with {held} copies failed:\n{done.stderr[-2000:]}")
@@ -197,10 +199,22 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
     return out
 
 
+def beside(rows: list[dict[str, Any]], others: list[dict[str, Any]], name: str, other: str) -> None:
+    """What the node holds and peaks at with `name` copies, over the same runs with `other` copies."""
+    theirs = {(r["numel"], r["held"]): r for r in others}
+    print(f"\n| {name} over {other} copies | census | peak from RSS | worker CPU | training-thread CPU |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        t = theirs[r["numel"], r["held"]]
+        print(f"| {r['numel'] / 1e6:g}M, {r['held']} neighbours ({t['census_copies']:.2f} copies in {other}) "
+              f"| {r['census_copies'] / t['census_copies']:.3f} | {r['peak_copies'] / t['peak_copies']:.3f} "
+              f"| {r['ns']['worker'] / t['ns']['worker']:.3f} | {r['ns']['training'] / t['ns']['training']:.3f} |")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         numel, held, periods, compression = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-        print(json.dumps(child(numel, held, periods, compression)))
+        print(json.dumps(child(numel, held, periods, compression, sys.argv[6])))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000000,30000000,100000000")
@@ -208,21 +222,29 @@ def main() -> None:
                                                   "smallest sizes only: at 100M it needs over 10 GB)")
     ap.add_argument("--periods", type=int, default=4)
     ap.add_argument("--compression", default="topk:0.1+int8")
+    ap.add_argument("--copy-dtypes", default="bfloat16,float32",
+                    help="GossipConfig.copy_dtype of each set of runs: the first in full, the others beside it")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     helds = sorted(int(h) for h in args.held.split(","))
+    dtypes = args.copy_dtypes.split(",")
     print(describe())
-    rows = []
-    for n in sizes:
-        for held in helds:
-            if held != helds[0] and n not in sorted(sizes)[:2]:
-                continue
-            print(f"measuring {n:,} parameters, {held} neighbour copies…", file=sys.stderr, flush=True)
-            rows.append(run_child(n, held, args.periods, args.compression))
-    out = report(rows, helds)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for dtype in dtypes:
+        runs[dtype] = []
+        for n in sizes:
+            for held in helds:
+                if held != helds[0] and n not in sorted(sizes)[:2]:
+                    continue
+                print(f"measuring {n:,} parameters, {held} neighbour copies in {dtype}…", file=sys.stderr, flush=True)
+                runs[dtype].append(run_child(n, held, args.periods, args.compression, dtype))
+    print(f"copies in {dtypes[0]}:")
+    out = report(runs[dtypes[0]], helds)
+    for other in dtypes[1:]:
+        beside(runs[dtypes[0]], runs[other], dtypes[0], other)
     if args.json:
-        args.json.write_text(json.dumps({"machine": describe(), "rows": rows, **out}, indent=1))
+        args.json.write_text(json.dumps({"machine": describe(), "rows": runs[dtypes[0]], "runs": runs, **out}, indent=1))
 
 
 if __name__ == "__main__":

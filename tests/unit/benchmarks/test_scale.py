@@ -23,7 +23,7 @@ def test_the_census_counts_a_shared_storage_once_and_sees_bytes_and_views():
 
 
 def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
-    rows = [scale.child(60_000, held, periods=2, compression="topk:0.1+int8") for held in (2, 3)]
+    rows = [scale.child(60_000, held, periods=2, compression="topk:0.1+int8", copy_dtype="bfloat16") for held in (2, 3)]
     two, three = rows
     for name in (*scale.STAGES, "worker", "training"):
         assert two["ns"][name] > 0, name
@@ -41,3 +41,7 @@ def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
         figures = out["presets"][preset]
         assert figures["cpu_s"] > 0 and figures["ram_offload_gib"] > figures["ram_gib"] > 0
     assert "extrapolated (not measured)" in capsys.readouterr().out
+    exact = scale.child(60_000, 2, periods=2, compression="topk:0.1+int8", copy_dtype="float32")
+    assert 5.5 < exact["census_copies"] < 7.5 and 0.99 < exact["by_attribute"]["last_x"] < 1.01
+    scale.beside([two], [exact], "bfloat16", "float32")
+    assert "| 0.06M, 2 neighbours (6." in capsys.readouterr().out

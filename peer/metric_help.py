@@ -31,7 +31,8 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "clip_radius": (GAUGE, "self-centred clipping radius of the last mix"),
     "connections_refused_total": (COUNTER, "connections closed at once: their address, or all addresses together, held the most allowed"),
     "consensus_distance": (
-        GAUGE, "RMS distance of our parameters (at the last publish) and the neighbour copies we hold to their mean"),
+        GAUGE, "RMS distance of what we serve as our state (the parameters at the last publish, or our "
+               "bfloat16 public copy) and the neighbour copies we hold to their mean"),
     "copies_reset_total": (COUNTER, "neighbour copies dropped because they became non-finite", SUMMED),
     "data_bytes_received_total": (COUNTER, "corpus bytes downloaded from other peers"),
     "data_bytes_sent_total": (COUNTER, "corpus bytes uploaded to other peers (shards, manifests)"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from async_opt import NeighbourCopy
 
 
@@ -35,6 +37,13 @@ class Neighbour:
         """Void what we held of this neighbour (a new run of it, or a copy that overflowed)."""
         self.copy, self.epoch = NeighbourCopy(), epoch
         self.applied.clear()
+
+    def hold(self, x_hat: torch.Tensor, epoch: int, seq: int, step: int, published_at: float, version: int) -> None:
+        """Hold `x_hat` as this neighbour's copy at its (epoch, seq), as a snapshot would set it (a
+        state we adopted from it: `peer.core.state_seed`); `version`: the node's counter."""
+        self.reset_copy(epoch)
+        self.copy.set_snapshot(seq, x_hat, step)
+        self.step, self.published_at, self.version = step, published_at, version
 
     def owes(self, step: int) -> bool:
         """Whether a neighbour that says it is at `step` (the step of its last publish, as its

@@ -54,9 +54,7 @@ def source_of(extra: dict, sender: bytes, step: int, published_at: float, dtype:
 def seed(n: Neighbour, x: torch.Tensor, source: StateSource, version: int) -> None:
     """Hold the adopted state `x` as `n`'s copy (its sender's), in the precision it holds it;
     `version`: the node's counter for a changed copy."""
-    n.reset_copy(source.epoch)
-    n.copy.set_snapshot(source.seq, x.detach().to(source.dtype), source.step)
-    n.step, n.published_at, n.version = source.step, source.published_at, version
+    n.hold(x.detach().to(source.dtype), source.epoch, source.seq, source.step, source.published_at, version)
 
 
 class OfferedStates:

@@ -9,8 +9,9 @@ which the CLI's `--help` lists) does not import torch with the codecs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_names
 
 if TYPE_CHECKING:
     from .codecs import (BF16Codec, CodecBase, FP16Codec, IdentityCodec, Int8Codec, SparseCodec, TensorCodec,
@@ -47,9 +48,4 @@ _HOME = {
 __all__ = list(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'protocol' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = lazy_names(__name__, _HOME)

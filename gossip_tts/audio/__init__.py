@@ -6,8 +6,9 @@ which the CLI's `--help` lists) does not import torch with the codecs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from protocol.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .base import Codec
@@ -25,9 +26,4 @@ _HOME = {
 __all__ = list(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'gossip_tts.audio' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = lazy_names(__name__, _HOME)

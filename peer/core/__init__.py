@@ -9,8 +9,9 @@ not import torch with the node. See docs/architecture.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from protocol.lazy import lazy_names
 
 if TYPE_CHECKING:
     from peer.core.actions import (
@@ -45,9 +46,4 @@ _HOME = {
 __all__ = list(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'peer.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value  # asked once
-    return value
+__getattr__ = lazy_names(__name__, _HOME)

@@ -28,6 +28,12 @@ from protocol.messages import BUNDLE_HEAD, SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_
 FRAME_OVERHEAD = 2048  # prefix, canonical header, safetensors index, signature: well under this
 
 
+def published_at(timestamp: float, now: float) -> float:
+    """When a frame stamped `timestamp` and received `now` counts as published: its stamp, one
+    after its arrival mirrored about it, so a claim from the future buys no freshness."""
+    return min(timestamp, 2 * now - timestamp)
+
+
 def limits_for(numel: int) -> Limits:
     """Frame limits sized to this model: a frame of two exact fp32 vectors fits (a snapshot with its
     sender's steps sum; an update with its steps), plus a control frame; anything much larger is

@@ -18,6 +18,7 @@ import torch
 
 from peer.core.actions import Action, Count, FetchState, JoinDone, Log, SendHello
 from peer.core.config import SessionConfig
+from peer.core.ingest import published_at
 from peer.core.state_seed import StateSource, public_copy_fields, source_of
 from protocol import (
     FrameKind, FrameRefused, Identity, RefusalReason, VerifyPolicy, decode_frame, held_dtype, make_snapshot_frame,
@@ -167,5 +168,5 @@ def read_state(data: bytes, policy: VerifyPolicy, now: float) -> tuple[torch.Ten
         raise FrameRefused(RefusalReason.BAD_HEADER, f"a state holds {SNAPSHOT_TENSOR!r} alone, "
                                                      f"not {sorted(frame.parts)[:3]}")
     h = frame.header
-    published_at = min(h.timestamp, now)
-    return read_vector(frame), h.step, source_of(h.extra, h.sender, h.step, published_at, held_dtype(h))
+    source = source_of(h.extra, h.sender, h.step, published_at(h.timestamp, now), held_dtype(h))
+    return read_vector(frame), h.step, source

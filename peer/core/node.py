@@ -32,7 +32,7 @@ from async_opt import PublicCopy
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, screen
+from peer.core.ingest import MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, published_at, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
@@ -369,17 +369,17 @@ class GossipNode:
         h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
         # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
         steps = parts.get(STEP_TENSOR) if self.partner_steps.enabled else None
-        published_at = min(h.timestamp, 2 * now - h.timestamp)  # a stamp after arrival is mirrored about it
+        stamped = published_at(h.timestamp, now)
         if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
             n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(held_dtype(h)), h.step,
                                 None if steps is None else steps.dense())
-            n.published_at = published_at
+            n.published_at = stamped
             self.metrics.inc("snapshots_received_total")
             return True
         update = parts[UPDATE_TENSOR]
         n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: no other got through
         n.applied.append(signature)
-        n.published_at = max(n.published_at, published_at)
+        n.published_at = max(n.published_at, stamped)
         self.metrics.inc("updates_applied_total")
         if not n.copy.certainly_finite and not update.finite_where_set(n.copy.x_hat):
             # Each frame was finite, but their sum overflowed: nothing sane is left to mix.

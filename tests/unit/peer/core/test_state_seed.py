@@ -76,3 +76,13 @@ def test_a_malformed_claim_seeds_nothing_and_is_still_a_state():
     for bad in (dict(epoch=0, copy_seq=3), dict(epoch=5, copy_seq=-1), dict(epoch="5", copy_seq=3),
                 dict(epoch=5, copy_seq=True), dict(epoch=2 ** 64, copy_seq=3), dict(epoch=5)):
         assert source_of(bad, b"k", 1, 0.0, torch.bfloat16) is None, bad
+
+
+def test_a_state_stamped_after_its_arrival_seeds_a_copy_no_fresher_than_a_frame_would_be():
+    """The stamp decides the seeded copy's staleness weight: one from the future is mirrored about
+    its arrival, as an exchanged frame's is, instead of counting as brand new."""
+    source = run_source()
+    joiner = node(1, torch.zeros(DIM))
+    x, step = joiner.read_state(source.state_frame(NOW + 100.0), NOW)
+    joiner.adopt(x, step)
+    assert joiner.neighbours[source.identity.public_key].published_at == NOW - 100.0

@@ -29,20 +29,21 @@ def safe_norm(v: Tensor) -> float:
     """
     # a half-width copy (`PublicCopy(dtype=torch.bfloat16)`) is summed in float32: its own 8-bit
     # mantissa would round the norm to two or three digits
-    n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in _HALF else torch.linalg.vector_norm(v))
+    n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in HALF_WIDTH else torch.linalg.vector_norm(v))
     if math.isfinite(n):
         return n
     return float(torch.linalg.vector_norm(v.double()))
 
 
-_HALF = (torch.bfloat16, torch.float16)
+HALF_WIDTH = (torch.bfloat16, torch.float16)
+"""Dtypes whose arithmetic rounds to too few bits for a copy's differences and norms."""
 
 
 def difference(a: Tensor, b: Tensor) -> Tensor:
     """``a − b`` as a new tensor in float32 at least: CHOCO-SGD's ``x̂_j − x̂_i`` (Koloskova et al.
     2019) between two bfloat16 copies is a number float32 holds exactly, and bfloat16 arithmetic
     would round to 8 bits."""
-    if a.dtype not in _HALF and b.dtype not in _HALF:
+    if a.dtype not in HALF_WIDTH and b.dtype not in HALF_WIDTH:
         return a - b
     out = a.to(torch.promote_types(a.dtype, torch.float32), copy=True)
     return out.sub_(b)

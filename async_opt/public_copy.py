@@ -19,7 +19,7 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from .mixing import safe_norm
+from .mixing import HALF_WIDTH, safe_norm
 
 __all__ = ["Compressor", "Increment", "PublicCopy", "NeighbourCopy"]
 
@@ -54,7 +54,7 @@ def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
     if isinstance(q, Tensor):
         _check_same_shape(name, q, x)
         q = q.detach().to(device=x.device)
-        if x.dtype in (torch.bfloat16, torch.float16):  # summed in float32, rounded once, as `Increment`s are
+        if x.dtype in HALF_WIDTH:  # summed in float32, rounded once, as `Increment`s are
             return (x.to(torch.float32) + q).to(x.dtype)
         return x + q.to(dtype=x.dtype)
     if q.numel != x.numel():

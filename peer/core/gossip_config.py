@@ -217,7 +217,7 @@ class GossipConfig:
         """`copy_dtype` as a torch dtype."""
         import torch
 
-        return {"bfloat16": torch.bfloat16, "float32": torch.float32}[self.copy_dtype]
+        return torch.bfloat16 if self.copy_dtype == "bfloat16" else torch.float32
 
     def for_trainer(self, additive_steps: bool) -> "GossipConfig":
         """These settings for a trainer whose steps can (or cannot) be added to another's

@@ -46,10 +46,10 @@ from gossip_tts.audio import load_codec, read_wav  # noqa: E402
 from gossip_tts.audio.mcd import mcd_dtw  # noqa: E402
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
 from gossip_tts.data.batch import Batch  # noqa: E402
-from gossip_tts.eval_app import EvalConfig, evaluate  # noqa: E402
+from gossip_tts.apps.eval_app import EvalConfig, evaluate  # noqa: E402
 from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints  # noqa: E402
-from gossip_tts.synth_app import SynthConfig  # noqa: E402
-from gossip_tts.synth_app import run as synthesize  # noqa: E402
+from gossip_tts.apps.synth_app import SynthConfig  # noqa: E402
+from gossip_tts.apps.synth_app import run as synthesize  # noqa: E402
 from gossip_tts.train.config import TrainConfig  # noqa: E402
 from gossip_tts.train.trainer import TTSTrainer  # noqa: E402
 from peer.local.checkpoint import save_checkpoint  # noqa: E402

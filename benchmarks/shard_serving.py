@@ -123,7 +123,7 @@ def run_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     from machine import describe
 
     from gossip_tts.data import ensure_builtin_corpus
-    from gossip_tts.swarm_data import SwarmData, SwarmDataPeer
+    from gossip_tts.apps.swarm_data import SwarmData, SwarmDataPeer
     from gossip_tts.train.config import TrainConfig
     from gossip_tts.train.trainer import TTSTrainer
     from peer.core.config import SessionConfig

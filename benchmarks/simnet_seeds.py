@@ -341,7 +341,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     runs = None if args.runs is None else [r.strip() for r in args.runs.split(",") if r.strip()]
     if args.scenario == "tts":
-        import gossip_tts.simnet_models  # noqa: F401  (registers tts-tiny)
+        import gossip_tts.apps.simnet_models  # noqa: F401  (registers tts-tiny)
     if args.scenario not in builtin_scenarios():
         sys.exit(f"{args.scenario} is not a built-in scenario here")
     try:

@@ -14,8 +14,8 @@ from gossip_tts.cli_options import field_option, given
 from gossip_tts.cli_peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
 
-PACK, SYNTH, EVAL = ("gossip_tts.pack_config:PackConfig", "gossip_tts.synth_config:SynthConfig",
-                     "gossip_tts.eval_config:EvalConfig")
+PACK, SYNTH, EVAL = ("gossip_tts.audio.pack_config:PackConfig", "gossip_tts.apps.synth_config:SynthConfig",
+                     "gossip_tts.apps.eval_config:EvalConfig")
 """The configs of pack, synthesize and eval, whose defaults their flags show (modules without torch)."""
 
 
@@ -71,7 +71,7 @@ def manifest(directory, key_file, version) -> None:
     """(Re)write DIRECTORY/swarm-manifest.json for the latent tars in it and print its swarm id,
     which peers take as --data swarm:HASH to fetch the tars from each other (with --sign, also
     the signed manifest and the key's swarm-key:PUBKEY)."""
-    from gossip_tts.swarm_manifest import write_manifest, write_signed_manifest
+    from gossip_tts.data.swarm_manifest import write_manifest, write_signed_manifest
     from protocol import Identity
 
     signed = None
@@ -114,7 +114,7 @@ def weights_option(config: str) -> Callable[[Callable[..., Any]], Callable[..., 
 def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance,
                weights) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
-    from gossip_tts.synth_app import SynthConfig, run
+    from gossip_tts.apps.synth_app import SynthConfig, run
 
     cfg = _fail_cleanly(
         SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference,
@@ -129,7 +129,7 @@ def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_s
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder to write.")
 def import_echo(src, out) -> None:
     """Convert Echo TTS's weights (SRC, safetensors) into a checkpoint for --init-from and synthesize."""
-    from gossip_tts.echo_import import ImportConfig, run
+    from gossip_tts.apps.echo_import import ImportConfig, run
 
     _fail_cleanly(run, _fail_cleanly(ImportConfig, src=src, out=out))
 
@@ -142,7 +142,7 @@ def import_echo(src, out) -> None:
 @weights_option(EVAL)
 def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
     """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
-    from gossip_tts.eval_app import EvalConfig, run
+    from gossip_tts.apps.eval_app import EvalConfig, run
 
     cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data),
                         **given(device=device, max_samples=max_samples, weights=weights))
@@ -189,7 +189,7 @@ def _builtin_scenarios() -> str:
 @click.option("--max-real-seconds", type=float, default=None, help="Cut each run short after this much real time.")
 def simnet(scenario, seed, out, no_plots, max_real_seconds) -> None:
     """Simulate a swarm of real peers over simulated links (deterministic from --seed)."""
-    import gossip_tts.simnet_models  # noqa: F401  (registers the tts-tiny model)
+    import gossip_tts.apps.simnet_models  # noqa: F401  (registers the tts-tiny model)
     from simnet.runs.cli_app import SimnetAppConfig, run
 
     cfg = _fail_cleanly(SimnetAppConfig, scenario=scenario, seed=seed, out=out, plots=not no_plots,

@@ -96,17 +96,17 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     from gossip_tts.train.parallel import is_follower, torchrun_env
 
     if is_follower():  # a non-zero rank of a torchrun group: rank 0 checks, locks, logs and gossips
-        from gossip_tts.peer_app import run
+        from gossip_tts.apps.peer_app import run
 
         logs.configure(quiet=True)  # its warnings still show
 
         run(cfg, emit=emit)
-        from gossip_tts.group_app import leave
+        from gossip_tts.apps.group_app import leave
 
         leave(0)
     if cfg.parallel.nproc > 1 and torchrun_env() is None:
         preflight.check_device(cfg.train.device)
-        from gossip_tts.group_app import launch
+        from gossip_tts.apps.group_app import launch
 
         launch(cfg.parallel.nproc, sys.argv[1:], emit)
     directory = cfg.loop.checkpoint_dir
@@ -126,7 +126,7 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
     try:
         cfg = preflight.prepare_data(cfg, emit)
         emit("opening the data and reading its first batch…")
-        from gossip_tts.peer_app import run
+        from gossip_tts.apps.peer_app import run
 
         run(cfg, emit=emit)
     finally:
@@ -135,7 +135,7 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
         else:
             _nothing_saved()
     if torchrun_env() is not None:  # rank 0 of a group: ended like the other ranks (group_app.leave says why)
-        from gossip_tts.group_app import leave
+        from gossip_tts.apps.group_app import leave
 
         leave(0)
 

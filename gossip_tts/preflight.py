@@ -145,6 +145,6 @@ def prepare_data(cfg: Any, emit: Callable[[str], None]) -> Any:
     line saying so, only the first time)."""
     if cfg.train.sources:
         return cfg
-    from gossip_tts.peer_app import default_sources
+    from gossip_tts.apps.peer_app import default_sources
 
     return cfg.with_train(sources=default_sources(cfg.cache_dir, emit))

@@ -27,7 +27,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 APP_SECTION = "peer"
-APP_CONFIG = "gossip_tts.peer_config:PeerAppConfig"
+APP_CONFIG = "gossip_tts.apps.peer_config:PeerAppConfig"
 """The app config ("module:Class"), imported when first needed: its own fields are the
 [peer] section, and each field that is a dataclass is a section of that name."""
 ENV_PREFIX = "GOSSIP_TTS_"

@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file
 
 from gossip_tts.device import DEVICE_CHOICES, resolve_device
-from gossip_tts.echo_package import INSTALL_HINT, echo_module
+from gossip_tts.audio.echo_package import INSTALL_HINT, echo_module
 
 from .base import Codec
 from .io import resample

@@ -29,10 +29,10 @@ import numpy as np
 
 from gossip_tts.data.sample import CodecInfo, LatentSample
 from gossip_tts.data.tars import ShardWriter
-from gossip_tts.swarm_manifest import write_manifest
+from gossip_tts.data.swarm_manifest import write_manifest
 from peer.shards.manifest import MANIFEST_NAME, Manifest
 
-from gossip_tts.pack_config import PackConfig
+from gossip_tts.audio.pack_config import PackConfig
 
 from . import load_codec
 from .base import Codec

@@ -54,8 +54,8 @@ def speak(cfg: HeldOutConfig, label: str, emit: Callable[[str], None]) -> set[st
     A model refuses a sentence longer than the longest clip it was trained on (synthesize's
     length check); that sentence is reported and left out for every model.
     """
-    from gossip_tts.synth_app import SynthConfig
-    from gossip_tts.synth_app import run as synthesize
+    from gossip_tts.apps.synth_app import SynthConfig
+    from gossip_tts.apps.synth_app import run as synthesize
 
     (cfg.out / label / "wavs").mkdir(parents=True, exist_ok=True)
     refused = set()

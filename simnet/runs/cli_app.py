@@ -1,7 +1,7 @@
 """What `gossip-tts simnet` runs: load a scenario, override seed and output folder, simulate.
 
 The click command only builds a `SimnetAppConfig` and calls `run`; models that live in
-the application (tts-tiny) are registered by importing `gossip_tts.simnet_models` first.
+the application (tts-tiny) are registered by importing `gossip_tts.apps.simnet_models` first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The model registry: what each simulated peer trains.
 
 simnet never imports the TTS application; the CLI layer registers its models here
-(`gossip_tts.simnet_models` adds "tts-tiny"). A factory builds peer i's Trainer as
+(`gossip_tts.apps.simnet_models` adds "tts-tiny"). A factory builds peer i's Trainer as
 `factory(peer_index, n_peers, seed, **model_args)` (any `Trainer`; a joiner judges an offered state with its `probe_better` where its capabilities declare one); every peer must start from the same initial parameters. An optional evaluator, `evaluator(n_peers, seed, **model_args)`,
 returns a function scoring any flat parameter vector on data shared by the whole swarm;
 without one, simnet reports each peer's recent training loss.
@@ -44,7 +44,7 @@ def get_model(name: str) -> ModelEntry:
     try:
         return _REGISTRY[name]
     except KeyError:
-        hint = " (the CLI registers 'tts-tiny' by importing gossip_tts.simnet_models)" if name.startswith("tts") else ""
+        hint = " (the CLI registers 'tts-tiny' by importing gossip_tts.apps.simnet_models)" if name.startswith("tts") else ""
         raise ValueError(f"unknown model {name!r}; registered: {sorted(_REGISTRY)}{hint}") from None
 
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from gossip_tts import peer_app
+from gossip_tts.apps import peer_app
 from gossip_tts.cli import main as gossip_tts_main
 from peer.local.loop import StepHook
 from peer.runtime import GossipPeer

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gossip_tts.swarm_manifest import write_manifest
+from gossip_tts.data.swarm_manifest import write_manifest
 from tests.adversarial.conftest import connect_from, http, metric, source_ip
 from tests.integration.conftest import tiny_args
 from tests.integration.peers import PeerProcess

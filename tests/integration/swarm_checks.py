@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from gossip_tts.eval_app import EvalConfig, evaluate
+from gossip_tts.apps.eval_app import EvalConfig, evaluate
 from gossip_tts.train.trainer import MODEL_PREFIX
 from peer.local.checkpoint import load_checkpoint
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gossip_tts.swarm_manifest import write_manifest, write_signed_manifest
+from gossip_tts.data.swarm_manifest import write_manifest, write_signed_manifest
 from peer.shards.advert import advert_body, parse_advert
 from peer.shards.manifest import Manifest, ShardEntry
 from peer.shards.signed import SIGNED_MANIFEST_NAME, sign_manifest

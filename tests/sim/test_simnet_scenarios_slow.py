@@ -45,7 +45,7 @@ def test_scale_cost_per_peer_step_does_not_grow():
 
 
 def test_tts_tiny_swarm_trains():
-    pytest.importorskip("gossip_tts.simnet_models")
+    pytest.importorskip("gossip_tts.apps.simnet_models")
     s = quiet("tts")
     gossip = s["runs"]["gossip"]
     assert gossip["peer_steps"] > 0 and gossip["totals"]["exchanges_ok"] > 0

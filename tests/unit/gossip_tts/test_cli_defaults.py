@@ -42,7 +42,7 @@ def test_each_flag_shows_its_config_fields_default() -> None:
 
 
 def test_help_follows_the_dataclass(monkeypatch) -> None:
-    from gossip_tts.pack_config import PackConfig
+    from gossip_tts.audio.pack_config import PackConfig
 
     assert "[default: 256]" in CliRunner().invoke(main, ["pack", "--help"]).output
     monkeypatch.setattr(PackConfig.__dataclass_fields__["shard_size"], "default", 512)
@@ -52,7 +52,7 @@ def test_help_follows_the_dataclass(monkeypatch) -> None:
 @pytest.mark.parametrize("flags, expected", [([], (256, "cpu", "average")),
                                              (["--max-samples", "3", "--weights", "live"], (3, "cpu", "live"))])
 def test_a_flag_not_given_leaves_the_dataclass_default(monkeypatch, tmp_path, flags, expected) -> None:
-    import gossip_tts.eval_app as eval_app
+    import gossip_tts.apps.eval_app as eval_app
 
     built = []
     monkeypatch.setattr(eval_app, "run", built.append)

@@ -113,7 +113,7 @@ def test_resume_and_overwrite_together_are_refused(tmp_path):
 
 
 def test_the_built_in_corpus_line_is_said_only_when_it_is_built():
-    from gossip_tts.peer_config import PeerAppConfig
+    from gossip_tts.apps.peer_config import PeerAppConfig
     from gossip_tts.preflight import prepare_data
 
     prepare_data(PeerAppConfig(), lambda line: None)  # built here if this machine never built it

@@ -147,9 +147,9 @@ def test_the_sections_are_the_app_configs_dataclass_fields_in_order(monkeypatch)
 
 
 def test_the_real_sections_follow_peer_app_config():
-    from gossip_tts.peer_config import PeerAppConfig
+    from gossip_tts.apps.peer_config import PeerAppConfig
 
-    real = settings._sections_of("gossip_tts.peer_config:PeerAppConfig")
+    real = settings._sections_of("gossip_tts.apps.peer_config:PeerAppConfig")
     assert [name for name, _ in real] == ["peer", "train", "loop", "gossip", "net", "session", "parallel", "data",
                                           "swarm_data"]  # the order of docs/cli.md and --print-config
     app = PeerAppConfig()

@@ -11,7 +11,7 @@ import torch
 
 @pytest.fixture(scope="module")
 def codec():
-    from gossip_tts.echo_package import echo_module
+    from gossip_tts.audio.echo_package import echo_module
 
     try:
         echo_module("autoencoder")

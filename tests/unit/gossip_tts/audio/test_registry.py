@@ -9,7 +9,7 @@ import pytest
 from gossip_tts.audio import registry
 from gossip_tts.audio.registry import AudioCodec, codec_names, load_codec
 from gossip_tts.judge.held_out import HeldOutConfig
-from gossip_tts.pack_config import PackConfig
+from gossip_tts.audio.pack_config import PackConfig
 
 
 def test_a_codec_added_to_the_table_is_built_and_accepted(monkeypatch, tmp_path):

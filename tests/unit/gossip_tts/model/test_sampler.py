@@ -85,7 +85,7 @@ def test_refuses_empty_requests() -> None:
 
 
 def test_synthesis_longer_than_training_clips_is_refused_clearly() -> None:
-    from gossip_tts.synth_app import check_length
+    from gossip_tts.apps.synth_app import check_length
 
     check_length(100, 100, 50.0)
     with pytest.raises(ValueError, match=r"101 frames \(2.0 s\).*at most 100 frames"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_tts.group_app import torchrun_argv
+from gossip_tts.apps.group_app import torchrun_argv
 from gossip_tts.model import model_config, train_flops_per_sample
 from gossip_tts.train.mfu import StepMeter, peak_tflops
 from gossip_tts.train.parallel import ParallelConfig, is_follower, rank_seed, torchrun_env

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gossip_tts.swarm_data import load_manifest
+from gossip_tts.apps.swarm_data import load_manifest
 from peer.net.shard_routes import RangeNotSatisfiable, parse_range
 from peer.shards.download import SourceFailed, SourceLied, fetch_range, get_capped
 from tests.unit.shard_server_helpers import own_store, serve_store

@@ -154,7 +154,7 @@ def test_closing_the_fetcher_cuts_an_advert_read_that_trickles(tmp_path: Path) -
 def test_stopping_while_the_manifest_trickles_in_ends_the_wait_at_once() -> None:
     """Ctrl+C while a peer trickles the manifest's headers: start-up ends now, not at the
     read's 60 s deadline."""
-    from gossip_tts.swarm_data import load_manifest
+    from gossip_tts.apps.swarm_data import load_manifest
 
     t = Trickler(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a", every_s=0.1)
     started = time.monotonic()

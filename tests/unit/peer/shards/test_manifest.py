@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from gossip_tts.cli import main
 from gossip_tts.data import CodecInfo, LatentSample, ShardWriter
-from gossip_tts.swarm_manifest import build_manifest, write_manifest
+from gossip_tts.data.swarm_manifest import build_manifest, write_manifest
 from peer.shards import manifest as mf
 from peer.shards.store import sha256_of
 from peer.shards.manifest import Manifest, ManifestError, ShardEntry, parse_swarm_id, read_manifest

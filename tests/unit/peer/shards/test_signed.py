@@ -14,7 +14,7 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from gossip_tts.cli import main
-from gossip_tts.swarm_data import load_signed_manifest, swarm_id_of
+from gossip_tts.apps.swarm_data import load_signed_manifest, swarm_id_of
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body, signed_offers
 from peer.shards.manifest import MAX_MANIFEST_BYTES, Manifest, ManifestError, ShardEntry, canonical_json

@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     print("stopped at step 3", end="")  # block-buffered: stdout is a pipe
     logging.getLogger("gossip_tts").warning("last words")
     if sys.argv[1] == "leave":
-        from gossip_tts.group_app import leave
+        from gossip_tts.apps.group_app import leave
         leave(0)
     sys.exit(0)
 """)

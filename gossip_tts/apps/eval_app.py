@@ -9,7 +9,7 @@ from gossip_tts.data import CollateConfig, LatentStream, StreamConfig, collate
 from gossip_tts.data.collate import skip_reason
 from gossip_tts.data.sample import CodecInfo
 from gossip_tts.device import resolve_device
-from gossip_tts.eval_config import EvalConfig
+from gossip_tts.apps.eval_config import EvalConfig
 from gossip_tts.model import eval_loss
 from gossip_tts.train.load import load_model
 

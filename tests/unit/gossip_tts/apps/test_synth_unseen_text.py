@@ -8,9 +8,9 @@ import torch
 
 from gossip_tts.audio import MelCodec
 from gossip_tts.model import EchoDiT, model_config
-from gossip_tts.synth_app import run
-from gossip_tts.synth_config import SynthConfig
-from gossip_tts.text_coverage import unseen_characters, unseen_warning
+from gossip_tts.apps.synth_app import run
+from gossip_tts.apps.synth_config import SynthConfig
+from gossip_tts.apps.text_coverage import unseen_characters, unseen_warning
 from gossip_tts.train.trainer import MODEL_PREFIX
 from peer.local.checkpoint import save_checkpoint
 

@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from gossip_tts import group_app
+from gossip_tts.apps import group_app
 from gossip_tts.model import count_parameters
-from gossip_tts.peer_config import PeerAppConfig
-from gossip_tts.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
+from gossip_tts.apps.peer_config import PeerAppConfig
+from gossip_tts.apps.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
 from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
 from peer.local.averaged_weights import SoloAverage

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from gossip_tts.echo_import import ImportConfig, permute_heads, rope_permutation, run
+from gossip_tts.apps.echo_import import ImportConfig, permute_heads, rope_permutation, run
 from gossip_tts.model import model_config
 from gossip_tts.model.layers import apply_rope, rope_tables
 from gossip_tts.train.load import load_model
@@ -52,7 +52,7 @@ def test_unknown_tensors_are_refused(tmp_path) -> None:
 
 def echo_dit(latent_dim: int = 80):
     """echo-tts's own EchoDiT in the echo-tiny shape, every weight random (norm weights too)."""
-    from gossip_tts.echo_package import echo_module
+    from gossip_tts.audio.echo_package import echo_module
 
     try:
         echo = echo_module("model")

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 from gossip_tts.data.http_get import http_get, is_http
 from gossip_tts.data.sources import provide_listing
-from gossip_tts.peer_config import PeerAppConfig
+from gossip_tts.apps.peer_config import PeerAppConfig
 from peer.local.loop import LoopResult
 from peer.metrics import Metrics
 from peer.runtime import GossipPeer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from gossip_tts.peer_app import sigterm_stops
+from gossip_tts.apps.peer_app import sigterm_stops
 
 
 def test_sigterm_stops_the_run_and_the_handler_before_it_is_back_after():

@@ -1,7 +1,7 @@
 """`PeerAppConfig`, the settings of `gossip-tts peer`, in a module that imports no torch.
 
 `gossip-tts peer --help` reads every default from the config dataclasses (`gossip_tts.settings`);
-while this class lived in `gossip_tts.peer_app` (which imports the model, so torch), `--help`
+while this class lived in `gossip_tts.apps.peer_app` (which imports the model, so torch), `--help`
 took seconds.
 """
 

@@ -14,8 +14,8 @@ from gossip_tts.audio.io import read_wav, write_wav
 from gossip_tts.data.text import encode_text
 from gossip_tts.device import resolve_device
 from gossip_tts.model import sample
-from gossip_tts.synth_config import SynthConfig
-from gossip_tts.text_coverage import unseen_warning
+from gossip_tts.apps.synth_config import SynthConfig
+from gossip_tts.apps.text_coverage import unseen_warning
 from gossip_tts.train.load import load_model
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from gossip_tts.audio.base import Codec
+from gossip_tts.cache_root import cache_root
 from gossip_tts.data.sample import CodecInfo, LatentSample
 from gossip_tts.data.tars import ShardWriter
 
@@ -153,11 +154,10 @@ def synthesize(text: str, voice: Voice, sr: int, rng: np.random.Generator) -> np
 
 def default_cache_dir(n_speakers: int = 4, clips_per_speaker: int = 32, val_clips_per_speaker: int = 4) -> Path:
     """`$GOSSIP_TTS_CACHE/builtin-v1` (else `~/.cache/gossip-tts/builtin-v1`); other sizes get their own folder."""
-    root = Path(os.environ.get("GOSSIP_TTS_CACHE") or Path.home() / ".cache" / "gossip-tts").expanduser()
     name = VERSION
     if (n_speakers, clips_per_speaker, val_clips_per_speaker) != (4, 32, 4):
         name += f"-s{n_speakers}-c{clips_per_speaker}-v{val_clips_per_speaker}"
-    return root / name
+    return cache_root() / name
 
 
 _README = """\

@@ -34,6 +34,11 @@ class Ears(ABC):
     def quality(self, wav: np.ndarray) -> float:
         """A mean-opinion-score estimate of `wav` (16 kHz), 1 (bad) to 5 (excellent)."""
 
+    def identity(self) -> str:
+        """Everything the answers depend on besides the clip (models, their versions, settings):
+        answers kept on disk are keyed by it. The name, for ears whose answers never change."""
+        return self.name
+
 
 EXTRA_HINT = "pip install 'gossip-tts[judge]'"
 

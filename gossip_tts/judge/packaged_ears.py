@@ -14,6 +14,14 @@ import numpy as np
 
 from .ears import EAR_RATE, Ears, missing_extra
 
+LISTENING_PACKAGES = ("pocketsphinx", "resemblyzer", "speechmos", "onnxruntime", "torch", "librosa", "webrtcvad",
+                      "numpy")
+"""The distributions whose versions can move an answer (the three models and what runs or feeds them)."""
+
+HOW_THEY_LISTEN = 1
+"""Raise it when this module changes how a clip is heard (decoder settings, trimming, scaling), so
+answers kept on disk from before are not reused."""
+
 _MIN_VOICED_SAMPLES = EAR_RATE // 10
 """Below this much audio left after resemblyzer's silence trimming, the untrimmed clip is embedded
 instead (noise and silence can trim to nothing, and the encoder needs some frames)."""
@@ -47,6 +55,9 @@ class PackagedEars(Ears):
         self._mos = dnsmos.DNSMOS(os.path.join(models, "dnsmos_models", "sig_bak_ovr.onnx"),
                                   os.path.join(models, "dnsmos_models", "model_v8.onnx"))
 
+    def identity(self) -> str:
+        return packaged_identity()
+
     def transcribe(self, wav: np.ndarray) -> str:
         pcm = (np.clip(wav, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
         # A fresh decoder per clip: one carries state (cepstral means and more) from an utterance into
@@ -66,3 +77,18 @@ class PackagedEars(Ears):
 
     def quality(self, wav: np.ndarray) -> float:
         return float(self._mos(np.clip(wav, -1.0, 1.0).astype(np.float32), EAR_RATE, False)["ovrl_mos"])
+
+
+def packaged_identity() -> str:
+    """`PackagedEars().identity()` without loading a model: this module's listening revision, the
+    ear rate and the installed versions of `LISTENING_PACKAGES`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    versions = " ".join(f"{name}={installed(name)}" for name in LISTENING_PACKAGES)
+    return f"{PackagedEars.name} r{HOW_THEY_LISTEN} {EAR_RATE} Hz min-voiced {_MIN_VOICED_SAMPLES}; {versions}"

@@ -50,7 +50,7 @@ from vs_common import (Clock, IterateAverage, ProcessGroup, Record, Workload, ar
 from vs_workloads import load_workload, make_workload, workload_json  # noqa: E402
 from vs_report import plot_equal_samples, report  # noqa: E402
 
-from gossip_tts.config_values import ValueProblem, coerce  # noqa: E402  (vs_common put the repo on the path)
+from gossip_tts.cli.config_values import ValueProblem, coerce  # noqa: E402  (vs_common put the repo on the path)
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def select_arms(arms: list[Arm], wanted: str) -> list[Arm]:
 
 def gossip_fields(variant: str) -> dict[str, object]:
     """`gossip_every=4;pull_only=false` -> GossipConfig fields, each value read as the peer's own
-    settings read it (`gossip_tts.config_values.coerce`); `;` separates fields because specs such
+    settings read it (`gossip_tts.cli.config_values.coerce`); `;` separates fields because specs such
     as `staleness` hold commas."""
     types = typing.get_type_hints(GossipConfig)
     out: dict[str, object] = {}

@@ -44,12 +44,12 @@ def judge_installed() -> bool:
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
     out = open(log, "w") if log else None
-    return subprocess.Popen([sys.executable, "-m", "gossip_tts.cli", *args], stdout=out or None,
+    return subprocess.Popen([sys.executable, "-m", "gossip_tts", *args], stdout=out or None,
                             stderr=subprocess.STDOUT if out else None, text=True)
 
 
 def run(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "gossip_tts.cli", *args], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "gossip_tts", *args], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"gossip-tts {args[0]} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout

@@ -1,5 +1,5 @@
 """`EvalConfig`, the settings of `gossip-tts eval`, in a module that imports no torch, so that
-`eval --help` reads its defaults from here (`gossip_tts.cli_options.FieldOption`)."""
+`eval --help` reads its defaults from here (`gossip_tts.cli.options.FieldOption`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`PeerAppConfig`, the settings of `gossip-tts peer`, in a module that imports no torch.
 
-`gossip-tts peer --help` reads every default from the config dataclasses (`gossip_tts.settings`);
+`gossip-tts peer --help` reads every default from the config dataclasses (`gossip_tts.cli.settings`);
 while this class lived in `gossip_tts.apps.peer_app` (which imports the model, so torch), `--help`
 took seconds.
 """

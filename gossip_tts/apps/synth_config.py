@@ -1,5 +1,5 @@
 """`SynthConfig`, the settings of `gossip-tts synthesize`, in a module that imports no torch, so
-that `synthesize --help` reads its defaults from here (`gossip_tts.cli_options.FieldOption`)."""
+that `synthesize --help` reads its defaults from here (`gossip_tts.cli.options.FieldOption`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from peer.core.metrics_sink import MetricsSink
 from peer.core.neighbour import Neighbour
 from protocol import (
     PREFIX_SIZE, Frame, FrameHeader, FrameKind, FrameRefused, Limits, RefusalReason, VerifiedFrame, VerifyPolicy,
-    peek_frame_sender, verify_frame,
+    held_dtype, peek_frame_sender, verify_frame,
 )
 from protocol.frame import SIGNATURE_SIZE
 from protocol.messages import BUNDLE_HEAD, SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR, bundle_spans
@@ -124,6 +124,32 @@ def dropped_unread(n: Neighbour, raw: bytes, header: FrameHeader, metrics: Metri
         metrics.inc("updates_duplicate_total") if why == DUPLICATE else metrics.inc("update_gaps_total")
         return ""
     return why
+
+
+def apply_frame(n: Neighbour, frame: Frame, signature: bytes, now: float, keep_steps: bool,
+                metrics: MetricsSink) -> bool:
+    """Apply one verified frame that `dropped_unread` let through (`signature`: its last bytes) to
+    `n`'s copy; True when the copy changed. `keep_steps`: whether a frame's steps sum is kept (a
+    parameter-sized vector beside the copy, held only where we take partners' steps)."""
+    h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
+    steps = parts.get(STEP_TENSOR) if keep_steps else None
+    stamped = published_at(h.timestamp, now)
+    if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
+        n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(held_dtype(h)), h.step,
+                            None if steps is None else steps.dense())
+        n.published_at = stamped
+        metrics.inc("snapshots_received_total")
+        return True
+    update = parts[UPDATE_TENSOR]
+    n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: no other got through
+    n.applied.append(signature)
+    n.published_at = max(n.published_at, stamped)
+    metrics.inc("updates_applied_total")
+    if not n.copy.certainly_finite and not update.finite_where_set(n.copy.x_hat):
+        # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
+        n.reset_copy(n.epoch)
+        metrics.inc("copies_reset_total")
+    return True
 
 
 def open_frame(raw: bytes, policy: VerifyPolicy, now: float, epoch: int) -> Frame:

@@ -32,7 +32,7 @@ from async_opt import PublicCopy
 from peer.core.average import SwarmAverage
 from peer.core.control import Control, HeldTickets, make_control, read_control
 from peer.core.gossip_config import GossipConfig
-from peer.core.ingest import MAX_GAP_UPDATES, check_frame, dropped_unread, limits_for, published_at, screen
+from peer.core.ingest import MAX_GAP_UPDATES, apply_frame, check_frame, dropped_unread, limits_for, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
 from peer.core.neighbour import ExchangeResult, Neighbour
@@ -43,14 +43,13 @@ from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
 from peer.core.state_seed import OfferedStates, seed
 from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
-    Frame, FrameHeader, FrameKind, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy,
-    bundle_digest, decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame,
-    SparseVector, held_dtype, model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
+    FrameHeader, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy, bundle_digest,
+    decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame, SparseVector,
+    model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
 )
 from protocol.finite import all_finite
 from protocol.frame import SIGNATURE_SIZE
 from protocol.header import ParamSpec
-from protocol.messages import SNAPSHOT_TENSOR, STEP_TENSOR, UPDATE_TENSOR
 
 class GossipNode:
     """Publish, exchange, ingest; see the module docstring for the thread contract."""
@@ -160,6 +159,7 @@ class GossipNode:
             self.public.reset(x, self.public.seq)
         self.last_x, self._published_at = (x if self.cfg.keeps_parameters else None), now
         self._state_cache = None
+        self._snapshots.forget()
         self.outbox.append(seq, frames[0])
         self.last_publish_bytes = len(frames[0])
         self.metrics.inc("published_total")
@@ -176,6 +176,7 @@ class GossipNode:
         self.last_x = x if self.cfg.keeps_parameters else None
         self._published_at = None
         self._state_cache = None
+        self._snapshots.forget()
         self.tickets.renew(next_epoch(self.epoch))  # neighbours must drop what they held of our old public copy
         self.outbox.clear()
         for n in self.neighbours.values():
@@ -265,6 +266,11 @@ class GossipNode:
         """Whether `state_frame` would answer from its cache (no signing)."""
         return self._state_cache is not None
 
+    @property
+    def snapshot_cached(self) -> bool:
+        """Whether a signed snapshot of our public copy is held for answers (`SnapshotCache`)."""
+        return self._snapshots.held
+
     def read_state(self, data: bytes, now: float) -> tuple[torch.Tensor, int]:
         """Verify a /v1/state snapshot; returns (parameters, the sender's step). Only a snapshot
         signed as a state (`state_frame`) is one: an update or an exchange snapshot is refused."""
@@ -347,7 +353,8 @@ class GossipNode:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
                 if (dropped := dropped_unread(n, raw, checked.header, self.metrics)) is None:
-                    news += self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
+                    news += apply_frame(n, checked.decode(), raw[-SIGNATURE_SIZE:], now, self.partner_steps.enabled,
+                                        self.metrics)
             except FrameRefused as exc:
                 dropped = exc.reason.value
             if dropped:
@@ -363,29 +370,6 @@ class GossipNode:
         self._publish_view()
         self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, True, news, n.owes(header.step))
-
-    def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
-        """Apply one verified frame that `dropped_unread` let through (`signature`: its last bytes); True when the copy changed."""
-        h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
-        # A neighbour's steps sum costs a parameter-sized vector beside its copy: kept only if we take them.
-        steps = parts.get(STEP_TENSOR) if self.partner_steps.enabled else None
-        stamped = published_at(h.timestamp, now)
-        if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
-            n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(held_dtype(h)), h.step,
-                                None if steps is None else steps.dense())
-            n.published_at = stamped
-            self.metrics.inc("snapshots_received_total")
-            return True
-        update = parts[UPDATE_TENSOR]
-        n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: no other got through
-        n.applied.append(signature)
-        n.published_at = max(n.published_at, stamped)
-        self.metrics.inc("updates_applied_total")
-        if not n.copy.certainly_finite and not update.finite_where_set(n.copy.x_hat):
-            # Each frame was finite, but their sum overflowed: nothing sane is left to mix.
-            n.reset_copy(n.epoch)
-            self.metrics.inc("copies_reset_total")
-        return True
 
     def _neighbour(self, key: bytes) -> Neighbour:
         n = self.neighbours.get(key)

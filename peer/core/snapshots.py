@@ -57,6 +57,16 @@ class SnapshotCache:
             c = self._cache = (epoch, seq, now, frame)
         return c[3]
 
+    @property
+    def held(self) -> bool:
+        """Whether a signed frame is held (the model's size in bytes)."""
+        return self._cache is not None
+
+    def forget(self) -> None:
+        """Our public copy moved on (a publish, an adoption): the frame can never be sent again,
+        and it is the model's size, so it goes now rather than at the next snapshot sent."""
+        self._cache = None
+
 
 class AnswerBudget:
     """Whether an answer may carry our snapshot; see the module docstring. Pure: the caller passes

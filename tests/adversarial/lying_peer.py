@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from gossip_tts.apps import peer_app
-from gossip_tts.cli import main as gossip_tts_main
+from gossip_tts.cli.main import main as gossip_tts_main
 from peer.local.loop import StepHook
 from peer.runtime import GossipPeer
 from peer.trainer import Trainer

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gossip_tts.terminal_text import printable
+from gossip_tts.cli.terminal_text import printable
 from tests.adversarial.conftest import Forger, metric, read_state, source_ip, status
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ def test_a_hostile_listen_never_reaches_the_terminal(peers):
         # a first contact, then the exchange that would store the listen; each key from an address
         # of its own, as separate attackers: one address's refused frames soon meet its stranger rate
         codes.append(forger.push(base, source=source_ip(i)))
-    shown = subprocess.run([sys.executable, "-m", "gossip_tts.cli", "status", v.address], capture_output=True,
+    shown = subprocess.run([sys.executable, "-m", "gossip_tts", "status", v.address], capture_output=True,
                            text=True, timeout=60, env={**os.environ})
     assert shown.returncode == 0, shown.stderr
     assert not _raw(shown.stdout), shown.stdout

@@ -15,7 +15,7 @@ STAMP_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", re.M)  # the C
 
 
 class PeerProcess:
-    """`python -m gossip_tts.cli peer ARGS`, or `python -m LAUNCHER... peer ARGS` where `launcher`
+    """`python -m gossip_tts peer ARGS`, or `python -m LAUNCHER... peer ARGS` where `launcher`
     names a module that runs the same command its own way (tests.adversarial.lying_peer)."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
@@ -24,7 +24,7 @@ class PeerProcess:
         self._log = open(log, "w")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", *(launcher or ["gossip_tts.cli"]), "peer", *args],
+            [sys.executable, "-m", *(launcher or ["gossip_tts"]), "peer", *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
         )
         self.address = ""

@@ -8,7 +8,7 @@ import numpy as np
 import soundfile as sf
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 
 
 def test_keygen_writes_an_owner_only_key_and_refuses_to_overwrite(tmp_path):

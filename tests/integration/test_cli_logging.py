@@ -31,7 +31,7 @@ def _wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) 
 def test_lines_reach_a_pipe_while_the_peer_runs(tmp_path, corpus):
     log, json_log = tmp_path / "peer.log", tmp_path / "peer.jsonl"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a service manager runs it
-    args = [sys.executable, "-m", "gossip_tts.cli", "peer", "--preset", "tiny", "--device", "cpu", "--threads", "1",
+    args = [sys.executable, "-m", "gossip_tts", "peer", "--preset", "tiny", "--device", "cpu", "--threads", "1",
             "--no-mdns", "--listen", "127.0.0.1:0", "--data", str(corpus["shard0"]), "--checkpoint-dir", str(tmp_path / "ckpt"),
             "--batch-size", "4", "--log-every", "0.5", "--log-json", str(json_log)]
     with open(log, "w") as out:

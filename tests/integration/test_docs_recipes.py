@@ -83,7 +83,7 @@ class Shell:
 def terminal(tmp_path):
     shim = tmp_path / "bin" / "gossip-tts"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gossip_tts.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gossip_tts "$@"\n')
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}",

@@ -18,8 +18,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gossip_tts import logs
-from gossip_tts.cli import main
+from gossip_tts.cli import logs
+from gossip_tts.cli.main import main
 from peer.local.checkpoint import save_checkpoint
 
 PEER = ["peer", "--preset", "tiny", "--device", "cpu", "--no-mdns", "--listen", "127.0.0.1:0", "--max-steps", "1"]

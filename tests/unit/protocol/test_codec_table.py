@@ -60,7 +60,7 @@ import sys
 from click.testing import CliRunner
 from protocol.codec_table import CodecKind, register
 register(CodecKind("halfk", "halfk:F[+V]", "a test codec", lambda arg, values: None, sparse=True))
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 result = CliRunner().invoke(main, ["peer", "--help"], terminal_width=400)
 assert result.exit_code == 0, result.output
 print("torch" in sys.modules, "randk:F[+V], halfk:F[+V];" in " ".join(result.output.split()))

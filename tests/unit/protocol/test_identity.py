@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from gossip_tts.cli_keygen import write_key_file
+from gossip_tts.cli.keygen import write_key_file
 from protocol import Identity, verify_signature
 
 SEED = bytes(range(32))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gossip_tts import settings
+from gossip_tts.cli import settings
 from gossip_tts.apps.swarm_data import load_manifest, swarm_id_of
 from peer.shards.manifest import MANIFEST_NAME, ManifestError
 from tests.unit.shard_server_helpers import manifest_of, own_store, serve_store

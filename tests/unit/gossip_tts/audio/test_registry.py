@@ -27,7 +27,7 @@ def test_a_codec_added_to_the_table_is_built_and_accepted(monkeypatch, tmp_path)
 
 @pytest.mark.parametrize("command", ["pack", "judge"])
 def test_the_cli_offers_the_table_names(command):
-    from gossip_tts.cli import main
+    from gossip_tts.cli.main import main
 
     option = next(p for p in main.commands[command].params if p.name == "codec")
     assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == codec_names()

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gossip_tts.audio import write_wav
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 from gossip_tts.judge import EAR_RATE, JudgeConfig, judge, run
 from gossip_tts.judge.clips import noise_like, read_folder
 from tests.unit.judge_helpers import LoudnessEars

@@ -45,3 +45,17 @@ def test_first_contacts_share_one_signed_snapshot_until_a_publish_or_the_reuse_l
     assert len(built) == 2 and after_publish != first[0]
     snapshot_in_answer(victim, node(21), NOW + 7 + SNAPSHOT_REUSE_S + 1)
     assert len(built) == 3  # rebuilt: an old stamp would soon fall outside the receivers' skew limit
+
+
+def test_a_cached_snapshot_is_released_when_our_copy_moves_on():
+    """The cached frame is the model's size: kept past a publish or an adoption it could never be
+    sent again, and a node that answered one newcomer would hold it for good."""
+    victim = node(1)
+    frame = snapshot_in_answer(victim, node(10), NOW)
+    assert victim.snapshot_cached and len(frame) > 64 * 2
+    victim.publish(torch.randn(64), 4, NOW + 1)
+    assert not victim.snapshot_cached
+    snapshot_in_answer(victim, node(11), NOW + 2)
+    assert victim.snapshot_cached
+    victim.adopt(torch.randn(64), 9)
+    assert not victim.snapshot_cached

@@ -14,7 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 from gossip_tts.data import CodecInfo, LatentSample, ShardWriter
 from gossip_tts.data.swarm_manifest import build_manifest, write_manifest
 from peer.shards import manifest as mf

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
+from gossip_tts.cli.main import main
 from gossip_tts.apps.swarm_data import load_signed_manifest, swarm_id_of
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body, signed_offers

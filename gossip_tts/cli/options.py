@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import click
 
-from gossip_tts.settings import Key
+from gossip_tts.cli.settings import Key
 
 
 class _ShowsDefault(click.Option):
@@ -61,7 +61,7 @@ class FieldOption(_ShowsDefault):
 
     def default_shown(self) -> str:
         """As click shows a default (`str`), so these commands' help reads as before."""
-        from gossip_tts.settings import field_default
+        from gossip_tts.cli.settings import field_default
 
         module, _, attr = self.config.partition(":")
         value = field_default(getattr(importlib.import_module(module), attr), str(self.name))
@@ -76,7 +76,7 @@ def given(**values: Any) -> dict[str, Any]:
 
 def default_text(key: Key, secondary_opts: list[str] | None = None) -> str:
     """How `--help` shows a field's default; "" where None/False/empty mean "off" (the help says so)."""
-    from gossip_tts.settings import default_of
+    from gossip_tts.cli.settings import default_of
 
     value = default_of(key)
     if isinstance(value, bool):

@@ -8,10 +8,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gossip_tts import logs, settings
-from gossip_tts.cli import main, peer
-from gossip_tts.cli_options import SettingOption
-from gossip_tts.preflight import DirectoryLock
+from gossip_tts.cli import logs
+from gossip_tts.cli import settings
+from gossip_tts.cli.main import main, peer
+from gossip_tts.cli.options import SettingOption
+from gossip_tts.cli.preflight import DirectoryLock
 from peer.local.checkpoint import save_checkpoint
 
 
@@ -114,7 +115,7 @@ def test_resume_and_overwrite_together_are_refused(tmp_path):
 
 def test_the_built_in_corpus_line_is_said_only_when_it_is_built():
     from gossip_tts.apps.peer_config import PeerAppConfig
-    from gossip_tts.preflight import prepare_data
+    from gossip_tts.cli.preflight import prepare_data
 
     prepare_data(PeerAppConfig(), lambda line: None)  # built here if this machine never built it
     again: list[str] = []

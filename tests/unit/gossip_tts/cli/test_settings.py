@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gossip_tts import settings
-from gossip_tts.config_values import ValueProblem, coerce
-from gossip_tts.settings import Setting, SettingsError
+from gossip_tts.cli import settings
+from gossip_tts.cli.config_values import ValueProblem, coerce
+from gossip_tts.cli.settings import Setting, SettingsError
 
 
 @dataclass

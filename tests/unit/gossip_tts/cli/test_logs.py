@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gossip_tts import logs
+from gossip_tts.cli import logs
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,9 @@ from typing import Any, Callable
 import click
 
 from gossip_tts.audio.registry import codec_names
-from gossip_tts.cli_errors import OneLineGroup, SettingError, fail_cleanly as _fail_cleanly
-from gossip_tts.cli_options import field_option, given
-from gossip_tts.cli_peer import peer_options, run_peer
+from gossip_tts.cli.errors import OneLineGroup, SettingError, fail_cleanly as _fail_cleanly
+from gossip_tts.cli.options import field_option, given
+from gossip_tts.cli.peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
 
 PACK, SYNTH, EVAL = ("gossip_tts.audio.pack_config:PackConfig", "gossip_tts.apps.synth_config:SynthConfig",
@@ -203,7 +203,7 @@ def simnet(scenario, seed, out, no_plots, max_real_seconds) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Key file to write (mode 0600).")
 def keygen(out) -> None:
     """Make an Ed25519 identity; its public key is the peer id."""
-    from gossip_tts.cli_keygen import write_key_file
+    from gossip_tts.cli.keygen import write_key_file
 
     if out.exists():
         raise click.ClickException(f"{out} already exists; refusing to overwrite a key (pass another --out)")
@@ -219,7 +219,7 @@ def status(address, timeout, as_json) -> None:
     rates, loss curve, neighbours, bytes, refusals."""
     import json
 
-    from gossip_tts.cli_status import StatusError, fetch_status, render
+    from gossip_tts.cli.status import StatusError, fetch_status, render
 
     try:
         data = fetch_status(address, timeout_s=timeout)

@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gossip_tts.settings import Key, Setting, effective
+from gossip_tts.cli.settings import Key, Setting, effective
 
 CHECKPOINT_DIR: Key = ("loop", "checkpoint_dir")
 RUNS_ROOT = Path("runs")

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gossip_tts.cli_options import flag_names, setting, user_flags
+from gossip_tts.cli.options import flag_names, setting, user_flags
 from gossip_tts.device import DEVICE_CHOICES
 from gossip_tts.train.config import PRESET_CHOICES
 from gossip_tts.train.parallel import STRATEGIES
@@ -83,7 +83,7 @@ def peer_options(fn: Any) -> Any:
 def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, quiet: bool, log_json: Path | None,
              overwrite: bool = False) -> None:
     """Resolve settings, check what can be checked at once, then train (see `gossip-tts peer --help`)."""
-    from gossip_tts import logs, preflight, settings
+    from gossip_tts.cli import logs, preflight, settings
 
     logs.configure(quiet=quiet, json_file=log_json)
     emit = logs.emitter()

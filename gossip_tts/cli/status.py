@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from gossip_tts.terminal_text import printable
+from gossip_tts.cli.terminal_text import printable
 from peer.net.errors import describe_os_error
 
 MAX_BYTES = 4 << 20

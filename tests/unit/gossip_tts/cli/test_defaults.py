@@ -10,9 +10,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
-from gossip_tts.cli_options import FieldOption
-from gossip_tts.settings import field_default
+from gossip_tts.cli.main import main
+from gossip_tts.cli.options import FieldOption
+from gossip_tts.cli.settings import field_default
 
 COMMANDS = ("pack", "synthesize", "eval")
 

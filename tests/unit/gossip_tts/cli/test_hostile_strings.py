@@ -20,10 +20,10 @@ import torch
 from aiohttp import web
 from click.testing import CliRunner
 
-from gossip_tts.cli import main
-from gossip_tts.cli_status import render
-from gossip_tts.logs import ConsoleFormatter, JsonFormatter
-from gossip_tts.terminal_text import printable
+from gossip_tts.cli.main import main
+from gossip_tts.cli.status import render
+from gossip_tts.cli.logs import ConsoleFormatter, JsonFormatter
+from gossip_tts.cli.terminal_text import printable
 from peer.core.addresses import PeerInfo
 from peer.core.config import SessionConfig
 from peer.core.control import read_control

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from gossip_tts.terminal_text import printable
+from gossip_tts.cli.terminal_text import printable
 
 LOGGER_NAME = "gossip_tts"
 _MARK = "_gossip_tts_cli_handler"

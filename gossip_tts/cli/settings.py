@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from gossip_tts.config_values import ValueProblem, coerce, render_toml
+from gossip_tts.cli.config_values import ValueProblem, coerce, render_toml
 
 try:
     import tomllib

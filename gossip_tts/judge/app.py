@@ -80,18 +80,23 @@ def load_ears(ears: Ears | None = None) -> Ears:
     return PackagedEars()
 
 
+def control_sets(judged: list[Clip], real: Path | None, codec: Codec | None, seed: int) -> list[tuple[str, list[Clip]]]:
+    """The controls' clips by name: the real recordings of the judged ids and their codec round trip
+    (with `real`), then noise. Building them is quick; hearing them is what takes time."""
+    sets: list[tuple[str, list[Clip]]] = []
+    if real is not None:
+        real_clips, raw = matching_real(judged, real)
+        sets.append(("real", real_clips))
+        if codec is not None:
+            sets.append((f"{codec.name} codec", codec_round_trip(real_clips, raw, codec)))
+    sets.append(("noise", noise_like(judged, seed)))
+    return sets
+
+
 def score_controls(judged: list[Clip], ears: Ears, voice: np.ndarray | None, real: Path | None, codec: Codec | None,
                    seed: int, progress: Progress | None = None) -> list[SetScore]:
     """The real recordings of the judged ids and their codec round trip (with `real`), then noise."""
-    controls: list[SetScore] = []
-    if real is not None:
-        real_clips, raw = matching_real(judged, real)
-        controls.append(score_set("real", ears, real_clips, voice, progress))
-        if codec is not None:
-            controls.append(score_set(f"{codec.name} codec", ears, codec_round_trip(real_clips, raw, codec), voice,
-                                      progress))
-    controls.append(score_set("noise", ears, noise_like(judged, seed), voice, progress))
-    return controls
+    return [score_set(name, ears, clips, voice, progress) for name, clips in control_sets(judged, real, codec, seed)]
 
 
 def judge(cfg: JudgeConfig, ears: Ears | None = None, tell: Callable[[str], None] = lambda line: None) -> JudgeReport:
@@ -106,12 +111,16 @@ def judge(cfg: JudgeConfig, ears: Ears | None = None, tell: Callable[[str], None
     return JudgeReport(judged, score_controls(judged_clips, ears, voice, cfg.real, codec, cfg.seed, progress))
 
 
-def clip_progress(tell: Callable[[str], None]) -> Progress:
-    """`scoring SET: i/n KEY (WER w, s s)`, the seconds counted from the first clip of the run."""
-    start = time.monotonic()
+def clip_progress(tell: Callable[[str], None], start: float | None = None,
+                  note: Callable[[str, ClipScore], str] | None = None) -> Progress:
+    """`scoring SET: i/n KEY (WER w, s s)`, the seconds counted from `start` (default: now); `note`
+    adds its words after the seconds."""
+    start = time.monotonic() if start is None else start
 
     def progress(name: str, i: int, n: int, clip: ClipScore) -> None:
-        tell(f"scoring {name}: {i}/{n} {clip.key} (WER {clip.words.rate:.2f}, {time.monotonic() - start:.0f} s)")
+        extra = note(name, clip) if note is not None else ""
+        tell(f"scoring {name}: {i}/{n} {clip.key} (WER {clip.words.rate:.2f}, {time.monotonic() - start:.0f} s"
+             f"{', ' + extra if extra else ''})")
 
     return progress
 

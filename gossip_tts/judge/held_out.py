@@ -67,8 +67,8 @@ def speak(cfg: HeldOutConfig, label: str, emit: Callable[[str], None], tell: Cal
     length check); that sentence is reported and left out for every model. `tell` hears a line
     per sentence, with the time left to speak at the pace so far (`countdown`).
     """
-    from gossip_tts.synth_app import SynthConfig
-    from gossip_tts.synth_app import run as synthesize
+    from gossip_tts.apps.synth_app import SynthConfig
+    from gossip_tts.apps.synth_app import run as synthesize
 
     countdown = countdown or Countdown(len(cfg.sentences))
     (cfg.out / label / "wavs").mkdir(parents=True, exist_ok=True)

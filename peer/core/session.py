@@ -65,6 +65,7 @@ class Session:
         self._next_hello = 0.0
         self._next_evict = 0.0
         self._join: Join | None = None
+        self._adopted = False  # a state adopted, and no pull since (`joined`)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -167,18 +168,17 @@ class Session:
         if not publish_due:
             return []
         self.exchanges.published()
-        out: list[Action] = [Publish()]
-        for _ in range(self.cfg.pulls):
-            if not (self.exchanges.slot_free(now) and self.accepting):
-                break
-            address = self.exchanges.choose(self.table, self.rng)
-            if address is None:
-                break
-            info = self.table.get(address)
-            token = self._new_token()
-            self.exchanges.start(token, address, now)
-            out.append(Exchange(token, address, info.peer_id if info else ""))
-        return out
+        return [Publish()] + self._pull(now)
+
+    def joined(self, now: float) -> list[Action]:
+        """The join ended and the state it adopted, if any, is in place (drivers call this once
+        `JoinDone` is performed). Having adopted one, pull at once instead of a training step
+        later: the source's outbox still holds the updates since the state it served, which our
+        copy of it was seeded from (`peer.core.state_seed`), and our snapshot reaches it sooner."""
+        if not self._adopted:
+            return []
+        self._adopted = False
+        return self._pull(now)
 
     def publish_done(self, step: int, now: float, error: str | None = None) -> list[Action]:
         """The node published (or refused to: e.g. non-finite parameters). A failure is survived."""
@@ -249,7 +249,7 @@ class Session:
         if error is None and step is not None and step > self.step:
             counted = max(self.step, self._join.counted_step(step))
             self._join.adopted()
-            self.step = counted
+            self.step, self._adopted = counted, True
             return [Adopt(token, address, counted), JoinDone(address), Count("joins_total"),
                     Log(f"joined: adopted the state of {address} (its step {step}), counting on from step {counted}")]
         why = error if error is not None else f"its step {step} is not ahead of ours ({self.step})"
@@ -280,6 +280,24 @@ class Session:
         return out
 
     # ------------------------------------------------------------------ internals
+    def _pull(self, now: float) -> list[Action]:
+        """Up to `pulls_per_publish` exchanges, each with another partner."""
+        out: list[Action] = []
+        for _ in range(self.cfg.pulls):
+            if not (self.exchanges.slot_free(now) and self.accepting):
+                break
+            address = self.exchanges.choose(self.table, self.rng)
+            if address is None:
+                break
+            out.append(self._exchange(address, now))
+        return out
+
+    def _exchange(self, address: str, now: float) -> Exchange:
+        info = self.table.get(address)
+        token = self._new_token()
+        self.exchanges.start(token, address, now)
+        return Exchange(token, address, info.peer_id if info else "")
+
     def _new_token(self) -> int:
         self._token += 1
         return self._token
@@ -363,8 +381,14 @@ class Session:
         # Bootstrap peers count even when dead: they are who the user told us to join.
         known = list({p.address: p for p in self.table.live() + self.table.static_peers()})
         pending = {address: token for token, (kind, address) in self._requests.items() if kind == "hello"}
-        return self._join.progress(now, step=self.step, known=known, pending=pending, unreachable=self._unreachable,
-                                   hello=lambda address: self._hello(address, now), fetch=self._fetch_state)
+        out = self._join.progress(now, step=self.step, known=known, pending=pending, unreachable=self._unreachable,
+                                  hello=lambda address: self._hello(address, now), fetch=self._fetch_state)
+        # A first contact with the peer whose state we fetch, meanwhile: its answer brings the
+        # ticket our first exchange after adopting spends (so that one carries frames), and it
+        # verifies us by then. A fresh process holds no ticket of anyone's, so this request is a
+        # control frame alone (`GossipNode.build_request`): nothing of the state we are replacing.
+        return out + [self._exchange(a.address, now) for a in out if isinstance(a, FetchState)
+                      and a.address not in self.exchanges.in_flight.values() and self.exchanges.slot_free(now)]
 
     def _fetch_state(self, address: str) -> FetchState:
         token = self._new_token()

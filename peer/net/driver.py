@@ -299,6 +299,8 @@ class AsyncDriver:
             self.join_error = exc
         finally:
             self._fetched.clear()
+        if self.join_error is None:  # the node holds the adopted state: exchanges now carry it
+            self.dispatch(self.session.joined(self.mono()))
         self.joined.set()
 
     # ------------------------------------------------------------------ queries (the HTTP face, the app)

@@ -271,7 +271,12 @@ class SimPeer(SimServer):
 
     def _join_done_job(self) -> tuple[float, Callable[[], None] | None]:
         self._fetched.clear()
-        return 0.0, self._begin_training
+
+        def done() -> None:  # the node holds the adopted state: exchanges now carry it
+            self.dispatch(self._sess().joined(self.world.now()))
+            self._begin_training()
+
+        return 0.0, done
 
     def _request(self, address: str, token: int, kind: str, on_reply: Callable[[int, bytes | None, str], None]) -> None:
         """GET /v1/hello or /v1/state: a small request, the server's answer over the reverse link."""

@@ -92,8 +92,12 @@ class NetConfig:
     """The most refusals one address may collect at once before it is benched."""
     refusals_in_all_per_s: float = 8.0
     """As `refusals_per_s`, for all addresses together (two seconds' worth at once): an address
-    refused while that is spent is benched at once, so many addresses, each within its own
-    rate, still reach HTTP no more often than this."""
+    past its `refusal_strikes`, refused while that is spent, is benched at once, so many
+    addresses, each within its own rate, still reach HTTP not much more often than this."""
+    refusal_strikes: int = 4
+    """Refusals an address may collect in a minute before `refusals_in_all_per_s` may bench it:
+    anyone can spend the budget in all, and an honest newcomer or restarted peer refused once
+    or twice during a flood must be answered, not benched with the flooders."""
     benched_connections_per_s: float = 32.0
     """Connections of benched addresses turned away per second, all together (a second's worth at
     once), past which accepting pauses until half of that is back: each wakes the event loop,
@@ -124,10 +128,11 @@ class NetConfig:
                              f"{self.key_work_per_s}, {self.address_work_per_s}, {self.key_work_burst}, "
                              f"{self.address_work_burst}")
         if not (min(self.refusals_per_s, self.refusals_in_all_per_s, self.benched_connections_per_s) > 0
-                and self.refusal_burst >= 1):
-            raise ValueError("refusals_per_s, refusals_in_all_per_s and benched_connections_per_s must be > 0 and "
-                             f"refusal_burst >= 1, got {self.refusals_per_s}, {self.refusals_in_all_per_s}, "
-                             f"{self.benched_connections_per_s} and {self.refusal_burst}")
+                and self.refusal_burst >= 1 and self.refusal_strikes >= 1):
+            raise ValueError("refusals_per_s, refusals_in_all_per_s and benched_connections_per_s must be > 0, "
+                             f"refusal_burst and refusal_strikes >= 1, got {self.refusals_per_s}, "
+                             f"{self.refusals_in_all_per_s}, {self.benched_connections_per_s}, "
+                             f"{self.refusal_burst} and {self.refusal_strikes}")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
 

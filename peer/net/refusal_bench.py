@@ -5,11 +5,18 @@ accepted connection, a parsed request, a middleware run and an answer, all on th
 which shares the interpreter lock and the core with training: requests sent back to back,
 nearly all refused, cost a victim pinned to one core about half its training steps (SECURITY.md).
 So each address's refusals are rationed too (`NetConfig.refusals_per_s`, past a burst of
-`refusal_burst`), and all addresses' together (`refusals_in_all_per_s`: an address refused while
-that is spent has spent its own): an address out of its budget is benched, its new connections closed as they
-are made and those it holds at their next bytes (`peer.net.connection_caps`), before aiohttp
-sees them, until its budget refills. An honest peer is refused a few times at most (a restart's
-first contacts, a partner out of its work budget) and is never benched.
+`refusal_burst`), and all addresses' together (`refusals_in_all_per_s`): an address out of its
+budget is benched, its new connections closed as they are made and those it holds at their next
+bytes (`peer.net.connection_caps`), before aiohttp sees them, until its budget refills.
+
+The budget in all is what holds many addresses, each within its own rate: an address refused
+while it is spent has spent its own. But anyone can spend it, so it benches only addresses that
+have themselves been refused more than `refusal_strikes` times in `STRIKE_MEMORY_S`: an honest
+peer is refused a few times at most (a restart's first contacts, a partner out of its work
+budget), and its first contact during a flood is answered, not benched with the flooders. An
+address's refusals are its own requests' (TCP addresses cannot be spoofed), so no one else can
+collect strikes for it. What a flood from K addresses still gets answered: each address's strikes
+once, then about one request per address each time its bench ends.
 
 Turning a connection away is cheaper than answering it, but each still wakes the event loop,
 which then takes the interpreter lock from training: a flood of ~1,300 connections a second
@@ -30,18 +37,24 @@ from peer.net.config import NetConfig
 
 MAX_BENCHED_ADDRESSES = 4096
 """Addresses whose refusals are remembered; the least recent goes first (and starts afresh)."""
+STRIKE_MEMORY_S = 60.0
+"""How long an address's refusals count towards its strikes (they come back at `refusal_strikes`
+over this long)."""
 
 
 class RefusalBench:
     """Per address, refusals against a token bucket; an address out of tokens is benched."""
 
     def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic, *,
-                 in_all_per_s: float = math.inf, turned_away_per_s: float = math.inf) -> None:
+                 in_all_per_s: float = math.inf, turned_away_per_s: float = math.inf, strikes: int = 1) -> None:
+        """`strikes`: refusals of an address in `STRIKE_MEMORY_S` that the budget in all never benches
+        it for (`NetConfig.refusal_strikes`)."""
         self.enabled = math.isfinite(rate)
         """False (`refusals_per_s` inf): nobody is ever benched."""
         self.clock = clock
         self.burst = burst
         self._buckets = AddressBuckets(rate if self.enabled else 0.0, burst, MAX_BENCHED_ADDRESSES)
+        self._strikes = AddressBuckets(strikes / STRIKE_MEMORY_S, strikes, MAX_BENCHED_ADDRESSES)
         self._in_all_per_s = in_all_per_s
         self._in_all = TokenBucket(2 * in_all_per_s if math.isfinite(in_all_per_s) else 1.0, clock())
         self._turned_away = TokenBucket(max(1.0, turned_away_per_s) if math.isfinite(turned_away_per_s) else 1.0,
@@ -52,7 +65,7 @@ class RefusalBench:
     def of(cls, cfg: NetConfig) -> "RefusalBench":
         """The bench `cfg`'s budgets describe."""
         return cls(cfg.refusals_per_s, cfg.refusal_burst, in_all_per_s=cfg.refusals_in_all_per_s,
-                   turned_away_per_s=cfg.benched_connections_per_s)
+                   turned_away_per_s=cfg.benched_connections_per_s, strikes=cfg.refusal_strikes)
 
     def turned_away(self) -> float:
         """A benched address's connection was turned away: seconds to pause accepting (0: none), once
@@ -72,7 +85,8 @@ class RefusalBench:
             return
         now, rate = self.clock(), self._in_all_per_s
         in_all = not math.isfinite(rate) or self._in_all.take(rate, 2 * rate, now)
-        self._buckets.charge(address, now, 1.0 if in_all else 2 * self.burst)
+        repeated = not self._strikes.take(address, now)  # past its first few refusals
+        self._buckets.charge(address, now, 2 * self.burst if repeated and not in_all else 1.0)
 
     def benched(self, address: str) -> bool:
         """Whether `address`'s connections are to be closed unread now."""

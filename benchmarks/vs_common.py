@@ -33,8 +33,8 @@ from vs_workloads import KINDS, Task, Workload, load_workload, workload_json  # 
 AVERAGE_EVERY = 1
 AVERAGE_SIGMA_REL = 0.1
 """How every arm keeps its averaged weights: the peer's own rule (a power-function EMA of width
-σ_rel, sampled every `gossip_every` steps when `PowerEma.due`; peer.core.average) at the peer's defaults
-(GossipConfig.gossip_every and average_sigma_rel; a test holds them equal). A gossip peer
+σ_rel, sampled at the fewest steps per publish when `PowerEma.due`; peer.core.average) at the peer's
+defaults (GossipConfig.period_floor and average_sigma_rel; a test holds them equal). A gossip peer
 averages its swarm estimate; every other arm averages its own parameters."""
 
 

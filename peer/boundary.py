@@ -14,11 +14,13 @@ from typing import Callable
 
 import torch
 
+from peer import cadence_gauges
 from peer.core.cadence import PublishCadence
 from peer.core.mixer import Mixer
 from peer.core.partner_steps import StepInbox
-from peer.core.view import ViewSlot
+from peer.core.view import MixView, ViewSlot
 from peer.metrics import Metrics
+from peer.protocol_time import ProtocolTime
 from peer.trainer import StepStats, Trainer
 
 
@@ -96,11 +98,16 @@ class BoundaryHook:
 
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
                  notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
-                 clock: Callable[[], float], steps: StepInbox | None = None) -> None:
+                 clock: Callable[[], float], steps: StepInbox | None = None,
+                 protocol: ProtocolTime | None = None) -> None:
         """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`);
-        `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps)."""
+        `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps);
+        `protocol`: what gossip costs this peer, which a budgeted cadence weighs at each publish
+        (None: nothing, so a budget keeps a publish every step)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
         self.metrics, self.cadence, self.clock, self.steps = metrics, cadence, clock, steps
+        self.protocol = protocol or ProtocolTime.free()
+        cadence_gauges.record(metrics, cadence.reading())
         self._outside: torch.Tensor | None = None
         """What mixing and partners' steps added since the last hand-over (tracked with `steps`)."""
         self.step_scale = mixer.cfg.step_scale_rule()
@@ -122,12 +129,19 @@ class BoundaryHook:
         self.cadence.observe(view)
         self.last_mixed = 0
         ended = self.mixer.end_period(view)
-        period = self.cadence.period.steps() if self.mixer.cfg.per_period else self.mixer.cfg.gossip_every
+        period = self.cadence.period.steps() if self.mixer.cfg.per_period else self.cadence.every
         scale = self.step_scale.value if ended is None else self.step_scale.period_ended(ended, k, period)
         if scale != self._scale_set:
             trainer.set_step_scale(scale)
             self._scale_set = scale
             self.metrics.set("step_scale", scale)
+        with self.protocol.timing():
+            due = self._gossip(trainer, stats, view, k, now, period)
+        self.notify(stats.step, due)
+
+    def _gossip(self, trainer: Trainer, stats: StepStats, view: MixView, k: int, now: float, period: int) -> bool:
+        """Partners' steps, the mix and the publish hand-over (the training thread's protocol
+        time); whether a publish was handed over."""
         add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
         if self.steps is not None and (partner := self.steps.take()) is not None:
             if add is not None:
@@ -154,15 +168,16 @@ class BoundaryHook:
                     self.metrics.set("neighbour_distance", distance, peer=key.hex()[:16])
         due = self.cadence.due(k, now) and self.pending.ready()  # a busy worker: no copy, it comes later
         if due:  # a copy: the worker compresses it while training goes on
-            self.cadence.published(k, now)
+            self.cadence.published(k, now, self.protocol.take())
             self.metrics.set("publish_period_steps", self.cadence.period.steps())
+            cadence_gauges.record(self.metrics, self.cadence.reading())
             x = trainer.get_flat_params()
             outside = None
             if self.steps is not None:
                 outside = self._outside if self._outside is not None else torch.zeros_like(x)
             self.pending.put(x, stats.step, outside)
             self._outside = None
-        self.notify(stats.step, due)
+        return due
 
     def _count_outside(self, delta: torch.Tensor) -> None:
         """Add `delta` (a change not of our own steps, already applied) to what the next hand-over reports."""

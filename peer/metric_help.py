@@ -92,8 +92,18 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at", SUMMED),
     "snapshots_withheld_total": (COUNTER, "answers that carried no snapshot where the asker lacks our copy, by reason"),
     "step_scale": (GAUGE, "step-size multiplier for the swarm this peer mixes with"),
-    "publish_period_steps": (GAUGE, "our steps per publish as measured: gossip_every at least, more where the node "
-                                    "worker takes longer to publish (peer.core.cadence.PublishPeriod)"),
+    "publish_period_steps": (GAUGE, "our steps per publish as measured: what the cadence aims at (publish_every_steps) "
+                                    "at least, more where the node worker takes longer to publish "
+                                    "(peer.core.cadence.PublishPeriod)"),
+    "publish_every_steps": (GAUGE, "steps per publish the cadence aims at: gossip_every where pinned, else the fewest "
+                                   "(a power of two) that keep the protocol within publish_budget"),
+    "publish_budget": (GAUGE, "share of training time the protocol may take (publish_budget); 0: the cadence is "
+                              "pinned by gossip_every"),
+    "publish_protocol_seconds": (GAUGE, "protocol seconds per publish as the budget measures them: the training "
+                                        "thread's mixing and parameter copies plus the node worker's CPU on gossip "
+                                        "jobs (0: not measured, or pinned)"),
+    "publish_step_seconds": (GAUGE, "seconds per training step as the publish budget measures them (0: not measured, "
+                                    "or pinned)"),
     "partner_steps_taken_total": (
         COUNTER, "pulled partners whose own steps were taken (peer.core.partner_steps)", SUMMED),
     "partner_steps_clipped_total": (COUNTER, "partners' steps shortened to the bound our own steps set", SUMMED),

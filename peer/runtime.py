@@ -39,6 +39,7 @@ from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
+from peer.protocol_time import ProtocolTime
 from peer.net.shard_routes import ShardServer
 from peer.trainer import Trainer
 from peer.net.trust import load_trusted_keys
@@ -83,7 +84,7 @@ class GossipPeer:
         assert self.node is not None and self.worker is not None and self.driver is not None
         return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time,
-                            self.node.partner_steps.taken())
+                            self.node.partner_steps.taken(), ProtocolTime(time.perf_counter, self.worker.protocol_cpu_s))
 
     @property
     def address(self) -> str:

@@ -1,4 +1,7 @@
-"""When to publish: every `gossip_every` steps, and sooner when we are much slower than the swarm.
+"""When to publish: every H steps, and sooner when we are much slower than the swarm.
+
+H is `gossip_every` where that is set, else what the publish budget picks from the measured
+cost of the protocol and of a step (`peer.core.publish_budget`).
 
 A peer publishes, exchanges and lets each neighbour pull once per publish of its own
 (`peer.core.mixer`). Counted in its own steps alone, a peer k times slower than the others
@@ -20,6 +23,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from peer.core.publish_budget import CadenceReading, PublishBudget
 from peer.core.view import MixView
 
 HISTORY = 8
@@ -28,12 +32,13 @@ HISTORY = 8
 
 class PublishPeriod:
     """Our own steps per publish, as measured: the lower median of the steps between our last
-    publishes, never below `floor` (`gossip_every`), and `floor` before two publishes.
+    publishes, never below `floor` (a pinned `gossip_every`, else 1), and `floor` before two
+    publishes.
 
-    `gossip_every` is only the shortest period: a copy is taken when the node worker is free,
-    so at a large model the period is what the worker keeps up with, tens of steps where the
-    setting says one. The rules that depend on how long a period is (staleness counted in
-    periods, a partner's steps per period, the step-size rule's local steps per mix) read this.
+    What the cadence aims at is only the shortest period: a copy is taken when the node worker
+    is free, so the period is also what the worker keeps up with. The rules that depend on how
+    long a period is (staleness counted in periods, a partner's steps per period, the step-size
+    rule's local steps per mix) read this.
     The lower median: one long pause (a checkpoint, a stall) does not stretch it."""
 
     def __init__(self, floor: int) -> None:
@@ -59,19 +64,34 @@ class PublishPeriod:
 
 
 class PublishCadence:
-    """Decides at each step boundary whether a publish is due."""
+    """Decides at each step boundary whether a publish is due.
 
-    def __init__(self, gossip_every: int, catch_up: float) -> None:
-        if gossip_every < 1:
+    `gossip_every` pins the steps per publish; None lets `budget` (a share of training time, in
+    (0, 1)) set them from what each period cost (`published`)."""
+
+    def __init__(self, gossip_every: int | None, catch_up: float, budget: float | None = None) -> None:
+        if gossip_every is not None and gossip_every < 1:
             raise ValueError(f"gossip_every must be >= 1, got {gossip_every}")
+        if gossip_every is None and budget is None:
+            raise ValueError("a publish cadence needs gossip_every or a budget")
         if not catch_up >= 0:
             raise ValueError(f"catch_up must be >= 0 (0: off), got {catch_up!r}")
-        self.gossip_every, self.catch_up = gossip_every, catch_up
-        self.period = PublishPeriod(gossip_every)
+        self.pinned, self.catch_up = gossip_every, catch_up
+        self.budget = PublishBudget(budget) if gossip_every is None and budget is not None else None
+        self.period = PublishPeriod(gossip_every or 1)
         """Our steps per publish as they come out (`PublishPeriod`)."""
         self._seen: dict[bytes, deque[tuple[int, float]]] = {}
         self._last_publish: tuple[int, float] | None = None
         """(step, time) of our last publish."""
+
+    @property
+    def every(self) -> int:
+        """The steps per publish aimed at: the pinned ones, or the budget's."""
+        return self.pinned if self.budget is None else self.budget.every
+
+    def reading(self) -> CadenceReading:
+        """What the cadence aims at and why."""
+        return CadenceReading(self.every) if self.budget is None else self.budget.reading()
 
     def observe(self, view: MixView) -> None:
         """Record the newest version of each copy (cheap: no tensor work)."""
@@ -96,17 +116,22 @@ class PublishCadence:
         return statistics.median(periods) if periods else None
 
     def due(self, step: int, now: float) -> bool:
-        """Whether to publish at this boundary (then call `published`): every `gossip_every` steps
+        """Whether to publish at this boundary (then call `published`): every `every` steps
         (at multiples of it until a publish comes sooner, then counted from that publish), or
         once `catch_up` × the swarm's period has passed."""
         if self._last_publish is None:
-            return step % self.gossip_every == 0
+            return step % self.every == 0
         last_step, last_time = self._last_publish
-        if step - last_step >= self.gossip_every:
+        if step - last_step >= self.every:
             return True
         period = self.swarm_period() if self.catch_up > 0 else None
         return period is not None and step > last_step and now - last_time >= self.catch_up * period
 
-    def published(self, step: int, now: float) -> None:
+    def published(self, step: int, now: float, protocol_s: float = 0.0) -> None:
+        """We publish at `step`; `protocol_s`: the protocol's seconds since our last publish (the
+        training thread's and the node worker's), which the budget weighs against the period's time."""
+        if self.budget is not None and self._last_publish is not None:
+            last_step, last_time = self._last_publish
+            self.budget.period_ended(step - last_step, now - last_time, protocol_s)
         self._last_publish = (step, now)
         self.period.published(step)

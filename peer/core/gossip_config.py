@@ -20,13 +20,19 @@ if TYPE_CHECKING:
 class GossipConfig:
     swarm: str = "default"
     """Peers only talk to peers of the same swarm (and the same model fingerprint)."""
-    gossip_every: int = 1
-    """Local steps between publishing an update and starting exchanges. Every step: the noise of
-    each peer's own batches is averaged away before it accumulates, which is what lets the step
-    size grow with the swarm (`step_scale_max`; docs/mixing.md). A publish slower than a step
-    does not hold training up: a copy is taken only at a boundary where the node worker is free
-    to publish it (`peer.boundary.PendingPublish.ready`), so the cadence falls to what the worker
-    can keep up with."""
+    gossip_every: int | None = None
+    """Pins the local steps between publishing an update and starting exchanges. None (the
+    default): `publish_budget` sets them from what the protocol measurably costs. 1 publishes
+    every step, which mixes best where a publish is cheap (docs/mixing.md). Either way a publish
+    slower than a step does not hold training up: a copy is taken only at a boundary where the
+    node worker is free to publish it (`peer.boundary.PendingPublish.ready`)."""
+    publish_budget: float = 0.05
+    """With `gossip_every` unset: the most of its training time a peer spends on the protocol
+    (its training thread's mixing and parameter copies, its node worker's CPU), in (0, 1). The
+    steps per publish are the fewest, a power of two, at which the measured protocol seconds
+    per publish stay within this share of those steps' seconds (peer.core.publish_budget): every
+    step or every few where a step is long next to a publish, thousands on a GPU at the large
+    presets. The cadence and its reason are on the progress line, /metrics and the status page."""
     publish_catch_up: float = 1.5
     """Also publish (and exchange) once this many times the median neighbour's publish period
     has passed since our last publish, however few steps we took: a peer much slower than the
@@ -56,12 +62,12 @@ class GossipConfig:
     """Count a copy's staleness in our publish periods rather than in steps, take a partner's
     steps at `partner_steps` per period rather than per step, and let the step-size rule count
     the steps of the periods we actually publish. A period is our measured steps per publish
-    (`peer.core.cadence.PublishPeriod`): `gossip_every` at the least, more where the node worker
-    takes longer than that, as at a large model. A partner's copy published a few steps before
-    ours belongs to the same round however long the round is, and a partner's steps of a long
-    period already reach us in its copy, which the consensus step averages in. At a publish
-    every step nothing changes (docs/mixing.md#a-long-publish-period). False: staleness and
-    partner steps per step, the step-size rule per `gossip_every` (the control)."""
+    (`peer.core.cadence.PublishPeriod`): what the cadence aims at (`gossip_every`, or what
+    `publish_budget` picks), more where the node worker takes longer. A partner's copy
+    published a few steps before ours belongs to the same round however long the round is, and
+    a partner's steps of a long period already reach us in its copy, which the consensus step
+    averages in. At a publish every step nothing changes (docs/mixing.md#a-long-publish-period). False: staleness and
+    partner steps per step, the step-size rule per the cadence's aim (the control)."""
     pull_only: bool = True
     """Only the copies of partners this peer chose itself (the answers to exchanges it started)
     move its parameters; a copy pushed at us waits for our own turn with its sender, and still
@@ -70,11 +76,11 @@ class GossipConfig:
     False lets every copy with news pull (the control)."""
     step_scale_max: float = 4.0
     """With `partner_steps` off: the most the step size is multiplied by for the swarm this peer mixes with
-    (async_opt.step_scale): the multiplier follows (1 + (n_eff − 1) / `gossip_every`) **
-    `step_scale_power`, where n_eff is how many models one publish period's mixing averages
-    (1 alone, m + 1 for an exact mean of m pulled copies). Averaging replicas' steps moves the model less than one step on their
-    averaged gradient, so without it gossip peers descend no faster than one process. 1 turns it
-    off: every peer trains at its own step size, as alone."""
+    (async_opt.step_scale): the multiplier follows (1 + (n_eff − 1) / H) ** `step_scale_power`,
+    where n_eff is how many models one publish period's mixing averages (1 alone, m + 1 for an
+    exact mean of m pulled copies) and H its steps per publish. Averaging replicas' steps moves
+    the model less than one step on their averaged gradient, so without it gossip peers descend
+    no faster than one process. 1 turns it off: every peer trains at its own step size, as alone."""
     step_scale_power: float = 1.0
     """See `step_scale_max`: 1 is the linear scaling rule of data parallelism."""
     step_scale_warmup_periods: int = 25
@@ -161,8 +167,12 @@ class GossipConfig:
     def __post_init__(self) -> None:
         if not self.swarm or len(self.swarm) > 64:
             raise ValueError(f"swarm name must be 1..64 characters, got {self.swarm!r}")
-        if self.gossip_every < 1:
-            raise ValueError(f"gossip_every must be >= 1, got {self.gossip_every}")
+        if self.gossip_every is not None and self.gossip_every < 1:
+            raise ValueError(f"gossip_every must be >= 1, or unset to let publish_budget set it; "
+                             f"got {self.gossip_every}")
+        if not 0 < self.publish_budget < 1:
+            raise ValueError(f"publish_budget must be a share of training time in (0, 1), e.g. 0.05; "
+                             f"got {self.publish_budget!r}")
         if not 0 <= self.publish_catch_up < float("inf"):
             raise ValueError(f"publish_catch_up must be finite and >= 0 (0: off), got {self.publish_catch_up!r}")
         if self.max_neighbours < 1:
@@ -241,7 +251,7 @@ class GossipConfig:
 
         def rule(maximum: float) -> "SwarmStepScale":
             return SwarmStepScale(maximum, self.step_scale_power, warmup_periods=self.step_scale_warmup_periods,
-                                  steps_per_period=self.gossip_every, decay_steps=self.step_scale_decay_steps,
+                                  steps_per_period=self.period_floor, decay_steps=self.step_scale_decay_steps,
                                   pinned=self.step_scale if self.step_scale else None)
 
         try:
@@ -250,12 +260,17 @@ class GossipConfig:
             raise ValueError(f"step_scale settings: {err}") from None
         return rule(1.0) if self.partner_steps > 0 else measured  # partner steps are the larger step
 
+    @property
+    def period_floor(self) -> int:
+        """The fewest steps per publish: a pinned `gossip_every`, else 1."""
+        return self.gossip_every or 1
+
     def publish_cadence(self) -> "PublishCadence":
-        """A fresh publish cadence with these settings (`gossip_every`, `publish_catch_up`): the one
-        rule both drivers' step-boundary hooks use."""
+        """A fresh publish cadence with these settings (`gossip_every` or `publish_budget`,
+        `publish_catch_up`): the one rule both drivers' step-boundary hooks use."""
         from peer.core.cadence import PublishCadence
 
-        return PublishCadence(self.gossip_every, self.publish_catch_up)
+        return PublishCadence(self.gossip_every, self.publish_catch_up, self.publish_budget)
 
     @property
     def max_period_frame_bytes(self) -> float:

@@ -55,11 +55,14 @@ def codec_for_period(compression: str, period_steps: int, numel: int = 0, max_by
 
 class PeriodCodecs:
     """The node's codec per publish: it measures our period (`PublishPeriod`) and picks the
-    codec for it (`codec_for_period`) when `per_period`, else always the configured one."""
+    codec for it (`codec_for_period`) when `per_period`, else always the configured one.
+    `gossip_every`: the pinned steps per publish, the period's floor (None: the budget sets
+    them, and the floor is one step; `GossipConfig.gossip_every`)."""
 
-    def __init__(self, compression: str, gossip_every: int, per_period: bool, numel: int, max_bytes: float) -> None:
+    def __init__(self, compression: str, gossip_every: int | None, per_period: bool, numel: int,
+                 max_bytes: float) -> None:
         self.compression, self.per_period, self.numel, self.max_bytes = compression, per_period, numel, max_bytes
-        self.period = PublishPeriod(gossip_every)
+        self.period = PublishPeriod(gossip_every or 1)
         """Our steps per publish as measured (partner steps read it too)."""
         self._parsed: dict[str, CodecBase] = {compression: parse_codec(compression)}
 

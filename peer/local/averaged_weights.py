@@ -48,10 +48,10 @@ def restore(average: SwarmAverage, spec: ParamSpec, tensors: dict[str, torch.Ten
 
 class SoloAverage:
     """A step hook for a peer that trains alone: the averaged weights, sampled at the steps a
-    gossiping peer would publish (every `gossip_every`) when the average is due a sample."""
+    gossiping peer would publish (every pinned `gossip_every`, else every step) when the average is due a sample."""
 
     def __init__(self, cfg: GossipConfig, spec: ParamSpec) -> None:
-        self.average, self.every, self.spec = SwarmAverage(cfg), cfg.gossip_every, spec
+        self.average, self.every, self.spec = SwarmAverage(cfg), cfg.period_floor, spec
 
     def __call__(self, trainer: Trainer, stats: StepStats) -> None:
         if stats.step % self.every == 0 and self.average.due(stats.step):

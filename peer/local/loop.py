@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from peer import cadence_gauges
 from peer.local.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError, checkpoint_path, load_newest_good
 from peer.local.guard import PoisonGuard
 from peer.local.config import LoopConfig
@@ -85,8 +86,9 @@ class GossipRates:
     neighbours (copies held), exchanges/s (completed on either side), bytes/s in and out of
     exchange bodies, the median staleness (in steps) of the copies mixed since the last
     line, the consensus distance (RMS distance to the mean of our parameters and the
-    copies we hold; refreshed by the status service, '-' until first computed), and our
-    measured steps per publish, the period the mixing rule counts in ('-' before a publish).
+    copies we hold; refreshed by the status service, '-' until first computed), our
+    measured steps per publish, the period the mixing rule counts in ('-' before a publish),
+    and the cadence's aim and reason (`peer.core.publish_budget.CadenceReading.reason`).
     """
 
     def __init__(self, metrics: Metrics) -> None:
@@ -112,9 +114,9 @@ class GossipRates:
 
     def _period(self) -> str:
         steps = self.metrics.get("publish_period_steps")
-        if not steps:
-            return "-"
-        return "step" if steps == 1 else f"{int(steps)} steps"
+        period = "-" if not steps else "step" if steps == 1 else f"{int(steps)} steps"
+        cadence = cadence_gauges.read(self.metrics)
+        return period if cadence is None else f"{period} ({cadence.reason()})"
 
 
 def _bytes_per_s(rate: float) -> str:

@@ -10,12 +10,14 @@ Thread model (docs/architecture.md):
 
 The CPU time of each job is counted in `worker_cpu_seconds_total{task=...}` (the task is the
 function's name: publish_pending, build_request, handle_request, handle_response, ...), so
-a running peer shows what gossip costs it without a profiler.
+a running peer shows what gossip costs it without a profiler. The jobs of gossip (all but the
+status page's summaries) also add up in `protocol_cpu_s`, which the publish budget reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
@@ -55,18 +57,30 @@ class NodeWorker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-node")
         self.queued_for_others = 0
         """Jobs of `call_for_others` queued or running."""
+        self._protocol_lock = threading.Lock()
+        self._protocol_cpu_s = 0.0
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` on the worker thread (`NOW` among `args`: the clock then); `fn` may touch the node."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, fn, args)
+    async def call(self, fn: Callable[..., T], *args: Any, protocol: bool = True) -> T:
+        """Run `fn(*args)` on the worker thread (`NOW` among `args`: the clock then); `fn` may touch
+        the node. `protocol=False`: work that is not gossip (the status page's), which the
+        publish budget does not count."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, fn, args, protocol)
 
-    def _timed(self, fn: Callable[..., T], args: tuple) -> T:
+    def protocol_cpu_s(self) -> float:
+        """Any thread: the worker's CPU seconds on gossip jobs so far."""
+        with self._protocol_lock:
+            return self._protocol_cpu_s
+
+    def _timed(self, fn: Callable[..., T], args: tuple, protocol: bool) -> T:
         start = time.thread_time()
         try:
             return fn(*(self.clock() if a is NOW else a for a in args))
         finally:
-            self.node.metrics.inc("worker_cpu_seconds_total", time.thread_time() - start,
-                                  task=getattr(fn, "__name__", "other"))
+            spent = time.thread_time() - start
+            self.node.metrics.inc("worker_cpu_seconds_total", spent, task=getattr(fn, "__name__", "other"))
+            if protocol:
+                with self._protocol_lock:
+                    self._protocol_cpu_s += spent
 
     async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:
         """`call`, for work another peer asks of us: WorkerBusy when `limit` such jobs already wait.

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Protocol
 
 from aiohttp import web
 
+from peer import cadence_gauges
 from peer.local.status_history import history_of
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class StatusService:
 
     async def _refresh(self, consensus: bool) -> NodeSummary:
         t0 = time.monotonic()
-        summary = await self.worker.call(summarize_node, self.worker.node, self.metrics, consensus)
+        summary = await self.worker.call(summarize_node, self.worker.node, self.metrics, consensus, protocol=False)
         if consensus:
             self.consensus = summary.consensus_distance
             spent = time.monotonic() - t0
@@ -220,6 +221,7 @@ class StatusService:
             "refusals": dict(sorted(refusals.items())),
             "median_staleness": _median(metrics.recent("mixed_staleness_steps")[-256:]),
             "consensus_distance": _finite(self.consensus),
+            **_cadence(metrics),
         }
 
     def _neighbour_rows(self, summary: NodeSummary | None, our_step: int) -> list[dict[str, Any]]:
@@ -255,6 +257,14 @@ class StatusService:
             self._page = resources.files("peer.net").joinpath("static/status.html").read_bytes()
         return web.Response(body=self._page, content_type="text/html", charset="utf-8",
                             headers={"Cache-Control": "no-store"})
+
+
+def _cadence(metrics: "Metrics") -> dict[str, Any]:
+    """The publish cadence: steps per publish aimed at and why, and as measured (null before known)."""
+    reading = cadence_gauges.read(metrics)
+    period = int(metrics.get("publish_period_steps"))
+    return {"publish_every": reading.every if reading else None, "publish_period": period or None,
+            "publish_reason": reading.reason() if reading else None}
 
 
 def _median(values: list[float]) -> float | None:

@@ -147,7 +147,7 @@ def test_every_arm_averages_by_the_peers_own_rule_and_defaults() -> None:
     from peer.core.gossip_config import GossipConfig
 
     cfg = GossipConfig()
-    assert (vc.AVERAGE_EVERY, vc.AVERAGE_SIGMA_REL) == (cfg.gossip_every, cfg.average_sigma_rel)
+    assert (vc.AVERAGE_EVERY, vc.AVERAGE_SIGMA_REL) == (cfg.period_floor, cfg.average_sigma_rel)
 
 
 def test_iterate_average_samples_every_period_and_scores_its_average() -> None:

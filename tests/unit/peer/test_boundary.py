@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -164,3 +166,35 @@ def test_the_hook_decays_the_multiplier_by_the_trainers_own_step():
     # the first period ends at step 2 (the warm-up's bound, 1.75), the next at step 3: 1 + 2 · 7 / 10
     assert tr.scales[:2] == pytest.approx([1.75, 2.4])
     assert metrics.get("step_scale") == pytest.approx(1.0 + 2.0 * 7 / (7 + 107))
+
+
+def test_under_the_budget_no_copy_is_taken_at_a_step_that_will_not_publish():
+    """The default cadence (a 5% budget) with steps of 10 ms, 0.1 ms of gossip work at each
+    boundary and a worker that spends 0.2 s of CPU on each publish: the publishes thin out to
+    one every 512 steps, and the trainer's parameters are copied at those steps only."""
+    from peer.cadence_gauges import read
+    from peer.protocol_time import ProtocolTime
+
+    now, worker_cpu, metrics, told = [0.0], [0.0], Metrics(), []
+    ticks = iter(range(10**6))
+    pending = PendingPublish()
+    hook = BoundaryHook(Mixer(GossipConfig(swarm="t")), ViewSlot(MixView(torch.zeros(4))), pending,
+                        lambda step, due: told.append((step, due)), metrics, GossipConfig(swarm="t").publish_cadence(),
+                        lambda: now[0], protocol=ProtocolTime(lambda: next(ticks) * 0.00005, lambda: worker_cpu[0]))
+    tr, copied_at = CountingFlat(), []
+    for k in range(1, 6000):
+        now[0] = 0.01 * k
+        tr.step_count = k
+        before = tr.copies
+        hook(tr, StepStats(k, 0.5, 8))
+        if tr.copies > before:
+            copied_at.append(k)
+        if pending.needs_job() and pending.take() is not None:  # the worker publishes the copy
+            worker_cpu[0] += 0.2
+            pending.finished()
+    assert hook.cadence.every == 512
+    assert copied_at == [step for step, due in told if due]
+    assert [b - a for a, b in zip(copied_at, copied_at[1:])][:10] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert metrics.get("publish_every_steps") == 512 and metrics.get("publish_budget") == 0.05
+    reason = read(metrics).reason()
+    assert re.fullmatch(r"budget 5%: protocol 0\.2\d s per publish, step 0\.01 s → every 512 steps", reason)

@@ -25,6 +25,8 @@ from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
 from peer.runtime import GossipPeer
 from peer.net.status import consensus_distance
+from peer import cadence_gauges
+from peer.core.publish_budget import CadenceReading
 from peer.local.status_history import LossHistory, history_of
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from peer.trainer import StepStats
@@ -68,7 +70,8 @@ def test_status_before_the_first_step_is_typed_with_nulls(lone_driver):
     assert s["peer_id"] == lone_driver.node.peer_id and s["swarm"] == "status-test"
     assert s["listen"] == lone_driver.address and isinstance(s["fingerprint"], str)
     assert s["step"] == 0 and type(s["step"]) is int
-    for key in ("loss", "steps_per_s", "audio_seconds_per_s", "median_staleness", "consensus_distance"):
+    for key in ("loss", "steps_per_s", "audio_seconds_per_s", "median_staleness", "consensus_distance",
+                "publish_every", "publish_period", "publish_reason"):  # no step boundary has run
         assert s[key] is None, key
     assert s["loss_history"] == [] and s["neighbours"] == [] and s["refusals"] == {}
     for key in ("bytes_in", "bytes_out", "exchanges", "swarm_size"):
@@ -88,6 +91,19 @@ def test_status_after_steps_has_a_typed_loss_history_and_rates(lone_driver):
     assert s["steps_per_s"] > 0 and s["audio_seconds_per_s"] == pytest.approx(1.5 * s["steps_per_s"], rel=1e-6)
     text = lone_driver.metrics.render()
     assert "gossip_tts_step_seconds_count 3.0" in text and "gossip_tts_audio_seconds_total 4.5" in text
+
+
+def test_status_says_the_publish_cadence_and_its_reason(lone_driver):
+    """What the step boundary records (`peer.cadence_gauges`) is on /v1/status and drawn by the page."""
+    cadence_gauges.record(lone_driver.metrics, CadenceReading(512, 0.05, protocol_s=1.2, step_s=0.05))
+    lone_driver.metrics.set("publish_period_steps", 500)
+    s = _status(lone_driver.address)
+    assert (s["publish_every"], s["publish_period"]) == (512, 500)
+    assert s["publish_reason"] == "budget 5%: protocol 1.2 s per publish, step 0.05 s → every 512 steps"
+    cadence_gauges.record(lone_driver.metrics, CadenceReading(4))
+    assert _status(lone_driver.address)["publish_reason"] == "pinned by --gossip-every"
+    page = _get(f"http://{lone_driver.address}/")[1].decode()
+    assert 'id="publish-every"' in page and "s.publish_reason" in page
 
 
 def test_the_page_is_one_self_contained_html_file(lone_driver):
@@ -215,13 +231,15 @@ def test_progress_line_carries_gossip_figures():
         metrics.observe("mixed_staleness_steps", tau)
     metrics.set("consensus_distance", 0.125)
     metrics.set("publish_period_steps", 12)
+    cadence_gauges.record(metrics, CadenceReading(16, 0.05, protocol_s=1.2, step_s=0.0625))
     t[0] = 5.0
     meter.update(StepStats(2, 1.0, samples=4))
     assert len(lines) == 1  # not yet: 10 s between lines
     t[0] = 11.0
     meter.update(StepStats(3, 1.0, samples=4))
     assert lines[1] == ("step 3 loss 1.0000 samples/s 0.8 audio-s/s 0.0 neighbours 2 exchanges/s 3.00 in 2.5kB/s "
-                        "out 200.0kB/s staleness 2 consensus 0.125 publish every 12 steps")
+                        "out 200.0kB/s staleness 2 consensus 0.125 publish every 12 steps "
+                        "(budget 5%: protocol 1.2 s per publish, step 0.062 s → every 16 steps)")
 
 
 @pytest.fixture

@@ -19,9 +19,11 @@ Each set of runs is made again with every other `--copy-dtypes` precision (the c
 copies) and printed beside the first as ratios. Then it fits CPU seconds per period = a + b·n over the sizes (least squares) and copies held
 = c + d·(neighbours beyond two), and extrapolates: CPU seconds per period and CPU RAM (with and
 without `--offload`, which adds the fp32 masters, AdamW's two moments and a bf16 staging copy:
-14 bytes a parameter) at `800m` and `echo-2.4b`, and the publish cadence a 5% budget of training
-time would pick against an H100 and an RTX 4090 step of those presets (matmul FLOPs at 40% MFU,
-`gossip_tts.model.flops`, batch 16 of 512 frames, 128 text bytes, 256 reference frames).
+14 bytes a parameter) at `800m` and `echo-2.4b`, and, side by side, the steps per publish the
+peer's publish budget (`GossipConfig.publish_budget`, the rule of `peer.core.publish_budget`)
+would pick against an H100 and an RTX 4090 step of those presets (matmul FLOPs at 40% MFU,
+`gossip_tts.model.flops`, batch 16 of 512 frames, 128 text bytes, 256 reference frames), taking
+the extrapolated CPU seconds per period as the protocol's seconds per publish.
 Everything measured is measured on this machine, named on the first line; the extrapolations
 say they are.
 """
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import resource
 import subprocess
 import sys
@@ -49,8 +50,6 @@ PRESETS = {"800m": 811_757_824, "echo-2.4b": 2_381_270_912}
 OFFLOAD_COPIES = 3.5
 """CPU memory `--offload` adds, in fp32 copies: master weights and AdamW's two moments (12 bytes a
 parameter) and the bf16 staging of gradients (2 bytes): gossip_tts/train/offload.py."""
-BUDGET = 0.05
-"""The share of training time the cadence line budgets for the protocol."""
 GPUS = {"H100": 989.0, "RTX 4090": 165.0}
 """Dense bf16 peak TFLOP/s (gossip_tts.train.mfu.PEAK_BF16_TFLOPS)."""
 MFU = 0.4
@@ -189,14 +188,38 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
     for preset, n in PRESETS.items():
         cpu = a + b * n
         ram = peak * 4 * n / 2**30
-        cadence = {gpu: step_seconds(preset, tf) for gpu, tf in GPUS.items()}
-        line = "; ".join(f"{gpu} step {s * 1e3:.0f} ms → publish every {math.ceil(cpu / (BUDGET * s))} steps"
-                         for gpu, s in cadence.items())
         print(f"  {preset} ({n / 1e6:,.0f}M): {cpu:.1f} CPU-s per period; CPU RAM for gossip {ram:.1f} GiB "
-              f"({ram + OFFLOAD_COPIES * 4 * n / 2**30:.1f} GiB with --offload); at a {BUDGET:.0%} budget: {line}")
-        out["presets"][preset] = {"cpu_s": cpu, "ram_gib": ram,
-                                  "ram_offload_gib": ram + OFFLOAD_COPIES * 4 * n / 2**30, "step_s": cadence}
+              f"({ram + OFFLOAD_COPIES * 4 * n / 2**30:.1f} GiB with --offload)")
+        steps = {gpu: step_seconds(preset, tf) for gpu, tf in GPUS.items()}
+        out["presets"][preset] = {"cpu_s": cpu, "ram_gib": ram, "ram_offload_gib": ram + OFFLOAD_COPIES * 4 * n / 2**30,
+                                  "step_s": steps, "publish_every": {gpu: cadence(cpu, s) for gpu, s in steps.items()}}
+    cadence_table(out["presets"])
     return out
+
+
+def cadence(protocol_s: float, step_s: float) -> int:
+    """The steps per publish the peer's budget settles at for these costs."""
+    from peer.core.gossip_config import GossipConfig
+    from peer.core.publish_budget import budget_period
+
+    return budget_period(protocol_s, step_s, GossipConfig.publish_budget)
+
+
+def cadence_table(presets: dict[str, Any]) -> None:
+    """The cadence the budget picks, presets side by side: the protocol's CPU is this machine's,
+    extrapolated; the steps are a GPU's at `MFU`, computed from FLOPs; neither is measured there."""
+    from peer.core.gossip_config import GossipConfig
+
+    names = list(presets)
+    print(f"\nthe protocol's CPU measured on this {describe()}")
+    print(f"| publish cadence at a {GossipConfig.publish_budget:.0%} budget, extrapolated (not measured): "
+          f"protocol CPU of this machine, a GPU step at {MFU:.0%} MFU | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    print("| protocol CPU-s per publish | " + " | ".join(f"{presets[p]['cpu_s']:.1f}" for p in names) + " |")
+    for gpu in GPUS:
+        print(f"| {gpu}: step | " + " | ".join(f"{presets[p]['step_s'][gpu] * 1e3:,.0f} ms" for p in names) + " |")
+        print(f"| {gpu}: publish every | "
+              + " | ".join(f"{presets[p]['publish_every'][gpu]:,} steps" for p in names) + " |")
 
 
 def beside(rows: list[dict[str, Any]], others: list[dict[str, Any]], name: str, other: str) -> None:

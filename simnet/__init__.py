@@ -11,9 +11,26 @@ baselines (all-reduce, DiLoCo) run over the same speed model and links.
     summary = run(load_scenario("stragglers", seed=0, out_dir="out/"))
 """
 
-from simnet.runs.config import RunSpec, SimConfig, WorldConfig
-from simnet.runs.scenario import builtin_scenarios, load_scenario
-from simnet.runs.sim import run
-from simnet.world.models import register_model
+from __future__ import annotations
 
-__all__ = ["RunSpec", "SimConfig", "WorldConfig", "builtin_scenarios", "load_scenario", "register_model", "run"]
+from typing import TYPE_CHECKING
+
+from protocol.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from simnet.runs.config import RunSpec, SimConfig, WorldConfig
+    from simnet.runs.scenario import builtin_scenarios, load_scenario
+    from simnet.runs.sim import run
+    from simnet.world.models import register_model
+
+_HOME = {
+    **dict.fromkeys(("RunSpec", "SimConfig", "WorldConfig"), "simnet.runs.config"),
+    **dict.fromkeys(("builtin_scenarios", "load_scenario"), "simnet.runs.scenario"),
+    "run": "simnet.runs.sim", "register_model": "simnet.world.models",
+}
+"""Each public name and the module that defines it, imported when first asked for: the
+`gossip-tts simnet --help` reads `simnet.runs.cli_app`'s defaults without importing torch."""
+
+__all__ = list(_HOME)
+
+__getattr__ = lazy_names(__name__, _HOME)

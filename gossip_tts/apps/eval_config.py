@@ -1,10 +1,12 @@
 """`EvalConfig`, the settings of `gossip-tts eval`, in a module that imports no torch, so that
-`eval --help` reads its defaults from here (`gossip_tts.cli.options.FieldOption`)."""
+`eval --help` reads its defaults from here (`gossip_tts.cli.options`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gossip_tts.train.weights import check_weights
 
 
 @dataclass
@@ -16,11 +18,9 @@ class EvalConfig:
     max_samples: int = 256
     """Evaluate on at most this many clips (the first ones, in file order)."""
     weights: str = "average"
-    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.load)."""
+    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.weights)."""
 
     def __post_init__(self) -> None:
-        from gossip_tts.train.load import check_weights  # here, not at the top: it imports torch
-
         self.checkpoint = Path(self.checkpoint)
         if not self.sources:
             raise ValueError("eval needs at least one --data source")

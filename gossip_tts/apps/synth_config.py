@@ -1,11 +1,13 @@
 """`SynthConfig`, the settings of `gossip-tts synthesize`, in a module that imports no torch, so
-that `synthesize --help` reads its defaults from here (`gossip_tts.cli.options.FieldOption`)."""
+that `synthesize --help` reads its defaults from here (`gossip_tts.cli.options`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from gossip_tts.train.weights import check_weights
 
 if TYPE_CHECKING:
     from gossip_tts.model import GuidanceConfig
@@ -31,11 +33,9 @@ class SynthConfig:
     device: str = "cpu"
     codec_weights: str | None = None
     weights: str = "average"
-    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.load)."""
+    """"average" (the peer's averaged weights, where the checkpoint has them) or "live" (gossip_tts.train.weights)."""
 
     def __post_init__(self) -> None:
-        from gossip_tts.train.load import check_weights  # here, not at the top: it imports torch
-
         self.checkpoint, self.out = Path(self.checkpoint), Path(self.out)
         if not self.text.strip():
             raise ValueError("--text is empty")
@@ -55,6 +55,6 @@ class SynthConfig:
         from gossip_tts.model import GuidanceConfig
 
         if self.guidance == "nested":
-            return GuidanceConfig.nested(self.cfg_text, self.cfg_speaker, self.steps)
+            return replace(GuidanceConfig.nested(self.cfg_text, self.cfg_speaker, self.steps), truncation=self.truncation)
         return GuidanceConfig(mode=self.guidance, cfg_text=self.cfg_text, cfg_speaker=self.cfg_speaker, steps=self.steps,
                               truncation=self.truncation)

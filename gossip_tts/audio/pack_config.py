@@ -1,5 +1,5 @@
 """`PackConfig`, the settings of `gossip-tts pack`, in a module that imports no torch, so that
-`pack --help` reads its defaults from here (`gossip_tts.cli.options.FieldOption`)."""
+`pack --help` reads its defaults from here (`gossip_tts.cli.options`)."""
 
 from __future__ import annotations
 

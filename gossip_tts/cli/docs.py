@@ -13,8 +13,8 @@ import inspect
 import click
 
 from gossip_tts.cli import settings
-from gossip_tts.cli.options import FieldOption, SettingOption, default_text
 from gossip_tts.cli.config_values import settable
+from gossip_tts.cli.options import ConfigOption, shown
 
 
 def _cell(text: str) -> str:
@@ -22,16 +22,9 @@ def _cell(text: str) -> str:
 
 
 def _option_default(param: click.Parameter) -> str:
-    if isinstance(param, (SettingOption, FieldOption)):
-        return param.default_shown()
     if param.required:
         return "required"
-    if isinstance(param, click.Option) and (param.is_flag and not param.secondary_opts):
-        return ""
-    default = param.default
-    if default is None or isinstance(default, (tuple, list)) or callable(default) or type(default).__name__ == "Sentinel":
-        return ""
-    return str(default)
+    return param.default_shown() if isinstance(param, ConfigOption) else ""
 
 
 def _flag(param: click.Parameter) -> str:
@@ -53,14 +46,15 @@ def command_section(name: str, command: click.Command) -> list[str]:
     if arguments:
         lines += ["Arguments: " + ", ".join(f"`{p.human_readable_name}`" for p in arguments), ""]
     options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
-    with_settings = any(isinstance(p, SettingOption) for p in options)
+    with_settings = any(isinstance(p, ConfigOption) and p.config == settings.APP_CONFIG for p in options)
     head = "| flag | default | setting | meaning |" if with_settings else "| flag | default | meaning |"
     lines += [head, "|---|---|---|---|" if with_settings else "|---|---|---|"]
     for p in options:
         default = _option_default(p)
         cells = [_flag(p), default if default == "required" else f"`{_cell(default)}`" if default else ""]
         if with_settings:
-            cells.append(f"`[{p.key[0]}] {p.key[1]}`" if isinstance(p, SettingOption) else "")
+            key = settings.key_of(p.field) if isinstance(p, ConfigOption) and p.field else None
+            cells.append(f"`[{key[0]}] {key[1]}`" if key else "")
         cells.append(_cell(p.help or ""))
         lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
@@ -76,9 +70,9 @@ def settings_section() -> list[str]:
     for section, _ in settings.sections():
         lines += [f"### [{section}]", "", "| field | default | env var |", "|---|---|---|"]
         for field, tp in settings.section_fields(section).items():
-            shown = default_text((section, field), ["on"])
+            default = shown(settings.default_of((section, field)), switch=True)
             env = f"`{settings.ENV_PREFIX}{section.upper()}_{field.upper()}`" if settable(tp) else "(not settable: code only)"
-            lines.append(f"| `{field}` | {f'`{_cell(shown)}`' if shown else ''} | {env} |")
+            lines.append(f"| `{field}` | {f'`{_cell(default)}`' if default else ''} | {env} |")
         lines.append("")
     return lines
 

@@ -10,13 +10,23 @@ import click
 
 from gossip_tts.audio.registry import codec_names
 from gossip_tts.cli.errors import OneLineGroup, SettingError, fail_cleanly as _fail_cleanly
-from gossip_tts.cli.options import field_option, given
+from gossip_tts.cli.options import Flags, given
 from gossip_tts.cli.peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
+from gossip_tts.train.weights import WEIGHTS
 
-PACK, SYNTH, EVAL = ("gossip_tts.audio.pack_config:PackConfig", "gossip_tts.apps.synth_config:SynthConfig",
-                     "gossip_tts.apps.eval_config:EvalConfig")
-"""The configs of pack, synthesize and eval, whose defaults their flags show (modules without torch)."""
+PACK = Flags("gossip_tts.audio.pack_config:PackConfig")
+SYNTH = Flags("gossip_tts.apps.synth_config:SynthConfig")
+EVAL = Flags("gossip_tts.apps.eval_config:EvalConfig")
+IMPORT = Flags("gossip_tts.apps.echo_import:ImportConfig")
+JUDGE = Flags("gossip_tts.judge.app:JudgeConfig")
+SIMNET = Flags("simnet.runs.cli_app:SimnetAppConfig")
+STATUS = Flags("gossip_tts.cli.status:StatusConfig")
+COMMAND = Flags(None)
+"""The flags of each command, bound to its config (a module that imports no torch where its
+command's `--help` must answer at once); COMMAND's are flags of a command without a config."""
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_FOLDER = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,34 +50,31 @@ def peer(ctx: click.Context, config_file, print_config, quiet, log_json, overwri
 
 
 @main.command()
-@click.argument("src_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("src_dir", type=_FOLDER)
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@field_option("--codec", config=PACK, type=click.Choice(codec_names()))
-@field_option("--codec-weights", config=PACK, type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
-@field_option("--shard-size", config=PACK, type=int, help="Samples per tar.")
-@field_option("--speaker", config=PACK, help="Speaker name (default: the folder name).")
-@field_option("--device", config=PACK, type=click.Choice(DEVICE_CHOICES))
-@click.option("--overwrite", is_flag=True, help="Replace shards of the same name already in OUT_DIR.")
-def pack(src_dir, out_dir, codec, codec_weights, shard_size, speaker, device, overwrite) -> None:
+@PACK.option("--codec", type=click.Choice(codec_names()))
+@PACK.option("--codec-weights", type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
+@PACK.option("--shard-size", type=int, help="Samples per tar.")
+@PACK.option("--speaker", help="Speaker name (default: the folder name).")
+@PACK.option("--device", type=click.Choice(DEVICE_CHOICES))
+@PACK.option("--overwrite", is_flag=True, help="Replace shards of the same name already in OUT_DIR.")
+@click.pass_context
+def pack(ctx: click.Context, src_dir: Path, out_dir: Path, **_flags: Any) -> None:
     """Turn an LJSpeech-style folder (wavs/ + metadata.csv) into latent tars."""
     from gossip_tts.audio.pack import PackConfig, run
 
-    cfg = _fail_cleanly(
-        PackConfig, src_dir=src_dir, out_dir=out_dir, overwrite=overwrite,
-        **given(codec=codec, codec_weights=codec_weights, shard_size=shard_size, speaker=speaker, device=device),
-    )
-    _fail_cleanly(run, cfg)
+    _fail_cleanly(run, _fail_cleanly(PackConfig, src_dir=src_dir, out_dir=out_dir, **given(ctx)))
 
 
 @main.command()
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--sign", "key_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Also write swarm-manifest.signed.json, signed by this key file (gossip-tts keygen); peers take "
-                   "--data swarm-key:PUBKEY and follow the newest version this key signs.")
-@click.option("--version", "version", type=int, default=None,
-              help="With --sign: the version peers rank it by (default: the Unix time, or one more than the signed "
-                   "manifest already in DIRECTORY).")
-def manifest(directory, key_file, version) -> None:
+@click.argument("directory", type=_FOLDER)
+@COMMAND.option("--sign", "key_file", field=None, type=_FILE,
+                help="Also write swarm-manifest.signed.json, signed by this key file (gossip-tts keygen); peers take "
+                     "--data swarm-key:PUBKEY and follow the newest version this key signs.")
+@COMMAND.option("--version", "version", field=None, type=int,
+                help="With --sign: the version peers rank it by (default: the Unix time, or one more than the signed "
+                     "manifest already in DIRECTORY).")
+def manifest(directory: Path, key_file: Path | None, version: int | None) -> None:
     """(Re)write DIRECTORY/swarm-manifest.json for the latent tars in it and print its swarm id,
     which peers take as --data swarm:HASH to fetch the tars from each other (with --sign, also
     the signed manifest and the key's swarm-key:PUBKEY)."""
@@ -91,84 +98,82 @@ def manifest(directory, key_file, version) -> None:
         click.echo(written.swarm_id)
 
 
-def weights_option(config: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """synthesize's and eval's choice (gossip_tts.train.load.WEIGHTS; not imported here: it pulls in torch)."""
-    return field_option("--weights", config=config, type=click.Choice(["average", "live"]),
+def weights_option(flags: Flags) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """synthesize's and eval's choice of weights (`gossip_tts.train.weights.WEIGHTS`)."""
+    return flags.option("--weights", type=click.Choice(WEIGHTS),
                         help="The peer's averaged weights (where the checkpoint has them) or the live ones.")
 
 
 @main.command()
-@click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--text", required=True)
-@click.option("--reference", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Voice to imitate (wav).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@field_option("--seconds", config=SYNTH, type=float, help="Output length (default: estimated from the text).")
-@field_option("--steps", config=SYNTH, type=int)
-@field_option("--cfg-text", config=SYNTH, type=float, help="Text guidance scale.")
-@field_option("--cfg-speaker", config=SYNTH, type=float, help="Speaker guidance scale.")
-@field_option("--seed", config=SYNTH, type=int)
-@field_option("--device", config=SYNTH, type=click.Choice(DEVICE_CHOICES))
-@field_option("--codec-weights", config=SYNTH, type=click.Path(exists=True))
-@field_option("--guidance", config=SYNTH, type=click.Choice(["independent", "nested"]))
+@SYNTH.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
+@SYNTH.option("--text", required=True)
+@SYNTH.option("--reference", type=_FILE, help="Voice to imitate (wav).")
+@SYNTH.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@SYNTH.option("--seconds", type=float, help="Output length (default: estimated from the text).")
+@SYNTH.option("--steps", type=int)
+@SYNTH.option("--cfg-text", type=float, help="Text guidance scale.")
+@SYNTH.option("--cfg-speaker", type=float, help="Speaker guidance scale.")
+@SYNTH.option("--truncation", type=float, help="Scale of the start noise (Echo's 0.8 gives flatter, safer output; default: 1).")
+@SYNTH.option("--seed", type=int)
+@SYNTH.option("--device", type=click.Choice(DEVICE_CHOICES))
+@SYNTH.option("--codec-weights", type=click.Path(exists=True))
+@SYNTH.option("--guidance", type=click.Choice(["independent", "nested"]))
 @weights_option(SYNTH)
-def synthesize(checkpoint, text, reference, out, seconds, steps, cfg_text, cfg_speaker, seed, device, codec_weights, guidance,
-               weights) -> None:
+@click.pass_context
+def synthesize(ctx: click.Context, **_flags: Any) -> None:
     """Speak TEXT with a trained checkpoint and write a wav."""
     from gossip_tts.apps.synth_app import SynthConfig, run
 
-    cfg = _fail_cleanly(
-        SynthConfig, checkpoint=checkpoint, text=text, out=out, reference=reference,
-        **given(seconds=seconds, steps=steps, cfg_text=cfg_text, cfg_speaker=cfg_speaker, seed=seed, device=device,
-                codec_weights=codec_weights, guidance=guidance, weights=weights),
-    )
-    _fail_cleanly(run, cfg)
+    _fail_cleanly(run, _fail_cleanly(SynthConfig, **given(ctx)))
 
 
 @main.command("import-echo")
-@click.argument("src", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder to write.")
-def import_echo(src, out) -> None:
+@click.argument("src", type=_FILE)
+@IMPORT.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder to write.")
+@click.pass_context
+def import_echo(ctx: click.Context, src: Path, **_flags: Any) -> None:
     """Convert Echo TTS's weights (SRC, safetensors) into a checkpoint for --init-from and synthesize."""
     from gossip_tts.apps.echo_import import ImportConfig, run
 
-    _fail_cleanly(run, _fail_cleanly(ImportConfig, src=src, out=out))
+    _fail_cleanly(run, _fail_cleanly(ImportConfig, src=src, **given(ctx)))
 
 
 @main.command("eval")
-@click.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--data", "data", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
-@field_option("--device", config=EVAL, type=click.Choice(DEVICE_CHOICES))
-@field_option("--max-samples", config=EVAL, type=int)
+@EVAL.option("--checkpoint", required=True, type=click.Path(exists=True, path_type=Path))
+@EVAL.option("--data", field="sources", multiple=True, required=True, help="Folder of latent tars or URL (repeatable).")
+@EVAL.option("--device", type=click.Choice(DEVICE_CHOICES))
+@EVAL.option("--max-samples", type=int)
 @weights_option(EVAL)
-def eval_cmd(checkpoint, data, device, max_samples, weights) -> None:
+@click.pass_context
+def eval_cmd(ctx: click.Context, **_flags: Any) -> None:
     """Print the deterministic flow-matching loss of CHECKPOINT on some tars (last line: eval_loss=...)."""
     from gossip_tts.apps.eval_app import EvalConfig, run
 
-    cfg = _fail_cleanly(EvalConfig, checkpoint=checkpoint, sources=list(data),
-                        **given(device=device, max_samples=max_samples, weights=weights))
-    _fail_cleanly(run, cfg)
+    values = given(ctx)
+    _fail_cleanly(run, _fail_cleanly(EvalConfig, **{**values, "sources": list(values["sources"])}))
 
 
 @main.command()
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--reference", "references", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.argument("folder", type=_FOLDER)
+@JUDGE.option("--reference", field="references", multiple=True, type=_FILE,
               help="A clip of the target voice (repeatable); speaker similarity is the cosine to their mean embedding.")
-@click.option("--real", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+@JUDGE.option("--real", type=_FOLDER,
               help="LJSpeech-style folder of the real recordings of the same ids: adds the real and codec controls.")
-@click.option("--codec", type=click.Choice(codec_names()), default="mel", show_default=True,
-              help="Codec of the round-trip control.")
-@click.option("--codec-weights", type=click.Path(exists=True), default=None, help="DAC weights file, or echo weights folder.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Plot file (default: FOLDER/judge.png).")
-@click.option("--no-plot", is_flag=True, help="Skip the plot.")
-def judge(folder, references, real, codec, codec_weights, plot, no_plot) -> None:
+@JUDGE.option("--codec", type=click.Choice(codec_names()), help="Codec of the round-trip control.")
+@JUDGE.option("--codec-weights", type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
+@JUDGE.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Plot file (default: FOLDER/judge.png).")
+@JUDGE.option("--no-plot", field=None, is_flag=True, help="Skip the plot.")
+@click.pass_context
+def judge(ctx: click.Context, folder: Path, no_plot: bool | None, **_flags: Any) -> None:
     """Word and character error rates, speaker similarity and DNSMOS of an LJSpeech-style FOLDER of
     clips, beside controls (real recordings, their codec round trip, noise); last line judge: {json}.
     Needs the [judge] extra (its packages and their licences: docs/judge.md)."""
     from gossip_tts.judge import JudgeConfig, run
 
-    cfg = _fail_cleanly(JudgeConfig, folder=folder, references=list(references), real=real, codec=codec,
-                        codec_weights=codec_weights, plot=plot, plot_enabled=not no_plot)
-    _fail_cleanly(run, cfg)
+    values = {**given(ctx), **({"plot_enabled": False} if no_plot else {})}
+    if "references" in values:
+        values["references"] = list(values["references"])
+    _fail_cleanly(run, _fail_cleanly(JudgeConfig, folder=folder, **values))
 
 
 def _builtin_scenarios() -> str:
@@ -182,26 +187,26 @@ def _builtin_scenarios() -> str:
 
 
 @main.command()
-@click.option("--scenario", default="stragglers", show_default=True, help=f"Built-in name ({_builtin_scenarios()}) or a TOML file.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Folder for metrics.jsonl, summary.json and plots.")
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-@click.option("--max-real-seconds", type=float, default=None, help="Cut each run short after this much real time.")
-def simnet(scenario, seed, out, no_plots, max_real_seconds) -> None:
+@SIMNET.option("--scenario", help=f"Built-in name ({_builtin_scenarios()}) or a TOML file.")
+@SIMNET.option("--seed", type=int)
+@SIMNET.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Folder for metrics.jsonl, summary.json and plots.")
+@SIMNET.option("--plots/--no-plots", help="Draw the PNG plots.")
+@SIMNET.option("--max-real-seconds", field="max_real_s", type=float, help="Cut each run short after this much real time.")
+@click.pass_context
+def simnet(ctx: click.Context, **_flags: Any) -> None:
     """Simulate a swarm of real peers over simulated links (deterministic from --seed)."""
     import gossip_tts.apps.simnet_models  # noqa: F401  (registers the tts-tiny model)
     from simnet.runs.cli_app import SimnetAppConfig, run
 
-    cfg = _fail_cleanly(SimnetAppConfig, scenario=scenario, seed=seed, out=out, plots=not no_plots,
-                        max_real_s=max_real_seconds)
-    summary = _fail_cleanly(run, cfg)
+    summary = _fail_cleanly(run, _fail_cleanly(SimnetAppConfig, **given(ctx)))
     if summary.get("interrupted"):
         sys.exit(130)
 
 
 @main.command()
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Key file to write (mode 0600).")
-def keygen(out) -> None:
+@COMMAND.option("--out", field=None, required=True, type=click.Path(dir_okay=False, path_type=Path),
+                help="Key file to write (mode 0600).")
+def keygen(out: Path) -> None:
     """Make an Ed25519 identity; its public key is the peer id."""
     from gossip_tts.cli.keygen import write_key_file
 
@@ -212,20 +217,22 @@ def keygen(out) -> None:
 
 @main.command()
 @click.argument("address", metavar="HOST:PORT")
-@click.option("--timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for the peer.")
-@click.option("--json", "as_json", is_flag=True, help="Print the peer's /v1/status JSON as it came.")
-def status(address, timeout, as_json) -> None:
+@STATUS.option("--timeout", field="timeout_s", type=float, help="Seconds to wait for the peer.")
+@STATUS.option("--json", field="as_json", is_flag=True, help="Print the peer's /v1/status JSON as it came.")
+@click.pass_context
+def status(ctx: click.Context, address: str, **_flags: Any) -> None:
     """Show a running peer's status (what its page at http://HOST:PORT/ shows): step, loss,
     rates, loss curve, neighbours, bytes, refusals."""
     import json
 
-    from gossip_tts.cli.status import StatusError, fetch_status, render
+    from gossip_tts.cli.status import StatusConfig, StatusError, fetch_status, render
 
+    cfg = _fail_cleanly(StatusConfig, address=address, **given(ctx))
     try:
-        data = fetch_status(address, timeout_s=timeout)
+        data = fetch_status(cfg.address, timeout_s=cfg.timeout_s)
     except StatusError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(data, indent=2) if as_json else render(data))
+    click.echo(json.dumps(data, indent=2) if cfg.as_json else render(data))
 
 
 if __name__ == "__main__":

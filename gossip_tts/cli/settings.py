@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gossip_tts.cli.config_values import ValueProblem, coerce, render_toml
+from gossip_tts.cli.options import field_default
 
 try:
     import tomllib
@@ -72,19 +73,15 @@ def section_fields(name: str) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init and not dataclasses.is_dataclass(hints[f.name])}
 
 
+def key_of(path: str) -> Key:
+    """The (section, field) of a flag's `field`: "train.batch_size", or "solo" of the app's own."""
+    section, _, field = path.rpartition(".")
+    return (section or APP_SECTION, field)
+
+
 def default_of(key: Key) -> Any:
     """The dataclass default of one field (what `--help` shows)."""
     return field_default(section_class(key[0]), key[1])
-
-
-def field_default(cls: type, name: str) -> Any:
-    """The default of field `name` of dataclass `cls` (None where it has none)."""
-    field = {f.name: f for f in dataclasses.fields(cls)}[name]
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return None
 
 
 def _typed(key: Key, raw: Any, source: str) -> Setting:

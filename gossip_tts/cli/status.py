@@ -12,6 +12,7 @@ import math
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from gossip_tts.cli.terminal_text import printable
@@ -26,7 +27,23 @@ class StatusError(Exception):
     """The peer could not be read; the text says why."""
 
 
-def fetch_status(address: str, timeout_s: float = 5.0, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StatusConfig:
+    """What `gossip-tts status` asks a peer, and how it prints the answer."""
+
+    address: str
+    """HOST:PORT (or an http(s) URL) of the peer."""
+    timeout_s: float = 5.0
+    """Seconds to wait for the peer's whole answer."""
+    as_json: bool = False
+    """Print the peer's /v1/status JSON as it came instead of the rendered page."""
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+
+
+def fetch_status(address: str, timeout_s: float, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """GET http://ADDRESS/v1/status: at most `max_bytes`, all of it within `timeout_s`.
 
     The deadline covers the whole body, not each read: a server that drips a byte at a

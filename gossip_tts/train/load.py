@@ -9,17 +9,8 @@ import torch
 
 from gossip_tts.model import EchoDiT, ModelConfig
 from gossip_tts.train.trainer import MODEL_PREFIX
+from gossip_tts.train.weights import check_weights
 from peer.local.checkpoint import AVERAGE_PREFIX, CheckpointError, load_checkpoint
-
-WEIGHTS = ("average", "live")
-"""Which weights to load: the peer's averaged ones (peer.core.average; the live ones where a
-checkpoint has none, such as one written without gossip) or the live parameters as they trained."""
-
-
-def check_weights(weights: str) -> None:
-    """Refuse a `--weights` value that is not one of WEIGHTS."""
-    if weights not in WEIGHTS:
-        raise ValueError(f"--weights must be one of {WEIGHTS}, got {weights!r}")
 
 
 def load_model(path: str | Path, device: torch.device, weights: str = "average") -> tuple[EchoDiT, dict[str, Any]]:

@@ -9,9 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simnet.runs.scenario import load_scenario
-from simnet.runs.sim import run as run_scenario
-
 
 @dataclass
 class SimnetAppConfig:
@@ -39,6 +36,9 @@ class SimnetAppConfig:
 
 def run(cfg: SimnetAppConfig) -> dict:
     """Simulate the scenario; prints the table and the `summary:` line, returns the summary dict."""
+    from simnet.runs.scenario import load_scenario  # here, not at the top: it imports torch, and
+    from simnet.runs.sim import run as run_scenario  # `simnet --help` reads this module's defaults
+
     sim_cfg = load_scenario(
         cfg.scenario, seed=cfg.seed, out_dir=cfg.out, plots=cfg.plots, max_real_s=cfg.max_real_s,
         progress_every_s=cfg.progress_every_s,

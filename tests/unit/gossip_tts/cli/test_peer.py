@@ -8,10 +8,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gossip_tts.cli import logs
-from gossip_tts.cli import settings
+from gossip_tts.cli import logs, settings
 from gossip_tts.cli.main import main, peer
-from gossip_tts.cli.options import SettingOption
+from gossip_tts.cli.options import config_options
 from gossip_tts.cli.preflight import DirectoryLock
 from peer.local.checkpoint import save_checkpoint
 
@@ -34,9 +33,11 @@ def test_every_section_and_flag_names_a_real_config_field():
     for name, _ in settings.sections():
         assert dataclasses.is_dataclass(settings.section_class(name)), name
         assert name == settings.APP_SECTION or name in app_fields, f"the app config has no field {name!r}"
-    for param in peer.params:
-        if isinstance(param, SettingOption):
-            assert param.key[1] in settings.section_fields(param.key[0]), f"{param.opts[0]} -> {param.key}"
+    options = config_options(peer)
+    assert len(options) > 30
+    for param in options:
+        section, field = settings.key_of(str(param.field))
+        assert field in settings.section_fields(section), f"{param.opts[0]} -> {param.field}"
 
 
 def test_print_config_resolves_flag_over_env_over_file_and_reads_back(tmp_path):
@@ -60,7 +61,7 @@ def test_print_config_resolves_flag_over_env_over_file_and_reads_back(tmp_path):
 @pytest.mark.parametrize("args, env, message", [
     (["--batch-size", "0"], {}, "--batch-size must be > 0, got 0"),
     (["--listen", "nonsense"], {}, "--listen: peer address 'nonsense' is not 'HOST:PORT'"),
-    ([], {"GOSSIP_TTS_GOSSIP_GOSSIP_EVERY": "0"}, "GOSSIP_TTS_GOSSIP_GOSSIP_EVERY must be >= 1, got 0"),
+    ([], {"GOSSIP_TTS_GOSSIP_GOSSIP_EVERY": "0"}, "GOSSIP_TTS_GOSSIP_GOSSIP_EVERY must be >= 1, or unset to let [gossip] publish_budget set it; got 0"),
     ([], {"GOSSIP_TTS_NET_LISTN": "x"}, "GOSSIP_TTS_NET_LISTN: unknown setting 'listn' in [net]"),
     (["--checkpoint-dir", "none", "--resume"], {}, "--resume needs a checkpoint directory"),
 ])

@@ -59,7 +59,7 @@ def test_an_average_of_something_that_is_not_a_parameter_is_refused(tmp_path) ->
 
 def test_the_cli_offers_exactly_the_weights_load_model_knows() -> None:
     from gossip_tts.cli.main import main
-    from gossip_tts.train.load import WEIGHTS
+    from gossip_tts.train.weights import WEIGHTS
 
     for command in ("synthesize", "eval"):
         (option,) = [p for p in main.commands[command].params if p.name == "weights"]

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from gossip_tts.model.guidance import GuidanceConfig
 from gossip_tts.train.weights import check_weights
-
-if TYPE_CHECKING:
-    from gossip_tts.model import GuidanceConfig
 
 
 @dataclass
@@ -22,12 +19,13 @@ class SynthConfig:
     """A wav of the voice to speak in; without one the speaker condition is dropped."""
     seconds: float | None = None
     """Length of the output; default: estimated from the text at the training data's pace."""
-    steps: int = 32
-    cfg_text: float = 3.0
-    cfg_speaker: float = 3.0
-    guidance: str = "independent"
+    steps: int = GuidanceConfig.steps
+    """The sampler's settings default to the sampler's own (`GuidanceConfig`), named there once."""
+    cfg_text: float = GuidanceConfig.cfg_text
+    cfg_speaker: float = GuidanceConfig.cfg_speaker
+    guidance: str = GuidanceConfig.mode
     """"independent" (Echo's single-drop branches, guided for t in [0.5, 1]) or "nested" (all steps)."""
-    truncation: float | None = None
+    truncation: float | None = GuidanceConfig.truncation
     """Scale of the start noise (Echo's 0.8 gives flatter, safer output); None: 1."""
     seed: int = 0
     device: str = "cpu"
@@ -52,8 +50,6 @@ class SynthConfig:
 
     @property
     def sampler(self) -> GuidanceConfig:
-        from gossip_tts.model import GuidanceConfig
-
         if self.guidance == "nested":
             return replace(GuidanceConfig.nested(self.cfg_text, self.cfg_speaker, self.steps), truncation=self.truncation)
         return GuidanceConfig(mode=self.guidance, cfg_text=self.cfg_text, cfg_speaker=self.cfg_speaker, steps=self.steps,

@@ -13,6 +13,7 @@ from gossip_tts.cli.errors import OneLineGroup, SettingError, fail_cleanly as _f
 from gossip_tts.cli.options import Flags, given
 from gossip_tts.cli.peer import peer_options, run_peer
 from gossip_tts.device import DEVICE_CHOICES  # plain strings: importing this costs no torch
+from gossip_tts.model.guidance import GUIDANCE_MODES
 from gossip_tts.train.weights import WEIGHTS
 
 PACK = Flags("gossip_tts.audio.pack_config:PackConfig")
@@ -117,7 +118,7 @@ def weights_option(flags: Flags) -> Callable[[Callable[..., Any]], Callable[...,
 @SYNTH.option("--seed", type=int)
 @SYNTH.option("--device", type=click.Choice(DEVICE_CHOICES))
 @SYNTH.option("--codec-weights", type=click.Path(exists=True))
-@SYNTH.option("--guidance", type=click.Choice(["independent", "nested"]))
+@SYNTH.option("--guidance", type=click.Choice(GUIDANCE_MODES))
 @weights_option(SYNTH)
 @click.pass_context
 def synthesize(ctx: click.Context, **_flags: Any) -> None:

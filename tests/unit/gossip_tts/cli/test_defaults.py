@@ -95,3 +95,16 @@ def test_simnet_plots_switch_reaches_the_config(monkeypatch) -> None:
     assert CliRunner().invoke(main, ["simnet", "--no-plots", "--seed", "3"]).exit_code == 0
     assert CliRunner().invoke(main, ["simnet"]).exit_code == 0
     assert [(c.plots, c.seed, c.scenario) for c in built] == [(False, 3, "stragglers"), (True, 0, "stragglers")]
+
+
+def test_the_named_choices_are_the_registries() -> None:
+    """Codec, guidance and weights names come from the tables the code runs by, never a list here."""
+    from gossip_tts.audio.registry import codec_names
+    from gossip_tts.model.guidance import GUIDANCE_MODES
+    from gossip_tts.train.weights import WEIGHTS
+
+    choices = {(name, p.name): tuple(p.type.choices) for name in COMMANDS for p in main.commands[name].params
+               if isinstance(p, click.Option) and isinstance(p.type, click.Choice)}
+    assert choices[("synthesize", "guidance")] == GUIDANCE_MODES
+    assert choices[("synthesize", "weights")] == choices[("eval", "weights")] == WEIGHTS
+    assert choices[("pack", "codec")] == choices[("judge", "codec")] == tuple(codec_names())

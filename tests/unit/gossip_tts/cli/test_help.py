@@ -64,7 +64,8 @@ print("torch" in sys.modules)
 """
 CLI_MODULES = sorted(f"gossip_tts.cli.{p.stem}" for p in (REPO / "gossip_tts" / "cli").glob("*.py") if p.stem != "__init__")
 CONFIGS = ["gossip_tts.apps.peer_config", "gossip_tts.apps.synth_config", "gossip_tts.apps.eval_config",
-           "gossip_tts.audio.pack_config", "gossip_tts.cli.status", "simnet.runs.cli_app", "gossip_tts.train.weights"]
+           "gossip_tts.audio.pack_config", "gossip_tts.cli.status", "simnet.runs.cli_app", "gossip_tts.train.weights",
+           "gossip_tts.model.guidance"]
 """The configs whose defaults `--help` reads, and the names its choices come from."""
 
 

@@ -1,6 +1,6 @@
 """Package names imported when first asked for (PEP 562): a package lists where each public name
 lives, and `import package` loads none of those modules, so a command's `--help` reads a table
-without importing torch. `protocol`, `peer.core` and `gossip_tts.audio` export their names so."""
+without importing torch. `protocol`, `peer.core`, `gossip_tts.audio` and `simnet` export their names so."""
 
 from __future__ import annotations
 

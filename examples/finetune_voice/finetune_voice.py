@@ -30,16 +30,30 @@ import sys
 import time
 from pathlib import Path
 
-from gossip_tts.judge.held_out import HeldOutConfig, judge_checkpoints
-from stage_progress import Estimator, follow, minutes, plan_stages
+from gossip_tts.cache_root import cache_root
+from gossip_tts.judge.held_out import CONTROLS, HeldOutConfig, controls_heard_before, judge_checkpoints
+from gossip_tts.judge.packaged_ears import packaged_identity
+from stage_progress import Estimator, follow, minutes, plan_stages, read_last_pace, save_pace
 
-JUDGE_CONTROLS = 3
-"""The judge's control sets beside the models: the real recordings, their codec round trip, noise."""
+HEARD_BEFORE = "judge-heard.json"
+"""The judge's answers on the controls, kept beside the built-in corpus so that a second run hears only the models."""
+
+LAST_PACE = "finetune-voice-pace.json"
+"""This machine's pace in its last run, beside them: the next run's opening estimate starts from it."""
 
 
 def judge_installed() -> bool:
     """Whether the [judge] extra's listeners are importable, so the estimate counts the judge only when it runs."""
     return all(importlib.util.find_spec(name) for name in ("pocketsphinx", "resemblyzer", "speechmos"))
+
+
+def judge_work(cfg: HeldOutConfig) -> tuple[int, int, int]:
+    """(clips to speak, clips to hear, control clips recalled) for the estimate; none without the extra."""
+    if not judge_installed():
+        return 0, 0, 0
+    spoken = len(cfg.checkpoints) * len(cfg.sentences)
+    recalled = controls_heard_before(cfg, packaged_identity())
+    return spoken, spoken + CONTROLS * len(cfg.sentences) - recalled, recalled
 
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
@@ -103,19 +117,24 @@ def main() -> None:
 
     rows = read_metadata(args.voice)
     train_rows, val_rows = rows[: -args.held_out], rows[-args.held_out :]
-    est = Estimator(args.preset)
-    judged = {"base": args.base or out / "base", "fine-tuned": out / "peer0"}
-    judged_clips = len(val_rows) * (len(judged) + JUDGE_CONTROLS) if judge_installed() else 0
+    est = Estimator(args.preset, read_last_pace(cache_root() / LAST_PACE, args.preset))
+    reference = args.voice / "wavs" / f"{train_rows[0][0]}.wav"
+    judging = HeldOutConfig(checkpoints={"base": args.base or out / "base", "fine-tuned": out / "peer0"},
+                            voice=args.voice, sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
+                            out=out / "judged", synth_steps=args.synth_steps, heard_before=cache_root() / HEARD_BEFORE)
+    spoken, heard, recalled = judge_work(judging)
     planned = plan_stages(est, clips=len(rows), peers=args.peers, base_steps=0 if args.base else args.base_steps,
-                          steps=args.steps, synth_steps=args.synth_steps, judged_clips=judged_clips)
-    print(f"estimated: {', '.join(f'{name} ~{minutes(s)}' for name, s in planned.items() if s)}; total "
-          f"~{minutes(sum(planned.values()))} (on 2 busy CPU cores; each stage's estimate is then scaled by how "
-          "fast this machine ran the stages before it)", flush=True)
+                          steps=args.steps, synth_steps=args.synth_steps, spoken_clips=spoken, heard_clips=heard)
+    pace = (f"{est.slowdown:.2f}x the reference pace, this machine's in its last run" if est.last_pace
+            else "the pace of 2 busy CPU cores")
+    print(f"estimated: {', '.join(f'{name} ~{minutes(s * est.slowdown)}' for name, s in planned.items() if s)}; "
+          f"total ~{minutes(est.to_the_end(planned, None))} (at {pace}; re-estimated after each stage from how fast "
+          "this machine ran the stages before it)", flush=True)
 
     t0 = time.monotonic()
     took: dict[str, float] = {}  # seconds per stage, for the `stages: {json}` line
     print(f"[1/4] packing {len(train_rows)} train and {len(val_rows)} held-out clips of {args.voice} "
-          f"(~{minutes(planned['pack'])})", flush=True)
+          f"(~{minutes(planned['pack'] * est.slowdown)})", flush=True)
     per_peer = math.ceil(len(train_rows) / args.peers)
     folders = [(f"train{i}", train_rows[i * per_peer : (i + 1) * per_peer]) for i in range(args.peers)] + [("val", val_rows)]
     for name, part in folders:
@@ -124,6 +143,7 @@ def main() -> None:
         print(f"      packed {name}: {len(part)} clips ({minutes(time.monotonic() - t0)})", flush=True)
     took["pack"] = time.monotonic() - t0
     est.finished(planned["pack"], took["pack"])
+    print(est.eta(planned, "pack", time.monotonic() - t0), flush=True)
 
     base = args.base
     if base is None:
@@ -134,10 +154,11 @@ def main() -> None:
         log = out / "base.log"
         proc = cli("peer", "--solo", *knobs, "--max-steps", str(args.base_steps), "--checkpoint-dir", str(base),
                    "--overwrite", log=log)  # a rerun into the same --out starts over
-        if follow([proc], [log], args.base_steps, "base") != [0]:
+        if follow([proc], [log], args.base_steps, "base", est.to_the_end(planned, "base")) != [0]:
             raise SystemExit(f"pretraining failed:\n{log.read_text()[-3000:]}")
         took["base"] = time.monotonic() - t
         est.finished(planned["base"], took["base"])
+        print(est.eta(planned, "base", time.monotonic() - t0), flush=True)
     else:
         print(f"[2/4] fine-tuning {base}", flush=True)
 
@@ -158,11 +179,13 @@ def main() -> None:
             elif procs[-1].poll() is not None:
                 raise SystemExit(f"peer 0 failed:\n{logs[-1].read_text()}")
             time.sleep(0.2)
-    for i, code in enumerate(follow(procs, logs, args.steps, " | ".join(f"peer{i}" for i in range(args.peers)))):
+    labels = " | ".join(f"peer{i}" for i in range(args.peers))
+    for i, code in enumerate(follow(procs, logs, args.steps, labels, est.to_the_end(planned, "fine-tune"))):
         if code != 0:
             raise SystemExit(f"peer {i} failed:\n{logs[i].read_text()[-3000:]}")
     took["fine-tune"] = time.monotonic() - t
     est.finished(planned["fine-tune"], took["fine-tune"])
+    print(est.eta(planned, "fine-tune", time.monotonic() - t0), flush=True)
 
     print(f"[4/4] held-out eval loss and a sample (~{minutes(planned['eval+sample'] * est.slowdown)})", flush=True)
     t = time.monotonic()
@@ -173,7 +196,6 @@ def main() -> None:
     before, after = losses[0], losses[1:]
     print(f"held-out eval loss: base {before:.4f} -> fine-tuned {', '.join(f'{a:.4f}' for a in after)}")
     text = val_rows[0][-1]
-    reference = args.voice / "wavs" / f"{train_rows[0][0]}.wav"
     wav = out / "finetuned.wav"
     print(f"      synthesizing a held-out sentence with {args.synth_steps} sampler steps", flush=True)
     run("synthesize", "--checkpoint", str(out / "peer0"), "--text", text, "--reference", str(reference),
@@ -181,14 +203,18 @@ def main() -> None:
     print(f"wrote {wav}: {text!r} in the voice of {reference.name}")
     plot_spectrograms(args.voice / "wavs" / f"{val_rows[0][0]}.wav", wav, out / "finetuned.png")
     took["eval+sample"] = time.monotonic() - t
+    est.finished(planned["eval+sample"], took["eval+sample"])
     t = time.monotonic()
-    if judged_clips:
+    if spoken:
+        kept = f", {recalled} control clips recalled from {judging.heard_before}" if recalled else ""
         print(f"      judging: the base and peer 0 speak the {len(val_rows)} held-out sentences, heard beside the real "
-              f"recordings, their codec round trip and noise (~{minutes(planned['judge'] * est.slowdown)})", flush=True)
-    judge_checkpoints(HeldOutConfig(checkpoints=judged, voice=args.voice,
-                                    sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
-                                    out=out / "judged", synth_steps=args.synth_steps))
+              f"recordings, their codec round trip and noise (~{minutes(planned['judge'] * est.slowdown)}: {spoken} "
+              f"clips to speak, {heard} to hear{kept})", flush=True)
+    judge_checkpoints(judging)
     took["judge"] = time.monotonic() - t
+    est.finished(planned["judge"], took["judge"])
+    if est.measured is not None:
+        save_pace(cache_root() / LAST_PACE, args.preset, est.measured)
     took["total"] = time.monotonic() - t0
     print("stages: " + json.dumps({name: round(s, 1) for name, s in took.items()}))  # read by curve.py
     print(f"done in {minutes(took['total'])}", flush=True)

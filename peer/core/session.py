@@ -143,7 +143,9 @@ class Session:
     def inbound_exchange(self, listen: str, peer_id: str, now: float, *, carried: int = 0) -> list[Action]:
         """A peer exchanged with us and says it listens at `listen`: a candidate until we dial it.
         `carried`: the frames of its request that changed our copy of it (`ExchangeResult.news`);
-        news from the key verified at `listen` lets a partner replaced for giving nothing back in."""
+        news from the key verified at `listen` lets a partner replaced for giving nothing back in,
+        and is pulled at once by a peer with no partner (a joiner's first push): our next publish
+        may be minutes away at a long publish period."""
         if not listen:
             return []
         try:
@@ -152,9 +154,12 @@ class Session:
             return [Count("inbound_bad_listen_total")]
         out = self.found(info, now)
         known = self.table.get(listen)
-        if carried > 0 and known is not None and known.peer_id == peer_id and self.exchanges.reinstate(listen):
+        news_from_it = carried > 0 and known is not None and known.peer_id == peer_id
+        if news_from_it and self.exchanges.reinstate(listen):
             out += [Count("partners_reinstated_total"), Log(f"partner {listen} brought news: it may be a partner again")]
         h = self.table.health(listen)
+        if news_from_it and not self.exchanges.partners and h is not None and h.last_success is not None:
+            out += self._pull(now)
         if h is not None and h.dead and listen not in self._dialling:
             # Judged dead, and speaking again (a restart): verified anew now, not at the next retry,
             # since until then our answers carry it no snapshot (`peer.core.snapshots`).
@@ -283,9 +288,7 @@ class Session:
     def _pull(self, now: float) -> list[Action]:
         """Up to `pulls_per_publish` exchanges, each with another partner."""
         out: list[Action] = []
-        for _ in range(self.cfg.pulls):
-            if not (self.exchanges.slot_free(now) and self.accepting):
-                break
+        while len(out) < self.cfg.pulls and self.exchanges.slot_free(now) and self.accepting:
             address = self.exchanges.choose(self.table, self.rng)
             if address is None:
                 break

@@ -78,3 +78,28 @@ def test_control_without_the_contact_the_first_exchange_after_adopting_carries_n
     joined(source, joiner)
     request = joiner.build_request(source.identity.public_key, NOW + 10)
     assert len(unpack_bundle(request, Limits())) == 1  # no ticket yet: it only fetches one
+
+
+def partnerless_with_verified(address: str) -> Session:
+    s = Session(SessionConfig(join=False), peer_id=ME, rng=random.Random(0))
+    start = s.start(0.0, listen="", bootstrap=[], step=0, hello_seq_base=0)
+    assert start == []
+    out = s.inbound_exchange(address, hello(address).peer_id, 0.1)  # heard of: dialled to verify it
+    s.hello_done(of(out, SendHello)[0].token, 0.2, hello=hello(address))
+    return s
+
+
+def test_a_peer_with_no_partner_pulls_a_verified_peer_that_brings_news_at_once():
+    s = partnerless_with_verified(addr(1))
+    pulls = of(s.inbound_exchange(addr(1), hello(addr(1)).peer_id, 0.3, carried=1), Exchange)
+    assert [e.address for e in pulls] == [addr(1)] and s.partners == [addr(1)]
+    # with a partner, news waits for our next publish as before
+    assert of(s.inbound_exchange(addr(1), hello(addr(1)).peer_id, 0.4, carried=1), Exchange) == []
+
+
+def test_control_no_news_or_an_unverified_pusher_is_not_pulled_early():
+    s = partnerless_with_verified(addr(1))
+    assert of(s.inbound_exchange(addr(1), hello(addr(1)).peer_id, 0.3, carried=0), Exchange) == []
+    stranger = Session(SessionConfig(join=False), peer_id=ME, rng=random.Random(0))
+    stranger.start(0.0, listen="", bootstrap=[], step=0, hello_seq_base=0)
+    assert of(stranger.inbound_exchange(addr(2), hello(addr(2)).peer_id, 0.3, carried=1), Exchange) == []

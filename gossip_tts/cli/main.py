@@ -20,7 +20,7 @@ PACK = Flags("gossip_tts.audio.pack_config:PackConfig")
 SYNTH = Flags("gossip_tts.apps.synth_config:SynthConfig")
 EVAL = Flags("gossip_tts.apps.eval_config:EvalConfig")
 IMPORT = Flags("gossip_tts.apps.echo_import:ImportConfig")
-JUDGE = Flags("gossip_tts.judge.app:JudgeConfig")
+JUDGE = Flags("gossip_tts.judge.config:JudgeConfig")
 SIMNET = Flags("simnet.runs.cli_app:SimnetAppConfig")
 STATUS = Flags("gossip_tts.cli.status:StatusConfig")
 COMMAND = Flags(None)
@@ -169,7 +169,8 @@ def judge(ctx: click.Context, folder: Path, no_plot: bool | None, **_flags: Any)
     """Word and character error rates, speaker similarity and DNSMOS of an LJSpeech-style FOLDER of
     clips, beside controls (real recordings, their codec round trip, noise); last line judge: {json}.
     Needs the [judge] extra (its packages and their licences: docs/judge.md)."""
-    from gossip_tts.judge import JudgeConfig, run
+    from gossip_tts.judge.app import run
+    from gossip_tts.judge.config import JudgeConfig
 
     values = {**given(ctx), **({"plot_enabled": False} if no_plot else {})}
     if "references" in values:

@@ -8,58 +8,20 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from gossip_tts.audio.registry import check_codec_name, load_codec
+from gossip_tts.audio.registry import load_codec
 from gossip_tts.audio.base import Codec
 
 from .clips import Clip, codec_round_trip, matching_real, noise_like, read_folder, read_references
+from .config import JudgeConfig
 from .ears import Ears
 from .report import clip_table, json_line, overall_table, write_plot
 from .score import ClipScore, Progress, SetScore, score_set, voice_of
-
-PLOT_NAME = "judge.png"
-
-
-@dataclass
-class JudgeConfig:
-    """What to judge, against what."""
-
-    folder: Path
-    """LJSpeech-style folder (`wavs/`, `metadata.csv` with `id|text`) of the clips to judge."""
-    references: list[Path] = field(default_factory=list)
-    """Clips of the target voice; speaker similarity is the cosine to their mean embedding (none: no similarity)."""
-    real: Path | None = None
-    """LJSpeech-style folder of the real recordings of the same ids: the ceiling and codec controls."""
-    codec: str = "mel"
-    """Codec of the round-trip control (one of `gossip_tts.audio.registry.AUDIO_CODECS`)."""
-    codec_weights: str | None = None
-    """That codec's local weights, where it has any."""
-    seed: int = 0
-    """Seed of the noise floor."""
-    plot: Path | None = None
-    """Where the plot goes; None puts it at FOLDER/judge.png."""
-    plot_enabled: bool = True
-    """False: no plot (`--no-plot`)."""
-
-    def __post_init__(self) -> None:
-        self.folder = Path(self.folder)
-        self.references = [Path(p) for p in self.references]
-        self.real = None if self.real is None else Path(self.real)
-        if not self.folder.is_dir():
-            raise FileNotFoundError(f"judge: folder not found: {self.folder}")
-        if self.real is not None and not self.real.is_dir():
-            raise FileNotFoundError(f"judge: --real folder not found: {self.real}")
-        check_codec_name(self.codec)
-
-    @property
-    def plot_path(self) -> Path:
-        return self.plot if self.plot is not None else self.folder / PLOT_NAME
-
 
 @dataclass(frozen=True)
 class JudgeReport:

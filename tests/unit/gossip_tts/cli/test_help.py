@@ -12,7 +12,8 @@ import sys
 from click.testing import CliRunner
 from gossip_tts.cli.main import main
 for args in (["--help"], ["simnet", "--help"], ["peer", "--help"], ["status", "--help"], ["pack", "--help"], ["eval", "--help"],
-             ["keygen", "--help"], ["synthesize", "--help"], ["manifest", "--help"], ["import-echo", "--help"]):
+             ["keygen", "--help"], ["synthesize", "--help"], ["manifest", "--help"], ["import-echo", "--help"],
+             ["judge", "--help"]):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
 print("torch" in sys.modules)
@@ -65,7 +66,7 @@ print("torch" in sys.modules)
 CLI_MODULES = sorted(f"gossip_tts.cli.{p.stem}" for p in (REPO / "gossip_tts" / "cli").glob("*.py") if p.stem != "__init__")
 CONFIGS = ["gossip_tts.apps.peer_config", "gossip_tts.apps.synth_config", "gossip_tts.apps.eval_config",
            "gossip_tts.audio.pack_config", "gossip_tts.cli.status", "simnet.runs.cli_app", "gossip_tts.train.weights",
-           "gossip_tts.model.guidance"]
+           "gossip_tts.model.guidance", "gossip_tts.judge.config"]
 """The configs whose defaults `--help` reads, and the names its choices come from."""
 
 

@@ -58,7 +58,8 @@ class JoinDone:
 
 @dataclass(frozen=True)
 class Forget:
-    """Drop what the node holds of this peer (it was evicted)."""
+    """Drop what the node holds of this peer (it was evicted; its key is known: the session
+    emits none for a peer it never learnt the key of)."""
 
     peer_id: str
     address: str

@@ -267,7 +267,7 @@ class Session:
             self._next_evict = now + self.cfg.evict_every_s
             for info in self.table.evict_dead(now):
                 out += [Count("evictions_total"), Log(f"evicted peer {info.address} (unreachable)"),
-                        Forget(info.peer_id, info.address)]
+                        *([Forget(info.peer_id, info.address)] if info.peer_id else [])]  # no key: nothing held
             self._schedule_retries(now)
         if now >= self._next_hello:
             self._next_hello = now + self._hello_wait()

@@ -118,6 +118,19 @@ def test_eviction_after_failures_forgets_the_neighbour_but_keeps_bootstrap_peers
     assert addr(1) in s.table and s.table.health(addr(1)).dead  # the bootstrap one stays, dead
 
 
+def test_evicting_a_peer_whose_key_was_never_learnt_forgets_nothing():
+    """The node holds nothing of a peer it never heard from: no `Forget` for a driver to skip."""
+    s = session(max_failures=2, evict_every_s=1.0)
+    s.start(0.0, listen="", bootstrap=[], step=0, hello_seq_base=0)
+    for h in of(s.found(PeerInfo(peer_id="", address=addr(2), source="mdns"), 0.2), SendHello):
+        s.hello_done(h.token, 0.3, error="connection refused")
+    s.table.mark_failure(addr(2), 3.0)
+    s.table.mark_failure(addr(2), 3.0)
+    out = s.tick(3.0)
+    assert Count("evictions_total") in out and addr(2) not in s.table
+    assert of(out, Forget) == []
+
+
 def test_dead_bootstrap_address_is_redialled_with_exponential_backoff():
     s = session(max_failures=1, evict_every_s=1.0, bootstrap_retry_min_s=5.0, bootstrap_retry_max_s=20.0,
                 hello_every_s=1e6)

@@ -2,7 +2,7 @@
 
 It decides nothing. Events (a step boundary, a discovery, a reply, a timeout, a tick) go
 to `peer.core.session.Session`; the actions it returns are performed here, with every
-piece of node work sent to the `NodeWorker` thread. It runs on the event-loop thread;
+piece of node work a named job of the `NodeWorker` thread. It runs on the event-loop thread;
 only `notify_boundary` and `verified_addresses` may be called from another thread. Its HTTP
 server (`peer.net.http_server`) is started beside it and answers through the driver's
 `serve_*` methods and queries. See docs/architecture.md.
@@ -31,7 +31,7 @@ from peer.net.errors import describe_failure, describe_status
 from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
-from peer.net.node_worker import NOW, NodeWorker
+from peer.net.node_worker import NodeWorker
 from protocol import FrameRefused
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class AsyncDriver:
             self._spawn(self._join_done())
         elif isinstance(action, Forget):
             if action.peer_id:
-                self._spawn(self.worker.call(self.node.forget, bytes.fromhex(action.peer_id)))
+                self._spawn(self.worker.forget(bytes.fromhex(action.peer_id)))
                 self.metrics.forget(peer=action.peer_id[:16])
         elif isinstance(action, Log):
             (self.emit if action.level == "info" else getattr(log, action.level, log.info))(action.message)
@@ -223,7 +223,7 @@ class AsyncDriver:
             self.metrics.inc(action.name, action.value, **dict(action.labels))
 
     async def _publish(self) -> None:
-        result = await self.worker.call(self.worker.publish_pending)
+        result = await self.worker.publish()
         if result is not None:
             step, error = result
             self.dispatch(self.session.publish_done(step, self.mono(), error))
@@ -232,14 +232,14 @@ class AsyncDriver:
         key = bytes.fromhex(a.peer_id) if a.peer_id else None
         t0, cfg = self.mono(), self.session.cfg
         try:
-            body = await self.worker.call(self.node.build_request, key, NOW)
+            body = await self.worker.build_request(key)
             assert self._client is not None
             async with self._client.post(f"http://{a.address}/v1/exchange", data=body,
                                          timeout=self._timeout(cfg.exchange_deadline_s(self.node.snapshot_bytes))) as resp:
                 reply = await read_capped(resp, self.node.limits.max_frame_bytes * 2)
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
-            result = await self.worker.call(self.node.handle_response, reply, NOW)
+            result = await self.worker.handle_response(reply)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
                 BodyTooLarge) as exc:
             if isinstance(exc, FrameRefused):
@@ -273,7 +273,7 @@ class AsyncDriver:
                 data = await read_capped(resp, self.node.limits.max_frame_bytes)
                 if resp.status != 200:
                     raise RuntimeError(describe_status(resp.status))
-            x, step = await self.worker.call(self.node.read_state, data, NOW)
+            x, step = await self.worker.read_state(data)
             # Scored off the loop: the training thread is waiting for the join, not using the trainer.
             better = await asyncio.get_running_loop().run_in_executor(None, self.probe, x) if self.probe else None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
@@ -289,7 +289,7 @@ class AsyncDriver:
         # a copy to the device or a broadcast to every rank (peer/local/group.py). The training thread
         # waits on `joined`: it is not stepping.
         await asyncio.get_running_loop().run_in_executor(None, self.on_adopt, x, a.step)
-        await self.worker.call(self.node.adopt, x, a.step)
+        await self.worker.adopt(x, a.step)
 
     async def _join_done(self) -> None:
         try:
@@ -343,8 +343,9 @@ class AsyncDriver:
     async def serve_exchange(self, body: bytes | bytearray, address: str) -> tuple[bytes, bool]:
         """POST /v1/exchange from `address`: (the answer, whether it spent a ticket of ours); raises
         FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
-        reply, result = await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.worker.handle_request,
-                                                          body, NOW, address, self.session.verified_keys())
+        verified = self.session.verified_keys()
+        reply, result = await self.worker.for_others(self.net_cfg.max_queued_requests,
+                                                     lambda: self.worker.handle_request(body, address, verified))
         self.dispatch(self.session.inbound_exchange(result.listen, result.sender.hex(), self.mono(), carried=result.news))
         return reply, result.accepted
 
@@ -357,4 +358,4 @@ class AsyncDriver:
 
     async def serve_state(self) -> bytes:
         """GET /v1/state: one signed snapshot per publish, built on the worker and cached (WorkerBusy: 503)."""
-        return await self.worker.call_for_others(self.net_cfg.max_queued_requests, self.node.state_frame, NOW)
+        return await self.worker.for_others(self.net_cfg.max_queued_requests, self.worker.state_frame)

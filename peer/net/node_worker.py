@@ -4,12 +4,15 @@ Thread model (docs/architecture.md):
 - the training thread trains, mixes from `node.view_slot` at step boundaries, and puts a
   parameter copy into `PendingPublish`; it never calls the node and never waits for it;
 - the event-loop thread runs the session and the HTTP client/server, and sends every
-  piece of node work (compress, sign, verify, decode, apply) here with `await call(...)`;
+  piece of node work (compress, sign, verify, decode, apply) here as a named job
+  (`await worker.build_request(key)`, `worker.handle_response(reply)`, ...);
 - this worker thread runs that work one item at a time, so the node, its replay window and
   its outbox have exactly one user and need no lock.
 
-The CPU time of each job is counted in `worker_cpu_seconds_total{task=...}` (the task is the
-function's name: publish_pending, build_request, handle_request, handle_response, ...), so
+Each job that stamps a frame or checks one against the time reads the worker's clock when it
+runs, not when it was queued. The CPU time of each job is counted in
+`worker_cpu_seconds_total{task=...}` (the task is the job's name: publish_pending,
+build_request, handle_request, handle_response, ...), so
 a running peer shows what gossip costs it without a profiler. The jobs of gossip (all but the
 status page's summaries) also add up in `protocol_cpu_s`, which the publish budget reads.
 """
@@ -20,26 +23,14 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
+
+import torch
 
 from peer.boundary import PendingPublish
-from peer.core.neighbour import ExchangeResult
-from peer.core.node import GossipNode
+from peer.core import ExchangeResult, GossipNode
 
 T = TypeVar("T")
-
-
-class _Now:
-    """The type of `NOW`."""
-
-    def __repr__(self) -> str:
-        return "NOW"
-
-
-NOW = _Now()
-"""An argument to `NodeWorker.call` that the worker replaces with its clock's reading when the
-job runs (a frame is stamped when it is built, not when it was queued); passing the node's
-own method rather than a lambda also names the job in `worker_cpu_seconds_total`."""
 
 
 class WorkerBusy(RuntimeError):
@@ -47,7 +38,7 @@ class WorkerBusy(RuntimeError):
 
 
 class NodeWorker:
-    """Runs every call on the node on one dedicated thread."""
+    """Runs every job on the node on one dedicated thread."""
 
     def __init__(self, node: GossipNode, clock: Callable[[], float]) -> None:
         self.node = node
@@ -56,34 +47,56 @@ class NodeWorker:
         self.pending = PendingPublish()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gossip-node")
         self.queued_for_others = 0
-        """Jobs of `call_for_others` queued or running."""
+        """Jobs of `for_others` queued or running."""
         self._protocol_lock = threading.Lock()
         self._protocol_cpu_s = 0.0
 
-    async def call(self, fn: Callable[..., T], *args: Any, protocol: bool = True) -> T:
-        """Run `fn(*args)` on the worker thread (`NOW` among `args`: the clock then); `fn` may touch
+    # ------------------------------------------------------------------ the named jobs
+    async def publish(self) -> tuple[int, str | None] | None:
+        """Publish the newest handed-over copy (`publish_pending`)."""
+        return await self.job("publish_pending", self.publish_pending)
+
+    async def build_request(self, key: bytes | None) -> bytes:
+        """The body of an exchange with the peer of `key` (None: not known yet), stamped now."""
+        return await self.job("build_request", lambda: self.node.build_request(key, self.clock()))
+
+    async def handle_response(self, reply: bytes) -> ExchangeResult:
+        """Verify and apply the answer to one of our exchanges."""
+        return await self.job("handle_response", lambda: self.node.handle_response(reply, self.clock()))
+
+    async def handle_request(self, body: bytes | bytearray, address: str,
+                             verified: frozenset[bytes]) -> tuple[bytes, ExchangeResult]:
+        """Answer an exchange from `address` (`verified`: the session's verified keys, read on the
+        loop that owns them)."""
+        return await self.job("handle_request", lambda: self.node.handle_request(
+            body, self.clock(), address=address, verified=verified))
+
+    async def read_state(self, data: bytes) -> tuple[torch.Tensor, int]:
+        """Verify a fetched state frame: its parameters and step."""
+        return await self.job("read_state", lambda: self.node.read_state(data, self.clock()))
+
+    async def state_frame(self) -> bytes:
+        """Our signed state, as GET /v1/state serves it."""
+        return await self.job("state_frame", lambda: self.node.state_frame(self.clock()))
+
+    async def adopt(self, x: torch.Tensor, step: int) -> None:
+        """Restart our public copy from an adopted state at `step`."""
+        await self.job("adopt", lambda: self.node.adopt(x, step))
+
+    async def forget(self, key: bytes) -> None:
+        """Drop what the node holds of an evicted peer."""
+        await self.job("forget", lambda: self.node.forget(key))
+
+    # ------------------------------------------------------------------ running them
+    async def job(self, task: str, work: Callable[[], T], protocol: bool = True) -> T:
+        """Run `work()` on the worker thread, its CPU time counted under `task`; `work` may touch
         the node. `protocol=False`: work that is not gossip (the status page's), which the
         publish budget does not count."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, fn, args, protocol)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, task, work, protocol)
 
-    def protocol_cpu_s(self) -> float:
-        """Any thread: the worker's CPU seconds on gossip jobs so far."""
-        with self._protocol_lock:
-            return self._protocol_cpu_s
-
-    def _timed(self, fn: Callable[..., T], args: tuple, protocol: bool) -> T:
-        start = time.thread_time()
-        try:
-            return fn(*(self.clock() if a is NOW else a for a in args))
-        finally:
-            spent = time.thread_time() - start
-            self.node.metrics.inc("worker_cpu_seconds_total", spent, task=getattr(fn, "__name__", "other"))
-            if protocol:
-                with self._protocol_lock:
-                    self._protocol_cpu_s += spent
-
-    async def call_for_others(self, limit: int, fn: Callable[..., T], *args: Any) -> T:
-        """`call`, for work another peer asks of us: WorkerBusy when `limit` such jobs already wait.
+    async def for_others(self, limit: int, job: Callable[[], Awaitable[T]]) -> T:
+        """Queue `job()` (a named job), for work another peer asks of us: WorkerBusy when `limit`
+        such jobs already wait.
 
         Our own work (publish, our exchanges, the status summary) is bounded by the session and
         always queued; the work of others is bounded here, however many addresses send it."""
@@ -91,15 +104,25 @@ class NodeWorker:
             raise WorkerBusy(f"{self.queued_for_others} requests already wait for the node worker")
         self.queued_for_others += 1
         try:
-            return await self.call(fn, *args)
+            return await job()
         finally:
             self.queued_for_others -= 1
 
-    def handle_request(self, body: bytes, now: float, address: str,
-                       verified: frozenset[bytes]) -> tuple[bytes, ExchangeResult]:
-        """On the worker: `GossipNode.handle_request` of a request from `address` (`verified`: the
-        session's verified keys, read on the loop that owns them)."""
-        return self.node.handle_request(body, now, address=address, verified=verified)
+    def protocol_cpu_s(self) -> float:
+        """Any thread: the worker's CPU seconds on gossip jobs so far."""
+        with self._protocol_lock:
+            return self._protocol_cpu_s
+
+    def _timed(self, task: str, work: Callable[[], T], protocol: bool) -> T:
+        start = time.thread_time()
+        try:
+            return work()
+        finally:
+            spent = time.thread_time() - start
+            self.node.metrics.inc("worker_cpu_seconds_total", spent, task=task)
+            if protocol:
+                with self._protocol_lock:
+                    self._protocol_cpu_s += spent
 
     def publish_pending(self) -> tuple[int, str | None] | None:
         """On the worker: publish the newest handed-over copy; (step, error) or None if none."""

@@ -16,7 +16,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.metrics import Metrics
-from peer.net.node_worker import NOW as NOW_ARG, NodeWorker
+from peer.net.node_worker import NodeWorker
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity, TicketBook, make_update_frame, pack_bundle
 from tests.unit.exchange_helpers import exchange, push
@@ -94,7 +94,7 @@ def test_one_worker_means_one_control_frame_spends_its_ticket_once(monkeypatch):
     worker = NodeWorker(me, lambda: NOW)
 
     async def twice():
-        return await asyncio.gather(*(worker.call(me.handle_request, body, NOW) for _ in range(2)))
+        return await asyncio.gather(*(worker.handle_request(body, "", frozenset()) for _ in range(2)))
 
     try:
         results = asyncio.run(twice())
@@ -224,8 +224,8 @@ def test_the_worker_counts_each_jobs_cpu_seconds_by_name():
         return 7
 
     async def run() -> int:
-        await worker.call(me.build_request, None, NOW_ARG)  # NOW_ARG: the worker's clock, read when the job runs
-        return await worker.call(burn)
+        await worker.build_request(None)
+        return await worker.job("burn", burn)
 
     try:
         assert asyncio.run(run()) == 7

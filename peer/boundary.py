@@ -67,7 +67,7 @@ class PendingPublish:
             self._item = (x, step, outside)
 
     def needs_job(self) -> bool:
-        """Driver: True when no publish job is waiting (the caller then queues one)."""
+        """`peer.core.perform`, for either driver: True when no publish job is waiting (it then queues one)."""
         with self._lock:
             queued, self._job_queued = self._job_queued, True
         return not queued

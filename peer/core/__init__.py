@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     )
     from peer.core.addresses import PeerInfo, format_address, parse_address
     from peer.core.config import SessionConfig
+    from peer.core.driver_contract import Driver, perform
     from peer.core.gossip_config import GossipConfig
     from peer.core.fetched import FetchedStates
     from peer.core.hello import make_hello, read_hello
@@ -32,6 +33,8 @@ _HOME = {
     # what the session asks a driver to do
     **dict.fromkeys(("Action", "Adopt", "Count", "Exchange", "FetchState", "Forget", "JoinDone", "Log", "Publish",
                      "SendHello"), "peer.core.actions"),
+    # the contract both drivers keep, and its dispatch
+    **dict.fromkeys(("Driver", "perform"), "peer.core.driver_contract"),
     # the session and what it is built from or told
     "Session": "peer.core.session", "SessionConfig": "peer.core.config", "GossipConfig": "peer.core.gossip_config",
     **dict.fromkeys(("PeerInfo", "format_address", "parse_address"), "peer.core.addresses"),

@@ -1,8 +1,9 @@
 """The asyncio/aiohttp driver of a real peer: performs what the `Session` decides.
 
 It decides nothing. Events (a step boundary, a discovery, a reply, a timeout, a tick) go
-to `peer.core.session.Session`; the actions it returns are performed here, with every
-piece of node work a named job of the `NodeWorker` thread. It runs on the event-loop thread;
+to `peer.core.session.Session`; the actions it returns are performed here through the
+handlers of the `peer.core.Driver` contract, with every piece of node work a named job of
+the `NodeWorker` thread. It runs on the event-loop thread;
 only `notify_boundary` and `verified_addresses` may be called from another thread. Its HTTP
 server (`peer.net.http_server`) is started beside it and answers through the driver's
 `serve_*` methods and queries. See docs/architecture.md.
@@ -25,8 +26,9 @@ import torch
 
 from peer.core import (
     Action, Adopt, Count, Exchange, FetchState, FetchedStates, Forget, JoinDone, Log, PeerInfo, Publish, SendHello,
-    NeighbourHealth, Session, SessionConfig, format_address, make_hello, parse_address, read_hello,
+    Driver, NeighbourHealth, Session, SessionConfig, format_address, make_hello, parse_address, perform, read_hello,
 )
+from peer.boundary import PendingPublish
 from peer.net.errors import describe_failure, describe_status
 from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
@@ -37,6 +39,8 @@ from protocol import FrameRefused
 log = logging.getLogger(__name__)
 HELLO_MAX_BYTES = 64 * 1024
 """A hello is a few hundred bytes plus at most 64 peer entries: anything larger is refused unread."""
+LOG_LEVELS = {"debug": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+"""A `Log` action's level; an info line goes to the operator's stream (`emit`) instead."""
 VERIFIED_WAIT_S = 5.0
 """How long `verified_addresses`, asked from another thread, waits for the loop to answer."""
 
@@ -59,7 +63,7 @@ def _is_ipv4(host: str) -> bool:
         return False
 
 
-class AsyncDriver:
+class AsyncDriver(Driver):
     """Owns the session, the HTTP client, discovery and the timer."""
 
     def __init__(self, worker: NodeWorker, session_cfg: SessionConfig, net_cfg: NetConfig, metrics: Metrics,
@@ -199,28 +203,44 @@ class AsyncDriver:
             self._wake.set()  # a deadline moved earlier than the timer's sleep
 
     def perform(self, action: Action) -> None:
-        """Do what one action says; nothing here chooses anything."""
-        if isinstance(action, Publish):
-            if self.worker.pending.needs_job():  # publishes coalesce: one waits at most
-                self._spawn(self._publish())
-        elif isinstance(action, Exchange):
-            self._spawn(self._exchange(action))
-        elif isinstance(action, SendHello):
-            self._spawn(self._hello(action))
-        elif isinstance(action, FetchState):
-            self._spawn(self._fetch_state(action))
-        elif isinstance(action, Adopt):
-            self._adopting = self._spawn(self._adopt(action))
-        elif isinstance(action, JoinDone):
-            self._spawn(self._join_done())
-        elif isinstance(action, Forget):
-            if action.peer_id:
-                self._spawn(self.worker.forget(bytes.fromhex(action.peer_id)))
-                self.metrics.forget(peer=action.peer_id[:16])
-        elif isinstance(action, Log):
-            (self.emit if action.level == "info" else getattr(log, action.level, log.info))(action.message)
-        elif isinstance(action, Count):
-            self.metrics.inc(action.name, action.value, **dict(action.labels))
+        """Do what one action says (`peer.core.perform`: the contract's handler for it)."""
+        perform(self, action)
+
+    # ------------------------------------------------------------------ the Driver contract's handlers
+    @property
+    def publish_slot(self) -> PendingPublish:
+        return self.worker.pending
+
+    def publish(self, a: Publish) -> None:
+        self._spawn(self._publish())
+
+    def exchange(self, a: Exchange) -> None:
+        self._spawn(self._exchange(a))
+
+    def send_hello(self, a: SendHello) -> None:
+        self._spawn(self._hello(a))
+
+    def fetch_state(self, a: FetchState) -> None:
+        self._spawn(self._fetch_state(a))
+
+    def adopt(self, a: Adopt) -> None:
+        self._adopting = self._spawn(self._adopt(a))
+
+    def join_done(self, a: JoinDone) -> None:
+        self._spawn(self._join_done())
+
+    def forget(self, a: Forget) -> None:
+        self._spawn(self.worker.forget(bytes.fromhex(a.peer_id)))
+        self.metrics.forget(peer=a.peer_id[:16])
+
+    def log(self, a: Log) -> None:
+        if a.level == "info":
+            self.emit(a.message)
+        else:
+            log.log(LOG_LEVELS.get(a.level, logging.INFO), a.message)
+
+    def count(self, a: Count) -> None:
+        self.metrics.inc(a.name, a.value, **dict(a.labels))
 
     async def _publish(self) -> None:
         result = await self.worker.publish()

@@ -2,12 +2,13 @@
 
 It decides nothing. The session (`peer.core.session.Session`), the node
 (`peer.core.node.GossipNode`) and the step boundary (`peer.boundary.BoundaryHook`) are the
-very objects a real peer runs; this driver only performs their actions over simulated
-links, on a virtual clock. Node work runs through a FIFO `SimWorker` that charges each job
-the CPU time the cost model (`simnet.world.cost`) gives it, as the real node worker thread
-takes it; mixing is charged to the step that does it. A crashed peer is silent (requests
-time out), a peer that left refuses connections (requesters learn within one round trip);
-what it answers to others is `simnet.driver.sim_server.SimServer`.
+very objects a real peer runs; this driver only performs their actions (the handlers of the
+`peer.core.Driver` contract, as the real driver's) over simulated links, on a virtual clock.
+Node work runs through a FIFO `SimWorker` that charges each job the CPU time the cost model
+(`simnet.world.cost`) gives it, as the real node worker thread takes it; mixing is charged
+to the step that does it. A crashed peer is silent (requests time out), a peer that left
+refuses connections (requesters learn within one round trip); what it answers to others is
+`simnet.driver.sim_server.SimServer`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import torch
 
 from peer.boundary import BoundaryHook, PendingPublish
 from peer.core import (
-    Action, Adopt, Count, Exchange, ExchangeResult, FetchState, FetchedStates, Forget, GossipConfig, GossipNode,
-    JoinDone, Log, Mixer, PeerInfo, Publish, SendHello, Session, SessionConfig, read_hello,
+    Action, Adopt, Count, Driver, Exchange, ExchangeResult, FetchState, FetchedStates, Forget, GossipConfig, GossipNode,
+    JoinDone, Log, Mixer, PeerInfo, Publish, SendHello, Session, SessionConfig, perform, read_hello,
 )
 from peer.trainer import Trainer
 from protocol import FrameRefused, Identity
@@ -32,7 +33,7 @@ from simnet.world.sim_world import SimWorld
 
 
 
-class SimPeer(SimServer):
+class SimPeer(SimServer, Driver):
     """One slot of the swarm: its key, its address and, while online, its trainer, node and session."""
 
     attacker = False
@@ -160,27 +161,41 @@ class SimPeer(SimServer):
             self._tick_at, life = deadline, self.life
             self.world.sched.at(deadline, lambda: self._timer_fired(deadline, life))
 
-    def perform(self, a: Action) -> None:
-        """Do what one action says over simulated links and the simulated worker; choose nothing."""
-        if isinstance(a, Publish):
-            if self.pending.needs_job():  # publishes coalesce: one waits at most
-                self.worker.submit(self._publish_job)
-        elif isinstance(a, Exchange):
-            self.worker.submit(lambda a=a: self._exchange_job(a))
-        elif isinstance(a, SendHello):
-            self._request(a.address, a.token, "hello", self._hello_reply)
-        elif isinstance(a, FetchState):
-            self._request(a.address, a.token, "state", self._state_reply)
-        elif isinstance(a, Adopt):
-            self.worker.submit(lambda a=a: self._adopt_job(a))
-        elif isinstance(a, JoinDone):
-            self.worker.submit(self._join_done_job)  # after any adoption queued before it
-        elif isinstance(a, Forget):
-            if a.peer_id:
-                self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
-        elif isinstance(a, Count):
-            self.metrics.inc(a.name, a.value, **dict(a.labels))
-        # Log: simulated peers keep quiet; their counters say what happened
+    def perform(self, action: Action) -> None:
+        """Do what one action says (`peer.core.perform`: the contract's handler for it)."""
+        perform(self, action)
+
+    # ------------------------------------------------------------------ the Driver contract's handlers
+    @property
+    def publish_slot(self) -> PendingPublish:
+        return self.pending
+
+    def publish(self, a: Publish) -> None:
+        self.worker.submit(self._publish_job)
+
+    def exchange(self, a: Exchange) -> None:
+        self.worker.submit(lambda: self._exchange_job(a))
+
+    def send_hello(self, a: SendHello) -> None:
+        self._request(a.address, a.token, "hello", self._hello_reply)
+
+    def fetch_state(self, a: FetchState) -> None:
+        self._request(a.address, a.token, "state", self._state_reply)
+
+    def adopt(self, a: Adopt) -> None:
+        self.worker.submit(lambda: self._adopt_job(a))
+
+    def join_done(self, a: JoinDone) -> None:
+        self.worker.submit(self._join_done_job)  # after any adoption queued before it
+
+    def forget(self, a: Forget) -> None:
+        self.worker.submit(lambda key=bytes.fromhex(a.peer_id): self._forget_job(key))
+
+    def log(self, a: Log) -> None:
+        """Simulated peers keep quiet; their counters say what happened."""
+
+    def count(self, a: Count) -> None:
+        self.metrics.inc(a.name, a.value, **dict(a.labels))
 
     def _node(self) -> GossipNode:
         assert self.node is not None

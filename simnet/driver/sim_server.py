@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from peer.core.actions import Action
-from peer.core.hello import make_hello
-from peer.core.node import GossipNode
-from peer.core.session import Session
+from peer.core import Action, GossipNode, Session, make_hello
 from peer.metrics import Metrics
 from protocol import FrameRefused, Identity
 from simnet.driver.sim_worker import SimWorker

@@ -1,5 +1,5 @@
-"""peer.core has one face: both drivers import the core from `peer.core` only, and its
-`__all__` names exactly what they use."""
+"""peer.core has one face: every file of both drivers imports the core from `peer.core` only,
+and its `__all__` names exactly what they use."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from tests.source_ast import parse
 
 ROOT = REPO
 DRIVERS = ("peer/net/driver.py", "simnet/driver/sim_peer.py")
+"""The two drivers that perform the session's actions."""
+SIM_DRIVER = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "simnet" / "driver").glob("*.py"))
+DRIVER_FILES = tuple(dict.fromkeys((*DRIVERS, "peer/net/node_worker.py", *SIM_DRIVER)))
+"""Every file a driver is made of: its worker, and (for simnet) its server and the rest of its folder."""
 
 
 def _core_imports(path: str) -> list[tuple[str, str]]:
@@ -30,14 +34,21 @@ def _core_imports(path: str) -> list[tuple[str, str]]:
 
 
 def test_both_drivers_import_the_core_from_its_face_only() -> None:
+    assert "simnet/driver/sim_server.py" in DRIVER_FILES
     for path in DRIVERS:
-        imports = _core_imports(path)
-        assert imports, path
-        assert {module for module, _ in imports} == {"peer.core"}, path
+        assert _core_imports(path), path
+    for path in DRIVER_FILES:
+        assert {module for module, _ in _core_imports(path)} <= {"peer.core"}, path
+
+
+def test_both_drivers_name_the_driver_contract() -> None:
+    for path in DRIVERS:
+        names = {name for _, name in _core_imports(path)}
+        assert {"Driver", "perform"} <= names, path
 
 
 def test_the_face_names_exactly_what_the_drivers_use() -> None:
-    used = {name for path in DRIVERS for _, name in _core_imports(path)}
+    used = {name for path in DRIVER_FILES for _, name in _core_imports(path)}
     assert set(peer.core.__all__) == used
     assert len(peer.core.__all__) == len(set(peer.core.__all__))
     for name in peer.core.__all__:

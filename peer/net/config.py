@@ -80,14 +80,12 @@ class NetConfig:
     on one machine). `inf` turns either limit off."""
     address_work_burst: float = 48.0
     """The most work one address's exchanges may cost at once."""
-    refusals_per_s: float = float("inf")
+    refusals_per_s: float = 8.0
     """Refused requests per second (429, or refused for what they are) past which an address is
     benched: its connections are closed as they are made, before HTTP is parsed, until it is
     back within this rate (`peer.net.refusal_bench`). Refusals are paid on the event loop, which
-    shares the interpreter lock and the core with training. `inf`, the default, turns benching
-    off: while it is on, a newcomer's first connection waits during a flood, and the attack tests
-    of other defences have not yet been run with it (tests/adversarial/test_refused_flood.py
-    measures 8 a second)."""
+    shares the interpreter lock and the core with training. `inf` turns benching off (a flood
+    of refused requests then costs training: SECURITY.md)."""
     refusal_burst: float = 32.0
     """The most refusals one address may collect at once before it is benched."""
     refusals_in_all_per_s: float = 8.0

@@ -22,7 +22,7 @@ Turning a connection away is cheaper than answering it, but each still wakes the
 which then takes the interpreter lock from training: a flood of ~1,300 connections a second
 reset as they were accepted cost as much training as ~1,000 answered with 429. So the benched
 connections turned away in all are rationed too (`NetConfig.benched_connections_per_s`): past
-that, accepting pauses (`accept_pause_s`), the kernel holds or drops new connections meanwhile,
+that, accepting pauses (`turned_away`), the kernel holds or drops new connections meanwhile,
 and the loop wakes a few times a second however fast they come. Connections already held go on.
 """
 

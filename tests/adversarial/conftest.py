@@ -348,19 +348,13 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def victim_env() -> dict[str, str] | None:
-    """Environment settings of a module's `pair` victim (a module overrides this fixture)."""
-    return None
-
-
-@pytest.fixture(scope="module")
-def pair(corpus, tmp_path_factory, victim_env):
+def pair(corpus, tmp_path_factory):
     tmp, swarm = tmp_path_factory.mktemp("pair"), f"test-{uuid.uuid4().hex[:10]}"
     started: list[PeerProcess] = []
     try:
         started.append(start_peer(corpus, tmp, "honest", swarm, shard=1))
         started[0].wait_listening()
-        started.append(start_peer(corpus, tmp, "victim", swarm, "--peer", started[0].address, env=victim_env))
+        started.append(start_peer(corpus, tmp, "victim", swarm, "--peer", started[0].address))
         started[1].wait_listening()
         p = Pair(started[1], started[0], swarm)
         wait_until(lambda: p.exchanges_ok() >= 4, 180, "the two peers exchange")

@@ -237,9 +237,12 @@ def _grown(before: dict[str, float], after: dict[str, float], prefix: str) -> Co
 
 def test_fuzz_every_endpoint(peers, swarm_name):
     # Off: past its burst (or its work budget) each address's exchanges would be refused before the
-    # decoder sees them.
+    # decoder sees them. Benching off too: the fuzzer's addresses are refused far past their rate,
+    # and a benched address's connections are reset unanswered, where this test tallies answers
+    # (test_refused_flood.py floods a victim with benching on).
     victim = peers("victim", env={"GOSSIP_TTS_NET_STRANGER_EXCHANGES_PER_S": "inf",
-                                  "GOSSIP_TTS_NET_ADDRESS_WORK_PER_S": "inf", "GOSSIP_TTS_NET_KEY_WORK_PER_S": "inf"})
+                                  "GOSSIP_TTS_NET_ADDRESS_WORK_PER_S": "inf", "GOSSIP_TTS_NET_KEY_WORK_PER_S": "inf",
+                                  "GOSSIP_TTS_NET_REFUSALS_PER_S": "inf"})
     base = f"http://{victim.wait_listening()}"
     victim.wait_for(r"^step \d+ ", timeout=120)
     fingerprint, x = read_state(base, swarm_name)

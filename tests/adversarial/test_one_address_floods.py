@@ -12,7 +12,9 @@
   address_work_per_s). Judged by the CPU the attack makes the victim's own network threads (HTTP,
   node worker) spend over the clean windows beside it: at most a tenth of a core. Training's own
   share is printed and bounded loosely: on a shared host other processes pushed onto the victim's
-  core while the attacker runs move it more than the attack does.
+  core while the attacker runs move it more than the attack does. With benching on (the default),
+  the address is soon refused past its refusal budget and its connections are reset unread: the
+  attack's attempts are counted, answered or reset.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import statistics
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import pytest
+import torch
 
 from protocol import make_snapshot_frame, pack_bundle
-from tests.adversarial.conftest import Forger, connect_from, http, metric, source_ip
+from tests.adversarial.conftest import Forger, connect_from, http, metric, read_state, source_ip
 from tests.adversarial.test_snapshot_leech import _thread_cpu_s
 from tests.paths import REPO
 
@@ -88,18 +92,29 @@ def test_one_address_with_128_idle_sockets_leaves_new_connections_served(pair) -
 KEYS = 4
 REQUESTS_PER_S = 60.0
 """The replayers' pace, all keys together: what the attack seen reached (about 55 a second). Sent
-back to back instead, its refusals (429) cost the victim their own handling, the flood of refused
-requests that SECURITY.md lists as not yet defended; this test measures what the exchanges cost."""
+back to back instead, it is the flood of refused requests of test_refused_flood.py; this test
+measures what the exchanges cost."""
+NOT_BENCHED = {"GOSSIP_TTS_NET_REFUSALS_PER_S": "inf"}
+
+
+class Target(NamedTuple):
+    """The victim a replayer speaks to: its URL, swarm, model and parameters."""
+    base: str
+    swarm: str
+    fingerprint: str
+    x: torch.Tensor
 
 
 class Replayer:
     """One key from one address: a first contact, then, spending each answer's ticket, a snapshot of
     its copy: the same pre-signed one every time, or (`fresh`) one signed anew with the next seq."""
 
-    def __init__(self, pair, source: str, fresh: bool) -> None:
+    def __init__(self, pair: Target, source: str, fresh: bool) -> None:
         self.pair, self.source, self.fresh = pair, source, fresh
         self.forger = Forger(pair.swarm, pair.fingerprint, pair.x)
         self.seq, self.sent, self.ok = 1, 0, 0
+        self.tried = self.reset = 0
+        """Requests tried (first contacts too), and those whose connection was reset unanswered."""
         self.replayed = self._snapshot(1)
 
     def _snapshot(self, seq: int) -> bytes:
@@ -108,6 +123,14 @@ class Replayer:
                                    extra={"epoch": self.forger.node.epoch})
 
     def once(self) -> None:
+        self.tried += 1
+        try:
+            self._once()
+        except OSError:  # benched: reset as it was accepted, or at its next bytes
+            self.reset += 1
+            raise
+
+    def _once(self) -> None:
         forger, node = self.forger, self.forger.node
         if not forger.ticketed:
             forger.exchange(self.pair.base, source=self.source)
@@ -157,18 +180,25 @@ def _run(replayers: list[Replayer], seconds: float) -> None:
         t.join(60)
 
 
-def test_a_replayed_snapshot_is_applied_once(pair) -> None:
-    replayers = [Replayer(pair, source_ip(700), fresh=False) for _ in range(KEYS)]
-    applied0 = metric(pair.base, "gossip_tts_snapshots_received_total")
-    stale0 = metric(pair.base, 'gossip_tts_frames_refused_total{reason="stale_seq"}')
+def test_a_replayed_snapshot_is_applied_once(peers, swarm_name) -> None:
+    # Benching off: past the work budgets nearly every replay is refused, and an address refused
+    # that often is soon benched, so the replays would stop reaching the node whose refusal of
+    # them is this test's subject (the ticketed flood below runs against benching).
+    victim = peers("replayed", env=NOT_BENCHED)
+    base = f"http://{victim.wait_listening()}"
+    victim.wait_for(r"^step \d+ ", timeout=180)  # past joining: a joining peer answers 503
+    target = Target(base, swarm_name, *read_state(base, swarm_name, source=source_ip(997)))
+    replayers = [Replayer(target, source_ip(700), fresh=False) for _ in range(KEYS)]
+    applied0 = metric(base, "gossip_tts_snapshots_received_total")
+    stale0 = metric(base, 'gossip_tts_frames_refused_total{reason="stale_seq"}')
     _run(replayers, WINDOW_S)
-    applied = metric(pair.base, "gossip_tts_snapshots_received_total") - applied0
-    stale = metric(pair.base, 'gossip_tts_frames_refused_total{reason="stale_seq"}') - stale0
+    applied = metric(base, "gossip_tts_snapshots_received_total") - applied0
+    stale = metric(base, 'gossip_tts_frames_refused_total{reason="stale_seq"}') - stale0
     ok = sum(r.ok for r in replayers)
     print(f"{sum(r.sent for r in replayers)} replays sent, {ok} answered, {applied:.0f} snapshots applied, "
           f"{stale:.0f} refused as stale")
     assert ok > 2 * KEYS  # the replays reached the node
-    assert applied <= KEYS + 1  # each key's snapshot once (and perhaps one from the honest neighbour)
+    assert applied <= KEYS  # each key's snapshot once
     assert stale >= ok - 2 * KEYS
 
 
@@ -177,7 +207,9 @@ def test_ticketed_snapshots_from_one_address_cost_the_victim_a_tenth_of_a_core_a
     would change the copy held: the dearest exchange there is) under every ticket it is handed."""
     pair = victim_on_its_own_core
     pid = pair.victim.proc.pid
-    replayers = [Replayer(pair, source_ip(701), fresh=True) for _ in range(KEYS)]
+    target = Target(pair.base, pair.swarm, pair.fingerprint, pair.x)
+    replayers = [Replayer(target, source_ip(701), fresh=True) for _ in range(KEYS)]
+    benched0 = metric(pair.base, "gossip_tts_connections_benched_total")
     cpu: list[tuple[bool, float, float]] = []  # (attacked, training's share of a core, the other threads')
     for attacked in [False, True, False, True, False][: 2 * ROUNDS + 1]:
         train0, all0, t0 = _thread_cpu_s(pid, pid), _process_cpu_s(pid), time.monotonic()
@@ -193,9 +225,14 @@ def test_ticketed_snapshots_from_one_address_cost_the_victim_a_tenth_of_a_core_a
           "of a core more than in the clean windows beside")
     refused = metric(pair.base, 'gossip_tts_http_refused_total{reason="key_work"}') + metric(
         pair.base, 'gossip_tts_http_refused_total{reason="address_work"}')
+    benched = metric(pair.base, "gossip_tts_connections_benched_total") - benched0
+    tried = sum(r.tried for r in replayers)
     print(f"training CPU {', '.join(f'{r:.3f}' for r in ratios)}x the clean windows beside "
-          f"(windows: {', '.join(f'{c:.2f}' for _, c, _ in cpu)} of a core); {sum(r.sent for r in replayers)} sent, "
-          f"{sum(r.ok for r in replayers)} answered, {refused:.0f} refused by work")
-    assert sum(r.sent for r in replayers) >= 0.5 * REQUESTS_PER_S * WINDOW_S * ROUNDS  # the attack ran
+          f"(windows: {', '.join(f'{c:.2f}' for _, c, _ in cpu)} of a core); {tried} tried, "
+          f"{sum(r.sent for r in replayers)} pushes sent, {sum(r.ok for r in replayers)} answered, {refused:.0f} "
+          f"refused by work, {sum(r.reset for r in replayers)} reset unanswered ({benched:.0f} benched)")
+    # The attack ran: tried, answered or reset (while accepting pauses for benched connections, a
+    # request waits in the victim's kernel, so fewer are tried than the pace).
+    assert tried >= 0.25 * REQUESTS_PER_S * WINDOW_S * ROUNDS
     assert statistics.median(extra) <= 0.1, extra  # what the attack makes the victim spend: a tenth of a core at most
     assert statistics.median(ratios) >= 0.6, ratios  # against a gross loss; a busy host moves this one

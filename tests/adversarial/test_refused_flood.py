@@ -6,9 +6,8 @@ A refusal is cheap, but a 429 is an accepted connection, a parsed request, a mid
 answer on the event loop, which shares the interpreter lock and the core with training: ~1,000
 a second cost the victim a third to a half of its training. Now an address refused past its
 budget is benched (its connections reset as they are accepted, before HTTP), and benched
-connections past a budget in all pause accepting (`peer.net.refusal_bench`; off by default, on
-here at `BENCHED`). The control is a victim with benching off, flooded the same way, which must
-do worse.
+connections past a budget in all pause accepting (`peer.net.refusal_bench`, the defaults). The
+control is a victim with benching off (`NOT_BENCHED`), flooded the same way, which must do worse.
 Training is judged by its thread's CPU, steps printed beside (test_snapshot_leech.py says why)."""
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from tests.adversarial.test_snapshot_leech import _answer, _paired, attack_windo
 
 pytestmark = pytest.mark.slow
 
-BENCHED = {"GOSSIP_TTS_NET_REFUSALS_PER_S": "8"}
-"""The victim's settings: benching on, at 8 refused requests a second per address."""
+NOT_BENCHED = {"GOSSIP_TTS_NET_REFUSALS_PER_S": "inf"}
+"""The control's settings: benching off."""
 WINDOW_S = 10.0
 SOCKETS = 8
 """Sockets the attacker sends on at once, spread over the attack's addresses."""
@@ -95,11 +94,6 @@ def _windows(pair: Pair, rounds: int, label: str) -> dict[int, list[float]]:
     return ratios
 
 
-@pytest.fixture(scope="module")
-def victim_env() -> dict[str, str]:
-    return BENCHED
-
-
 def test_a_flood_of_refused_requests_leaves_training_its_pace(victim_on_its_own_core, corpus, tmp_path) -> None:
     pair = victim_on_its_own_core
     benched = _windows(pair, 3, "benched")
@@ -109,7 +103,7 @@ def test_a_flood_of_refused_requests_leaves_training_its_pace(victim_on_its_own_
         assert statistics.median(ratios) >= 0.9, (n, ratios)
 
     os.kill(pair.victim.proc.pid, signal.SIGSTOP)  # the control trains on the victim's core alone
-    control = start_peer(corpus, tmp_path, "control", pair.swarm, "--peer", pair.honest.address)
+    control = start_peer(corpus, tmp_path, "control", pair.swarm, "--peer", pair.honest.address, env=NOT_BENCHED)
     try:
         control.wait_listening()
         pin(control.proc.pid, set(os.sched_getaffinity(pair.victim.proc.pid)))

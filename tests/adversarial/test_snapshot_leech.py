@@ -2,7 +2,8 @@
 training peer for exchanges as fast as 100 a second: what they get back stays within the
 snapshot budget (peer.core.snapshots; GossipConfig.answer_snapshot_every_s and
 answer_snapshots_per_min), past a burst each address's requests are refused before they are read
-(NetConfig.stranger_exchanges_per_s), and the victim's training keeps 0.9x the CPU it gets in
+(NetConfig.stranger_exchanges_per_s), past its refusal budget an address is benched (its
+connections closed unread: NetConfig.refusals_per_s), and the victim's training keeps 0.9x the CPU it gets in
 the clean windows next to each attack (the control). Before, each was answered with a full
 snapshot: ~1.9 GB out per 20 s window at the tiny preset, and training fell to 0.45-0.7x.
 
@@ -48,6 +49,8 @@ class Window(NamedTuple):
     """What the leeches received."""
     requests: int
     """Requests the leeches sent and got an answer to."""
+    closed: int
+    """Requests whose connection the victim closed unanswered (benched: `peer.net.refusal_bench`)."""
     training_cpu: float
     """The share of a core the victim's training thread (its main thread) had."""
 
@@ -85,7 +88,7 @@ def _window(pair, addresses: int) -> Window:
     """What the victim and the leeches did in WINDOW_S with `addresses` leeching. Each leech sends
     one prepared first contact again and again on a kept-alive socket, so the attack costs this
     (shared) machine little CPU next to the victim's."""
-    stop, got, sent = threading.Event(), [0] * addresses, [0] * addresses
+    stop, got, sent, closed = threading.Event(), [0] * addresses, [0] * addresses, [0] * addresses
     every = addresses / REQUESTS_PER_S
 
     def leech(i: int) -> None:
@@ -100,13 +103,16 @@ def _window(pair, addresses: int) -> Window:
                 got[i] += _answer(s, buf)
                 sent[i] += 1
             except (OSError, AttributeError, ValueError):
+                closed[i] += 1
+                if s is not None:
+                    s.close()
                 s = None
             next_at += every
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     threads = [threading.Thread(target=leech, args=(i,), daemon=True) for i in range(addresses)]
     steps_per_s, training_cpu = attack_window(pair, threads, stop, WINDOW_S)
-    return Window(steps_per_s, sum(got), sum(sent), training_cpu)
+    return Window(steps_per_s, sum(got), sum(sent), sum(closed), training_cpu)
 
 
 def attack_window(pair, threads: list[threading.Thread], stop: threading.Event, seconds: float) -> tuple[float, float]:
@@ -131,23 +137,29 @@ def test_a_snapshot_leech_from_one_or_eight_addresses_stays_within_the_budget(vi
     budget = (cfg.max_neighbours + cfg.answer_snapshots_per_min * WINDOW_S / 60) * snapshot
     refusals = lambda: (metric(pair.base, 'gossip_tts_snapshots_withheld_total{reason="unticketed"}')  # noqa: E731
                         + sum(metric(pair.base, f'gossip_tts_http_refused_total{{reason="{r}"}}')
-                              for r in ("stranger_rate", "address_work", "key_work")))
+                              for r in ("stranger_rate", "address_work", "key_work"))
+                        + metric(pair.base, "gossip_tts_connections_benched_total"))
     _window(pair, 0)  # settling: a peer that has just started trains faster than it will go on to
     refused0 = refusals()
     windows = [(n, _window(pair, n)) for n in [0, 1, 0, 8] * ROUNDS + [0]]  # clean ones: the control
     for n, w in windows:
         print(f"{n} address(es): {w.steps_per_s:.2f} steps/s, training {w.training_cpu:.0%} of a core, "
-              f"{w.requests} requests, {w.bytes_back / 1e6:.2f} MB back (budget {budget / 1e6:.1f} MB)")
+              f"{w.requests} requests answered, {w.closed} closed unanswered, {w.bytes_back / 1e6:.2f} MB back "
+              f"(budget {budget / 1e6:.1f} MB)")
     for n in (1, 8):
         cpu, steps = _paired(windows, n, "training_cpu"), _paired(windows, n, "steps_per_s")
         print(f"{n} address(es): training CPU {', '.join(f'{r:.3f}' for r in cpu)}x the clean windows beside; "
               f"steps/s {', '.join(f'{r:.3f}' for r in steps)}x")
         for m, w in windows:
             if m == n:
-                assert w.requests >= 0.5 * REQUESTS_PER_S * WINDOW_S, (n, w)  # the attack ran
+                # The attack ran: its requests answered, or closed unanswered once its address was
+                # benched (then, while accepting pauses, a leech's next connection waits in the
+                # victim's kernel, so it sends fewer than its pace).
+                assert w.requests + w.closed >= 0.2 * REQUESTS_PER_S * WINDOW_S, (n, w)
                 assert w.bytes_back <= budget, (n, w, budget)
         assert statistics.median(cpu) >= 0.9, (n, cpu)
         assert statistics.median(steps) >= 0.8, (n, steps)
-    # every leech request was answered without a snapshot, or refused before it was read, and counted
-    assert refusals() - refused0 >= 0.9 * sum(w.requests for n, w in windows if n)
+    # every leech request was answered without a snapshot, or refused before it was read, or closed
+    # unread (benched), and counted
+    assert refusals() - refused0 >= 0.9 * sum(w.requests + w.closed for n, w in windows if n)
     assert pair.exchanges_ok() > 0

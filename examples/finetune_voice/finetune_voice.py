@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 
 from gossip_tts.cache_root import cache_root
-from gossip_tts.judge.held_out import CONTROLS, HeldOutConfig, controls_heard_before, judge_checkpoints
+from gossip_tts.judge.held_out import CONTROLS, HeldOutConfig, controls_heard_before, judge_checkpoints, refused_ahead
 from gossip_tts.judge.packaged_ears import packaged_identity
-from stage_progress import Estimator, follow, minutes, plan_stages, read_last_pace, save_pace
+from stage_progress import Estimator, follow, minutes, plan_judge, plan_stages, read_last_pace, save_pace
 
 HEARD_BEFORE = "judge-heard.json"
 """The judge's answers on the controls, kept beside the built-in corpus so that a second run hears only the models."""
@@ -47,13 +47,17 @@ def judge_installed() -> bool:
     return all(importlib.util.find_spec(name) for name in ("pocketsphinx", "resemblyzer", "speechmos"))
 
 
-def judge_work(cfg: HeldOutConfig) -> tuple[int, int, int]:
-    """(clips to speak, clips to hear, control clips recalled) for the estimate; none without the extra."""
+def judge_work(cfg: HeldOutConfig, refused: dict[str, set[str]] | None = None) -> tuple[int, int, int]:
+    """(clips to speak, clips to hear, control clips recalled) for the estimate; none without the
+    extra. `refused`: per checkpoint, the sentences it will refuse at once (heard from no model)."""
     if not judge_installed():
         return 0, 0, 0
-    spoken = len(cfg.checkpoints) * len(cfg.sentences)
+    refused = refused or {}
+    dropped = set().union(*refused.values())
+    spoken = len(cfg.checkpoints) * len(cfg.sentences) - sum(map(len, refused.values()))
+    kept = len(cfg.sentences) - len(dropped)
     recalled = controls_heard_before(cfg, packaged_identity())
-    return spoken, spoken + CONTROLS * len(cfg.sentences) - recalled, recalled
+    return spoken, (len(cfg.checkpoints) + CONTROLS) * kept - recalled, recalled
 
 
 def cli(*args: str, log: Path | None = None) -> subprocess.Popen:
@@ -205,8 +209,13 @@ def main() -> None:
     took["eval+sample"] = time.monotonic() - t
     est.finished(planned["eval+sample"], took["eval+sample"])
     t = time.monotonic()
-    if spoken:
+    if spoken:  # the checkpoints now exist: the sentences they will refuse are known
+        refused = refused_ahead(judging)
+        spoken, heard, recalled = judge_work(judging, refused)
+        planned["judge"] = plan_judge(est, args.synth_steps, spoken, heard)
         kept = f", {recalled} control clips recalled from {judging.heard_before}" if recalled else ""
+        too_long = set().union(*refused.values())
+        kept += f", {len(too_long)} sentence(s) too long for a model" if too_long else ""
         print(f"      judging: the base and peer 0 speak the {len(val_rows)} held-out sentences, heard beside the real "
               f"recordings, their codec round trip and noise (~{minutes(planned['judge'] * est.slowdown)}: {spoken} "
               f"clips to speak, {heard} to hear{kept})", flush=True)

@@ -116,9 +116,14 @@ def plan_stages(est: Estimator, *, clips: int, peers: int, base_steps: int, step
         "fine-tune": est.reference("finetune_step", steps) + est.reference("process", peers + 1),
         "eval+sample": est.reference("eval", peers + 1) + est.reference("synth_step", synth_steps)
         + est.reference("process", 1),
-        "judge": est.reference("speak_clip", spoken_clips) + est.reference("synth_step", synth_steps * spoken_clips)
-        + est.reference("hear_clip", heard_clips),
+        "judge": plan_judge(est, synth_steps, spoken_clips, heard_clips),
     }
+
+
+def plan_judge(est: Estimator, synth_steps: int, spoken_clips: int, heard_clips: int) -> float:
+    """Reference seconds of the judge: each clip spoken (its sampler steps apart), each clip heard."""
+    return (est.reference("speak_clip", spoken_clips) + est.reference("synth_step", synth_steps * spoken_clips)
+            + est.reference("hear_clip", heard_clips))
 
 
 def minutes(seconds: float) -> str:

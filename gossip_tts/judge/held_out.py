@@ -146,6 +146,23 @@ def controls_heard_before(cfg: HeldOutConfig, identity: str) -> int:
     return CONTROLS * known_clips(cfg.heard_before, identity, real)
 
 
+def refused_ahead(cfg: HeldOutConfig) -> dict[str, set[str]]:
+    """Per checkpoint, the sentence ids it will refuse (synthesize's text and length checks), read
+    from the checkpoints' records before any speaks: a sentence one refuses is heard from none."""
+    from gossip_tts.apps.synth_app import estimate_frames
+    from gossip_tts.data.text import encode_text
+    from peer.local.checkpoint import load_checkpoint
+
+    refused: dict[str, set[str]] = {}
+    for label, path in cfg.checkpoints.items():
+        _tensors, meta = load_checkpoint(path)
+        model, rate = meta["model_config"], meta["codec"]["frame_rate"]
+        refused[label] = {key for key, text in cfg.sentences
+                          if len(encode_text(text, model["text_frontend"])) > model["max_text_bytes"]
+                          or estimate_frames(text, meta, rate) > model["max_frames"]}
+    return refused
+
+
 def _hearing_progress(tell: Callable[[str], None], start: float, countdown: Countdown, recalled: set[tuple[str, str]]):
     """`clip_progress` lines that end with the time left to hear (clips recalled from the file take none)."""
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gossip_tts.audio import MelCodec, write_wav
-from gossip_tts.judge.held_out import HeldOutConfig, controls_heard_before, judge_checkpoints
+from gossip_tts.judge.held_out import HeldOutConfig, controls_heard_before, judge_checkpoints, refused_ahead
 from gossip_tts.model import EchoDiT, model_config
 from gossip_tts.train.trainer import MODEL_PREFIX
 from peer.local.checkpoint import save_checkpoint
@@ -72,6 +72,7 @@ def test_without_the_extra_it_says_so_in_one_line_and_returns_none(tmp_path, mon
 def test_a_sentence_a_model_refuses_is_left_out_for_every_model(tmp_path):
     cfg = _config(tmp_path)
     cfg.sentences.append(("h3", "loud " * 300))  # longer than the tiny model's longest clip
+    assert refused_ahead(cfg) == {"base": {"h3"}, "fine-tuned": {"h3"}}  # known before either speaks
     lines: list[str] = []
     sets = judge_checkpoints(cfg, lines.append, ears=LoudnessEars())
     assert all([c.key for c in s.clips] == ["h1", "h2"] for s in sets)

@@ -62,6 +62,12 @@ class PartnerConfig:
     snapshot and answers empty at that step would keep its slot for good; an honest partner's step
     moves at each of its publishes, so this spares one publishing up to this many times slower than
     we do (a straggler, a long publish period), and a partner that stopped training gives its slot up."""
+    frozen_grace_publishes: int = 32
+    """Our publishes a partner's claimed step may stay put before its share of our pulls shrinks:
+    past that it is drawn in proportion to its score times this over how long its step has stayed
+    put, so a key answering empty at a step it never leaves takes less and less of our pulls
+    until `frozen_publishes` replaces it, while a partner publishing at least this often (a
+    straggler, a long publish period) is drawn by its score alone. At most `frozen_publishes`."""
     news_weight: float = 0.25
     """Weight of the newest answer in a partner's score (news: 1, nothing: 0). A pull goes to a free
     partner drawn in proportion to its score, a new one starting at half: one that answers news
@@ -71,6 +77,8 @@ class PartnerConfig:
         if self.per_host < 1 or self.per_subnet < 1 or self.barren_answers < 2 or self.frozen_publishes < 1:
             raise ValueError(f"per_host, per_subnet and frozen_publishes must be >= 1 and barren_answers >= 2, "
                              f"got {self}")
+        if not 1 <= self.frozen_grace_publishes <= self.frozen_publishes:
+            raise ValueError(f"frozen_grace_publishes must be in [1, frozen_publishes], got {self}")
         if not (0 < self.news_weight <= 1 and math.isfinite(self.news_weight)):
             raise ValueError(f"news_weight must be in (0, 1], got {self.news_weight!r}")
 

@@ -10,7 +10,7 @@ stalls and frees its slot (it still waits for its answer or timeout), and at mos
 each stalls in turn, and the ones left free are those on our side. A partner whose
 exchange failed is replaced, first by a verified peer whose last request succeeded, and so is
 one whose answers keep carrying nothing, or whose claimed step stays put for many of our
-publishes. A partner replaced for giving nothing comes back once a request of its own brings us
+publishes (its share of pulls shrinking meanwhile). A partner replaced for giving nothing comes back once a request of its own brings us
 news (`reinstate`), so an honest one that answered empty before it verified us is not out for
 good, while a key that never sends a frame stays out. Vacancies are filled spread over hosts and subnets
 first (`peer.core.diversity`), and a pull goes to the free partner whose answers carried news
@@ -87,9 +87,21 @@ class Exchanges:
         free = [a for a in self.partners if a not in busy]
         if not free:
             return None
-        if len({self.scores[a] for a in free}) == 1:
+        weights = [self.scores[a] * self._thaw(a) for a in free]
+        if len(set(weights)) == 1:
             return rng.choice(free)
-        return rng.choices(free, weights=[self.scores[a] for a in free])[0]
+        return rng.choices(free, weights=weights)[0]
+
+    def _thaw(self, address: str) -> float:
+        """1, or less once `address`'s claimed step has stayed put past `frozen_grace_publishes` of
+        our publishes: the grace over how long it has. 1 again from `frozen_publishes` on, so that
+        its next answer, which replaces it, comes soon and its slot is freed."""
+        claimed = self._claimed.get(address)
+        if claimed is None:
+            return 1.0
+        put = self._publishes - claimed[1]
+        pc = self.partner_cfg
+        return 1.0 if put >= pc.frozen_publishes else min(1.0, pc.frozen_grace_publishes / max(1, put))
 
     def start(self, token: int, address: str, now: float) -> None:
         self.in_flight[token] = address

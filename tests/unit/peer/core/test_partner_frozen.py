@@ -4,7 +4,9 @@ An empty answer counts against a partner only when it owed news, and it owes non
 claimed step is that of the copy we hold. So a key that sent one snapshot, then answered empty
 at that step forever, kept its slot and its pulls for free. An honest partner's step moves at
 each of its publishes, however rare: after `frozen_publishes` of ours without a claim past its
-highest, a partner has stopped publishing or never meant to, and is replaced."""
+highest, a partner has stopped publishing or never meant to, and is replaced; past
+`frozen_grace_publishes` of them it is drawn less and less meanwhile, while a partner that
+publishes at least that often is drawn by its score alone."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def test_a_partner_whose_step_never_moves_is_replaced_and_a_slow_one_is_not() ->
         ends = {a: max(step for step, b in s.pulled if b == a) for a in FROZEN}  # held to the bound, no longer
         assert all(frozen_after < end <= frozen_after + 16 for end in ends.values()), (seed, ends)
         assert all(s.news[a] == 1 for a in FROZEN), s.news  # its one snapshot, then nothing for hundreds of pulls
+        # its share of pulls shrinks once its step has stayed put past the grace (65-85 pulls each without)
+        assert all(s.pulls[a] <= 60 for a in FROZEN), (seed, s.pulls)
         assert s.pulls[SLOW] >= ROUNDS // 4 and s.news[SLOW] == 1 + ROUNDS // 32, (seed, s.pulls, s.news)
 
 

@@ -2,20 +2,22 @@
 what rationing snapshots in answers (peer.core.snapshots) costs a peer that joins a swarm.
 
     python benchmarks/joiner_first_mix.py simnet [--seeds 0 1 2 3 4]
-    python benchmarks/joiner_first_mix.py processes [--runs 2]
+    python benchmarks/joiner_first_mix.py processes [--runs 2] [--preset 100m --after-step 10]
 
 simnet: four peers train from t=0; a fifth comes online at t=20 s (joining: it adopts a
 neighbour's state, then gossips); printed: seconds from its start to its first mix, per seed.
-processes: a tiny-preset `gossip-tts peer` trains; a second starts with `--peer` at it;
-printed: seconds from the second's "listening" line to its first mix (`/metrics`
-`gossip_tts_mixed_staleness_steps_count` > 0), per run. Results in docs/performance.md.
+processes: a `gossip-tts peer` trains (the tiny preset by default, or `--preset` on the built-in
+corpus, batch 4, one thread); a second starts with `--peer` at it once it has logged step
+`--after-step`; printed per run, in seconds from the second's start: its "listening" line, its
+adoption of the first one's state, its first mix, both peers mixed (`/metrics`
+`gossip_tts_mixes_total` ≥ 1 on each), and the snapshots the joiner received. Results in
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
@@ -23,7 +25,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkout's code
+from machine import describe  # noqa: E402
+
 JOIN_AT_S = 20.0
 
 
@@ -45,35 +49,51 @@ def simnet_first_mix(seed: int) -> float | None:
     return None
 
 
-def _mixes(address: str) -> float:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+def _counter(address: str, name: str) -> float:
+    """A counter's total over its labels on `address`'s /metrics."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=20) as r:
         text = r.read().decode()
     return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("gossip_tts_mixed_staleness_steps_count"))
+               if line.startswith(f"gossip_tts_{name}") and not line.startswith("#"))
 
 
-def process_first_mix(tmp: Path) -> float:
+def process_first_mix(tmp: Path, preset: str, after_step: int, limit_s: float) -> dict[str, float | None]:
     from gossip_tts.data import ensure_builtin_corpus
     from tests.integration.conftest import tiny_args
-    from tests.integration.peers import PeerProcess
+    from tests.integration.peers import PeerProcess, last_step
 
-    train, _ = ensure_builtin_corpus(tmp / "corpus")
     swarm = f"first-mix-{int(time.time())}"
-    args = lambda name, *extra: tiny_args(train, tmp / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
-                                          "--no-mdns", *extra, steps=100000)
+    if preset == "tiny":
+        train, _ = ensure_builtin_corpus(tmp / "corpus")
+        args = lambda name, *extra: tiny_args(train, tmp / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
+                                              "--no-mdns", *extra, steps=100000)
+    else:
+        args = lambda name, *extra: ["--preset", preset, "--batch-size", "4", "--threads", "1", "--checkpoint-dir",
+                                     str(tmp / name), "--listen", "127.0.0.1:0", "--swarm", swarm, "--no-mdns", *extra]
     a = PeerProcess(args("a"), tmp / "a.log")
     b = None
     try:
-        a.wait_listening()
-        a.wait_for(r"^step \d+ ", timeout=180)
-        b = PeerProcess(args("b", "--peer", a.address), tmp / "b.log")
-        b.wait_listening()
+        a.wait_listening(300)
+        deadline = time.monotonic() + 1800
+        while last_step(a.text()) < after_step:  # steps are logged every few: the first at or past it
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the first peer did not reach step {after_step}:\n" + a.text()[-2000:])
+            time.sleep(0.5)
         t0 = time.monotonic()
-        while _mixes(b.address) == 0:
-            if time.monotonic() - t0 > 180:
-                raise RuntimeError("no mix within 180 s:\n" + b.text()[-2000:])
-            time.sleep(0.1)
-        return time.monotonic() - t0
+        b = PeerProcess(args("b", "--peer", a.address), tmp / "b.log")
+        b.wait_listening(300)
+        out: dict[str, float | None] = {"listening_s": time.monotonic() - t0, "adopted_s": None, "joiner_mixed_s": None,
+                                        "both_mixed_s": None}
+        while time.monotonic() - t0 < limit_s and out["both_mixed_s"] is None:
+            now = time.monotonic() - t0
+            if out["adopted_s"] is None and "joined: adopted the state of" in b.text():
+                out["adopted_s"] = now
+            mixed = [_counter(p.address, "mixes_total") >= 1 for p in (b, a)]
+            out["joiner_mixed_s"] = out["joiner_mixed_s"] or (now if mixed[0] else None)
+            out["both_mixed_s"] = now if all(mixed) else None
+            time.sleep(0.5)
+        out["joiner_snapshots"] = _counter(b.address, "snapshots_received_total")
+        return {k: None if v is None else round(v, 1) for k, v in out.items()}
     finally:
         for p in (a, b):
             if p is not None:
@@ -85,6 +105,9 @@ def main() -> None:
     ap.add_argument("where", choices=["simnet", "processes"])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--preset", default="tiny", help="processes: the model both peers train")
+    ap.add_argument("--after-step", type=int, default=1, help="processes: the first peer's step the second waits for")
+    ap.add_argument("--limit", type=float, default=600.0, help="processes: seconds to wait for both to mix")
     opts = ap.parse_args()
     if opts.where == "simnet":
         out = {f"seed{s}": simnet_first_mix(s) for s in opts.seeds}
@@ -92,7 +115,8 @@ def main() -> None:
         out = {}
         for i in range(opts.runs):
             with tempfile.TemporaryDirectory() as tmp:
-                out[f"run{i}"] = round(process_first_mix(Path(tmp)), 2)
+                out[f"run{i}"] = process_first_mix(Path(tmp), opts.preset, opts.after_step, opts.limit)
+    print(describe())
     print(json.dumps({"first_mix_s": out}))
 
 

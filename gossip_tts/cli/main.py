@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +35,7 @@ _FOLDER = click.Path(exists=True, file_okay=False, path_type=Path)
 @click.version_option(package_name="gossip-tts")
 def main() -> None:
     """Peer-to-peer text-to-speech training."""
-    if hasattr(sys.stdout, "reconfigure"):  # a pipe (file, service manager) gets each line as it is printed
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a pipe (file, service manager) gets each line as it is printed
         sys.stdout.reconfigure(line_buffering=True)
 
 

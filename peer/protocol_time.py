@@ -2,8 +2,9 @@
 
 Two parts: the training thread's own time in gossip work at step boundaries (partners' steps,
 mixing, the parameter copy), timed there with a wall clock because that is the time training
-waits; and the node worker's CPU seconds on gossip jobs (compress, sign, exchanges started and
-answered), a running total the worker keeps (`peer.net.node_worker.NodeWorker.protocol_cpu_s`).
+waits; and the node worker's CPU seconds on our own gossip jobs (compress, sign, the exchanges we
+start and their answers; not what we answer others, which their cadence causes), a running
+total the worker keeps (`peer.net.node_worker.NodeWorker.protocol_cpu_s`).
 The training thread reads both when it publishes and hands the cadence their sum.
 """
 

@@ -13,8 +13,9 @@ Each job that stamps a frame or checks one against the time reads the worker's c
 runs, not when it was queued. The CPU time of each job is counted in
 `worker_cpu_seconds_total{task=...}` (the task is the job's name: publish_pending,
 build_request, handle_request, handle_response, ...), so
-a running peer shows what gossip costs it without a profiler. The jobs of gossip (all but the
-status page's summaries) also add up in `protocol_cpu_s`, which the publish budget reads.
+a running peer shows what gossip costs it without a profiler. The jobs of our own gossip (all but the
+answers we give others, and the status page's summaries) also add up in `protocol_cpu_s`,
+which the publish budget reads.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class NodeWorker:
         """Answer an exchange from `address` (`verified`: the session's verified keys, read on the
         loop that owns them)."""
         return await self.job("handle_request", lambda: self.node.handle_request(
-            body, self.clock(), address=address, verified=verified))
+            body, self.clock(), address=address, verified=verified), ours=False)
 
     async def read_state(self, data: bytes) -> tuple[torch.Tensor, int]:
         """Verify a fetched state frame: its parameters and step."""
@@ -77,7 +78,7 @@ class NodeWorker:
 
     async def state_frame(self) -> bytes:
         """Our signed state, as GET /v1/state serves it."""
-        return await self.job("state_frame", lambda: self.node.state_frame(self.clock()))
+        return await self.job("state_frame", lambda: self.node.state_frame(self.clock()), ours=False)
 
     async def adopt(self, x: torch.Tensor, step: int) -> None:
         """Restart our public copy from an adopted state at `step`."""
@@ -88,11 +89,12 @@ class NodeWorker:
         await self.job("forget", lambda: self.node.forget(key))
 
     # ------------------------------------------------------------------ running them
-    async def job(self, task: str, work: Callable[[], T], protocol: bool = True) -> T:
+    async def job(self, task: str, work: Callable[[], T], ours: bool = True) -> T:
         """Run `work()` on the worker thread, its CPU time counted under `task`; `work` may touch
-        the node. `protocol=False`: work that is not gossip (the status page's), which the
-        publish budget does not count."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, task, work, protocol)
+        the node. `ours=False`: work our publish cadence does not cause, which the publish budget
+        does not count: answering other peers (paid at their cadence; counted, a stranger's
+        requests would slow our publishes) and the status page's summaries."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, task, work, ours)
 
     async def for_others(self, limit: int, job: Callable[[], Awaitable[T]]) -> T:
         """Queue `job()` (a named job), for work another peer asks of us: WorkerBusy when `limit`
@@ -109,18 +111,18 @@ class NodeWorker:
             self.queued_for_others -= 1
 
     def protocol_cpu_s(self) -> float:
-        """Any thread: the worker's CPU seconds on gossip jobs so far."""
+        """Any thread: the worker's CPU seconds on our own gossip jobs so far (`job`'s `ours`)."""
         with self._protocol_lock:
             return self._protocol_cpu_s
 
-    def _timed(self, task: str, work: Callable[[], T], protocol: bool) -> T:
+    def _timed(self, task: str, work: Callable[[], T], ours: bool) -> T:
         start = time.thread_time()
         try:
             return work()
         finally:
             spent = time.thread_time() - start
             self.node.metrics.inc("worker_cpu_seconds_total", spent, task=task)
-            if protocol:
+            if ours:
                 with self._protocol_lock:
                     self._protocol_cpu_s += spent
 

@@ -161,7 +161,7 @@ class StatusService:
     async def _refresh(self, consensus: bool) -> NodeSummary:
         t0 = time.monotonic()
         summary = await self.worker.job("summarize_node", lambda: summarize_node(self.worker.node, self.metrics, consensus),
-                                        protocol=False)
+                                        ours=False)
         if consensus:
             self.consensus = summary.consensus_distance
             spent = time.monotonic() - t0

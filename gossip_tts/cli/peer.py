@@ -62,7 +62,8 @@ _OPTIONS = [
     PEER.option("--trusted-keys", field="net.trusted_keys", type=click.Path(exists=True, dir_okay=False),
             help="Private swarm: a file of peer ids (hex public keys, one per line); everyone else is refused."),
     PEER.option("--key", field="key_file", type=click.Path(dir_okay=False, path_type=Path), help="Identity file (gossip-tts keygen; default: <checkpoint-dir>/peer.key)."),
-    PEER.option("--gossip-every", field="gossip.gossip_every", type=int, help="Local steps between exchanges."),
+    PEER.option("--gossip-every", field="gossip.gossip_every", type=int,
+                help="Pins the local steps between publishes (unset: [gossip] publish_budget sets them from what the protocol costs)."),
     PEER.option("--compression", field="gossip.compression", help=f"Update codec: {grammar()}; F a fraction in (0, 1], V a dense codec for the kept "
             "values (docs/wire.md#tensor-codecs)."),
     PEER.option("--staleness", field="gossip.staleness", help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T)."),

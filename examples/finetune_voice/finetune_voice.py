@@ -31,15 +31,13 @@ import time
 from pathlib import Path
 
 from gossip_tts.cache_root import cache_root
+from gossip_tts.judge.config import HEARD_BEFORE_NAME
 from gossip_tts.judge.held_out import CONTROLS, HeldOutConfig, controls_heard_before, judge_checkpoints, refused_ahead
 from gossip_tts.judge.packaged_ears import packaged_identity
 from stage_progress import Estimator, follow, minutes, plan_judge, plan_stages, read_last_pace, save_pace
 
-HEARD_BEFORE = "judge-heard.json"
-"""The judge's answers on the controls, kept beside the built-in corpus so that a second run hears only the models."""
-
 LAST_PACE = "finetune-voice-pace.json"
-"""This machine's pace in its last run, beside them: the next run's opening estimate starts from it."""
+"""This machine's pace in its last run, in `cache_root()` beside the judge's answers: the next run's opening estimate starts from it."""
 
 
 def judge_installed() -> bool:
@@ -125,7 +123,7 @@ def main() -> None:
     reference = args.voice / "wavs" / f"{train_rows[0][0]}.wav"
     judging = HeldOutConfig(checkpoints={"base": args.base or out / "base", "fine-tuned": out / "peer0"},
                             voice=args.voice, sentences=[(r[0], r[-1]) for r in val_rows], reference=reference,
-                            out=out / "judged", synth_steps=args.synth_steps, heard_before=cache_root() / HEARD_BEFORE)
+                            out=out / "judged", synth_steps=args.synth_steps, heard_before=cache_root() / HEARD_BEFORE_NAME)
     spoken, heard, recalled = judge_work(judging)
     planned = plan_stages(est, clips=len(rows), peers=args.peers, base_steps=0 if args.base else args.base_steps,
                           steps=args.steps, synth_steps=args.synth_steps, spoken_clips=spoken, heard_clips=heard)

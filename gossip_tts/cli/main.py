@@ -165,6 +165,8 @@ def eval_cmd(ctx: click.Context, **_flags: Any) -> None:
 @JUDGE.option("--codec-weights", type=click.Path(exists=True), help="DAC weights file, or echo weights folder.")
 @JUDGE.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Plot file (default: FOLDER/judge.png).")
 @JUDGE.option("--no-plot", field=None, is_flag=True, help="Skip the plot.")
+@JUDGE.option("--remember/--no-remember",
+              help="Keep the answers on the control clips (beside the built-in corpus) and recall them next time.")
 @click.pass_context
 def judge(ctx: click.Context, folder: Path, no_plot: bool | None, **_flags: Any) -> None:
     """Word and character error rates, speaker similarity and DNSMOS of an LJSpeech-style FOLDER of

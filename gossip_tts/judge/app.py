@@ -20,6 +20,7 @@ from gossip_tts.audio.base import Codec
 from .clips import Clip, codec_round_trip, matching_real, noise_like, read_folder, read_references
 from .config import JudgeConfig
 from .ears import Ears
+from .remembered import RememberingEars
 from .report import clip_table, json_line, overall_table, write_plot
 from .score import ClipScore, Progress, SetScore, score_set, voice_of
 
@@ -70,7 +71,12 @@ def judge(cfg: JudgeConfig, ears: Ears | None = None, tell: Callable[[str], None
     progress = clip_progress(tell)
     judged = score_set(cfg.folder.name or "judged", ears, judged_clips, voice, progress)
     codec = load_codec(cfg.codec, weights=cfg.codec_weights) if cfg.real is not None else None
-    return JudgeReport(judged, score_controls(judged_clips, ears, voice, cfg.real, codec, cfg.seed, progress))
+    control_ears = RememberingEars(ears, cfg.heard_before_path)
+    controls = score_controls(judged_clips, control_ears, voice, cfg.real, codec, cfg.seed, progress)
+    control_ears.save()
+    if control_ears.recalled:
+        tell(f"judge: {control_ears.recalled} control clips heard before, their answers kept in {cfg.heard_before_path}")
+    return JudgeReport(judged, controls)
 
 
 def clip_progress(tell: Callable[[str], None], start: float | None = None,

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gossip_tts.audio.registry import check_codec_name
+from gossip_tts.cache_root import cache_root
 
 PLOT_NAME = "judge.png"
+HEARD_BEFORE_NAME = "judge-heard.json"
+"""The file of the ears' answers on clips heard before, in `cache_root()` (the voice example's too)."""
 
 
 @dataclass
@@ -31,6 +34,10 @@ class JudgeConfig:
     """Where the plot goes; None puts it at FOLDER/judge.png."""
     plot_enabled: bool = True
     """False: no plot (`--no-plot`)."""
+    remember: bool = True
+    """Keep the ears' answers on the control clips in `heard_before_path` and recall them: the
+    controls are the same clips every time the same ids are judged, and hearing them is most of
+    a run's minutes (`gossip_tts.judge.remembered`)."""
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
@@ -41,6 +48,11 @@ class JudgeConfig:
         if self.real is not None and not self.real.is_dir():
             raise FileNotFoundError(f"judge: --real folder not found: {self.real}")
         check_codec_name(self.codec)
+
+    @property
+    def heard_before_path(self) -> Path | None:
+        """Where the control clips' answers are kept (beside the built-in corpus), or None."""
+        return cache_root() / HEARD_BEFORE_NAME if self.remember else None
 
     @property
     def plot_path(self) -> Path:

@@ -126,3 +126,33 @@ def test_missing_extra_is_one_line_naming_it(folders, monkeypatch):
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "Error: gossip-tts judge needs the [judge] extra (pocketsphinx is not installed): pip install 'gossip-tts[judge]'"]
+
+
+def test_a_second_judge_of_the_same_ids_recalls_the_controls_and_gives_the_same_figures(folders, private_cache):
+    judged, real = folders
+
+    class CountingEars(LoudnessEars):
+        heard = 0
+
+        def transcribe(self, wav):
+            CountingEars.heard += 1
+            return super().transcribe(wav)
+
+    cfg = JudgeConfig(folder=judged, real=real, plot_enabled=False)
+    first, told = judge(cfg, CountingEars()), []
+    heard_first, CountingEars.heard = CountingEars.heard, 0
+    second = judge(cfg, CountingEars(), told.append)
+    assert (private_cache / "judge-heard.json").is_file()
+    assert CountingEars.heard == len(read_folder(judged))  # the judged clips only: the controls were recalled
+    assert heard_first > CountingEars.heard and any("control clips heard before" in line for line in told)
+    assert [s.overall() for s in second.sets] == [s.overall() for s in first.sets]
+
+
+def test_control_with_remember_off_every_run_hears_its_controls_and_keeps_nothing(folders, private_cache):
+    judged, real = folders
+    cfg = JudgeConfig(folder=judged, real=real, plot_enabled=False, remember=False)
+    judge(cfg, LoudnessEars())
+    told: list[str] = []
+    judge(cfg, LoudnessEars(), told.append)
+    assert not (private_cache / "judge-heard.json").exists()
+    assert not any("heard before" in line for line in told)

@@ -43,7 +43,7 @@ from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
 from peer.core.state_seed import OfferedStates, seed
 from peer.core.view import CopyView, ViewBuilder, ViewSlot
 from protocol import (
-    FrameHeader, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy, bundle_digest,
+    Frame, FrameHeader, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy, bundle_digest,
     decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame, SparseVector,
     model_fingerprint, next_epoch, pack_bundle, unpack_bundle,
 )
@@ -353,8 +353,7 @@ class GossipNode:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
                 if (dropped := dropped_unread(n, raw, checked.header, self.metrics)) is None:
-                    news += apply_frame(n, checked.decode(), raw[-SIGNATURE_SIZE:], now, self.partner_steps.enabled,
-                                        self.metrics)
+                    news += self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
             except FrameRefused as exc:
                 dropped = exc.reason.value
             if dropped:
@@ -370,6 +369,11 @@ class GossipNode:
         self._publish_view()
         self.metrics.inc("exchanges_total")
         return ExchangeResult(sender, control.listen, header.step, len(raw_frames) + 1, refused, True, news, n.owes(header.step))
+
+    def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
+        """Apply one verified frame to `n`'s copy (`peer.core.ingest.apply_frame`); True when it changed.
+        A method so that simnet's control arms can believe what the core does not."""
+        return apply_frame(n, frame, signature, now, self.partner_steps.enabled, self.metrics)
 
     def _neighbour(self, key: bytes) -> Neighbour:
         n = self.neighbours.get(key)

@@ -99,9 +99,12 @@ def window(base: str, sybils: Sybils | None, victim_key: str) -> tuple[float, fl
 
 
 def test_answering_sybils_leave_the_victim_its_honest_exchanges(peers, attacker, swarm_name) -> None:
-    honest1 = peers("honest1", shard=1)
-    honest2 = peers("honest2", "--peer", honest1.wait_listening(), shard=1)
-    victim = peers("victim", "--peer", honest1.address, "--peer", honest2.wait_listening())
+    # A publish every step: the windows compare exchanges per update, and a budget-set period
+    # (the default) follows the CPU the box has left, which moves between windows on 2 busy cores.
+    every = ("--gossip-every", "1")
+    honest1 = peers("honest1", *every, shard=1)
+    honest2 = peers("honest2", *every, "--peer", honest1.wait_listening(), shard=1)
+    victim = peers("victim", *every, "--peer", honest1.address, "--peer", honest2.wait_listening())
     base = f"http://{victim.wait_listening()}"
     wait_until(lambda: metric(base, "gossip_tts_exchanges_ok_total") >= 10, 180, "the victim exchanges")
     victim_key = status(base)["peer_id"]

@@ -42,6 +42,8 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "diverged_total": (COUNTER, "simnet: honest peers stopped because their loss was not finite", SUMMED),
     "evictions_total": (COUNTER, "neighbours evicted as unreachable", SUMMED),
     "exchange_failures_total": (COUNTER, "exchanges we started that failed (refused, timed out, unreachable)", SUMMED),
+    "exchanges_busy_total": (COUNTER, "exchanges we started that the partner answered busy (429): it rests until its "
+                             "Retry-After", SUMMED),
     "exchange_seconds": (HISTOGRAM, "an exchange we started: request to verified reply"),
     "exchanges_ok_total": (COUNTER, "exchanges we started that ended in a verified reply", SUMMED),
     "exchanges_refused_joining_total": (COUNTER, "simnet: inbound exchanges refused while joining"),

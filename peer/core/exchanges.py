@@ -14,7 +14,10 @@ publishes (its share of pulls shrinking meanwhile). A partner replaced for givin
 news (`reinstate`), so an honest one that answered empty before it verified us is not out for
 good, while a key that never sends a frame stays out. Vacancies are filled spread over hosts and subnets
 first (`peer.core.diversity`), and a pull goes to the free partner whose answers carried news
-most often, more likely (`PartnerConfig`).
+most often, more likely (`PartnerConfig`). A partner that answered "busy" (HTTP 429, its rate
+budget for us spent) stays a partner but rests until the time it named (`rest`): asked again at
+once, it would refuse again, and a peer whose requests keep being refused is benched (its address
+turned away, `peer.net.refusal_bench`).
 Pure and single-owner, like the session. See docs/architecture.md.
 """
 
@@ -44,6 +47,7 @@ class Exchanges:
         self.in_flight: dict[int, str] = {}
         self._started: dict[int, float] = {}
         self._rtt_s: float | None = None  # smoothed round trip of our exchanges, any partner
+        self._resting: dict[str, float] = {}  # partner -> when it may be asked again (it answered busy)
 
     def stalled(self, now: float) -> list[int]:
         """Tokens of exchanges open so long they no longer hold an in-flight slot."""
@@ -57,8 +61,8 @@ class Exchanges:
         active = len(self.in_flight) - len(self.stalled(now))
         return active < self.cfg.max_in_flight and len(self.in_flight) < self.cfg.max_partners
 
-    def choose(self, table: NeighbourTable, rng: random.Random) -> str | None:
-        """A verified, live partner not already in an exchange (vacancies filled first)."""
+    def choose(self, table: NeighbourTable, rng: random.Random, now: float) -> str | None:
+        """A verified, live partner not already in an exchange nor resting (vacancies filled first)."""
         healthy: set[str] = set()
         verified: set[str] = set()
         for p in table.live():
@@ -83,7 +87,8 @@ class Exchanges:
                               else order[:vacancies])
         self.scores = {a: self.scores.get(a, 0.5) for a in self.partners}
         self._empty = {a: n for a, n in self._empty.items() if a in self.scores}
-        busy = set(self.in_flight.values())
+        self._resting = {a: t for a, t in self._resting.items() if a in self.scores and t > now}
+        busy = set(self.in_flight.values()) | set(self._resting)
         free = [a for a in self.partners if a not in busy]
         if not free:
             return None
@@ -106,6 +111,15 @@ class Exchanges:
     def start(self, token: int, address: str, now: float) -> None:
         self.in_flight[token] = address
         self._started[token] = now
+
+    def rest(self, token: int, until: float) -> str | None:
+        """Close `token`, whose partner answered busy: it keeps its place but is not asked again
+        before `until`. Its address (None if unknown)."""
+        address = self.in_flight.pop(token, None)
+        self._started.pop(token, None)
+        if address is not None:
+            self._resting[address] = max(until, self._resting.get(address, until))
+        return address
 
     def published(self) -> None:
         """We published: one more tick of the clock `PartnerConfig.frozen_publishes` counts in."""

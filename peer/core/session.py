@@ -8,13 +8,13 @@ them. The shape follows h11 (`Connection.send(event) -> bytes`) and python-zeroc
 (decide in pure code, then the caller sends). Owned by one thread: the driver's.
 
 Decisions made here: when to publish and with whom to exchange (a sticky set of verified
-partners, slots and stalls: `peer.core.exchanges`); when to say hello (a jittered cadence;
-each hello is also peer exchange) and which heard-of addresses
-to verify by dialling them; when a peer is dead and evicted; when a dead `--peer` address
-is dialled again (exponential backoff); how to join a running swarm (`peer.core.join`:
-ask every known peer for its step, fetch the state of the furthest along, fall back to the
-next one; adopted here only when further along than ours and not scored worse); what a
-failed publish means (logged, counted, survived). See docs/architecture.md.
+partners, slots, stalls and busy partners resting: `peer.core.exchanges`); when to say hello (a
+jittered cadence; each hello is also peer exchange) and which heard-of addresses to verify by
+dialling them; when a peer is dead and evicted; when a dead `--peer` address is dialled again
+(exponential backoff); how to join a running swarm (`peer.core.join`: ask every known peer for
+its step, fetch the state of the furthest along, fall back to the next one; adopted here only
+when further along than ours and not scored worse); what a failed publish means (logged,
+counted, survived). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from peer.core.actions import (
-    Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello,
-)
+from peer.core.actions import Action, Adopt, Count, Exchange, FetchState, Forget, JoinDone, Log, Publish, SendHello
 from peer.core.addresses import PeerInfo
 from peer.core.candidates import next_deadline, overdue, room_for
 from peer.core.config import SessionConfig
@@ -60,10 +58,8 @@ class Session:
         self._dialling: dict[str, float] = {}  # address -> when we last dialled it to verify it
         self._retry: dict[str, _Retry] = {}  # dead bootstrap address -> when to dial it again
         self._unreachable: dict[str, str] = {}  # `--peer` address -> why its last hello failed
-        self._token = 0
-        self._hello_seq = 0
-        self._next_hello = 0.0
-        self._next_evict = 0.0
+        self._token = self._hello_seq = 0
+        self._next_hello = self._next_evict = 0.0
         self._join: Join | None = None
         self._adopted = False  # a state adopted, and no pull since (`joined`)
 
@@ -193,11 +189,15 @@ class Session:
 
     def exchange_done(self, token: int, now: float, *, peer_id: str = "", rtt: float | None = None,
                       error: str | None = None, carried: int | None = None, owed: bool = True,
-                      step: int | None = None) -> list[Action]:
+                      step: int | None = None, busy_s: float | None = None) -> list[Action]:
         """An exchange we started ended: `error` is None on a verified reply; `carried`: how many of
         its frames changed our copy of the partner (None: not told), `owed`: whether the partner had
         published past the copy we held, `step`: the step it claims (`ExchangeResult.news`, `.owed`,
-        `.step`; `Exchanges.finish`)."""
+        `.step`; `Exchanges.finish`). `busy_s`: it answered busy, to be asked again that much later
+        (`Exchanges.rest`): not a failure of the partner."""
+        if error is not None and busy_s is not None:
+            address = self.exchanges.rest(token, now + busy_s)
+            return [Count("exchanges_busy_total")] if address is not None else []
         address, replaced = self.exchanges.finish(token, error is not None, rtt, carried, owed, step)
         if address is None:
             return []
@@ -289,7 +289,7 @@ class Session:
         """Up to `pulls_per_publish` exchanges, each with another partner."""
         out: list[Action] = []
         while len(out) < self.cfg.pulls and self.exchanges.slot_free(now) and self.accepting:
-            address = self.exchanges.choose(self.table, self.rng)
+            address = self.exchanges.choose(self.table, self.rng, now)
             if address is None:
                 break
             out.append(self._exchange(address, now))

@@ -32,6 +32,12 @@ class TokenBucket:
         self.charge(cost, burst)
         return True
 
+    def wait(self, rate: float) -> float:
+        """Seconds until a whole token is back, at `rate` a second (as of the last refill)."""
+        if self.tokens >= 1:
+            return 0.0
+        return math.inf if rate <= 0 else (1 - self.tokens) / rate
+
     def charge(self, cost: float, burst: float) -> None:
         """Take `cost` whatever is left, down to a debt of one `burst` at most: a dearer request, or
         one charged once its work is known, leaves a debt the rate pays back before the next passes."""
@@ -67,6 +73,10 @@ class AddressBuckets:
     def take(self, address: str, now: float, cost: float = 1.0) -> bool:
         """Take `cost` of `address`'s tokens if it has a whole one (`TokenBucket.take`)."""
         return self.bucket(address, now).take(self.rate, self.burst, now, cost)
+
+    def wait(self, address: str, now: float) -> float:
+        """Seconds from `now` until `address` has a whole token again (`TokenBucket.wait`)."""
+        return self.bucket(address, now).wait(self.rate)
 
     def charge(self, address: str, now: float, cost: float) -> None:
         """Take `cost` of `address`'s tokens whatever it has left (`TokenBucket.charge`)."""

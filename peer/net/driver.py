@@ -29,7 +29,7 @@ from peer.core import (
     Driver, NeighbourHealth, Session, SessionConfig, format_address, make_hello, parse_address, perform, read_hello,
 )
 from peer.boundary import PendingPublish
-from peer.net.errors import describe_failure, describe_status
+from peer.net.errors import busy_for, describe_failure, describe_status
 from peer.net.http_io import BodyTooLarge, read_capped
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
@@ -250,7 +250,7 @@ class AsyncDriver(Driver):
 
     async def _exchange(self, a: Exchange) -> None:
         key = bytes.fromhex(a.peer_id) if a.peer_id else None
-        t0, cfg = self.mono(), self.session.cfg
+        t0, cfg, busy_s = self.mono(), self.session.cfg, None
         try:
             body = await self.worker.build_request(key)
             assert self._client is not None
@@ -258,13 +258,15 @@ class AsyncDriver(Driver):
                                          timeout=self._timeout(cfg.exchange_deadline_s(self.node.snapshot_bytes))) as resp:
                 reply = await read_capped(resp, self.node.limits.max_frame_bytes * 2)
                 if resp.status != 200:
+                    busy_s = busy_for(resp.status, resp.headers.get("Retry-After"))
                     raise RuntimeError(f"HTTP {resp.status}: {reply[:200]!r}")
             result = await self.worker.handle_response(reply)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, RuntimeError, ValueError, FrameRefused,
                 BodyTooLarge) as exc:
             if isinstance(exc, FrameRefused):
                 self.metrics.inc("frames_refused_total", reason=exc.reason.value)
-            self.dispatch(self.session.exchange_done(a.token, self.mono(), error=str(exc) or type(exc).__name__))
+            self.dispatch(self.session.exchange_done(a.token, self.mono(), error=str(exc) or type(exc).__name__,
+                                                     busy_s=busy_s))
             return
         self.metrics.observe("exchange_seconds", self.mono() - t0)
         self.dispatch(self.session.exchange_done(a.token, self.mono(), peer_id=result.sender.hex(),

@@ -57,6 +57,25 @@ def describe_status(status: int) -> str:
     return f"HTTP {status}, " + _BY_STATUS[status] if status in _BY_STATUS else f"HTTP {status}"
 
 
+DEFAULT_BUSY_S = 1.0
+"""How long a partner that answered 429 rests when its `Retry-After` is absent or unreadable."""
+MAX_BUSY_S = 60.0
+"""The longest a partner's `Retry-After` rests it: a larger one (a stranger's header is any text)
+is cut to this, so no answer benches a partner of ours for longer."""
+
+
+def busy_for(status: int, retry_after: str | None) -> float | None:
+    """Seconds to leave a peer alone after its answer `status` (None: not a 429, nothing to wait):
+    its `Retry-After` in whole seconds (RFC 9110; the date form is not used between peers), else
+    `DEFAULT_BUSY_S`, within [0, `MAX_BUSY_S`]."""
+    if status != 429:
+        return None
+    text = (retry_after or "").strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 6):
+        return DEFAULT_BUSY_S
+    return min(MAX_BUSY_S, float(int(text)))
+
+
 class ListenError(OSError):
     """The peer cannot serve on its --listen address; the message names the flag to change."""
 

@@ -43,6 +43,8 @@ ours. False (a first contact, a refused frame) costs the sender's address a stra
 BLAMED = frozenset({400, 408, 413, 415, 429})
 """Answers that refuse a request for what it is or how often its address asks (not 503: our own
 state, a busy worker or the body budget of all addresses together)."""
+MAX_RETRY_AFTER_S = 60
+"""The longest `Retry-After` sent: a debt deeper than this is still paid, asked again later."""
 MAX_GUARDED_ADDRESSES = 4096
 """Addresses whose /v1/state and stranger buckets are remembered; the least recent goes first
 (and starts full again)."""
@@ -81,9 +83,15 @@ class RequestGuard:
         self._address_work = AddressBuckets(cfg.address_work_per_s, cfg.address_work_burst, MAX_GUARDED_ADDRESSES)
         self._key_work = AddressBuckets(cfg.key_work_per_s, cfg.key_work_burst, MAX_GUARDED_ADDRESSES)
 
-    def _refuse(self, status: int, reason: str, text: str) -> web.Response:
+    def _refuse(self, status: int, reason: str, text: str, retry_after_s: float | None = None) -> web.Response:
+        """`retry_after_s`: when a 429's budget has room again, sent as `Retry-After` (whole seconds,
+        at least 1) so that an honest peer waits instead of collecting refusals (its driver rests
+        that partner: `Session.exchange_done(busy_s=...)`) and is never benched for them."""
         self.metrics.inc("http_refused_total", reason=reason)
-        return web.json_response({"refused": reason, "detail": text}, status=status)
+        headers = None
+        if retry_after_s is not None:
+            headers = {"Retry-After": str(max(1, min(MAX_RETRY_AFTER_S, math.ceil(retry_after_s))))}
+        return web.json_response({"refused": reason, "detail": text}, status=status, headers=headers)
 
     def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
         """The aiohttp middleware performing these checks."""
@@ -108,16 +116,19 @@ class RequestGuard:
         if declared is not None and declared > self.max_body_bytes:
             return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
         if self._open.get(remote, 0) >= self.cfg.max_requests_per_address:
-            return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address")
+            return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address",
+                                1.0)
         if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._states.take(remote, self.clock()):
-            return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address")
+            return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address",
+                                self._states.wait(remote, self.clock()))
         exchange = request.path == "/v1/exchange" and request.method == "POST"
         if exchange and not self._strangers.has(remote, self.clock()):
             return self._refuse(429, "stranger_rate", f"at most {self.cfg.stranger_exchanges_per_s:g} exchanges a second "
-                                "per address that spend no ticket of ours")
+                                "per address that spend no ticket of ours", self._strangers.wait(remote, self.clock()))
         if exchange and not self._address_work.has(remote, self.clock()):
             return self._refuse(429, "address_work", f"exchanges from one address may cost at most "
-                                f"{self.cfg.address_work_per_s:g} applied updates' work a second")
+                                f"{self.cfg.address_work_per_s:g} applied updates' work a second",
+                                self._address_work.wait(remote, self.clock()))
         self._open[remote] = self._open.get(remote, 0) + 1
         held = [0]
         try:
@@ -139,10 +150,11 @@ class RequestGuard:
     def _key_refusal(self, head: bytearray) -> web.Response | None:
         """A 429 where the key a body's first bytes name (`peer.core.ingest.bundle_sender`) is out of
         its work budget: refused before the rest of its body is read."""
-        if self._key_work.has(bundle_sender(head).hex(), self.clock()):
+        key = bundle_sender(head).hex()
+        if self._key_work.has(key, self.clock()):
             return None
         return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
-                            f"{self.cfg.key_work_per_s:g} applied updates' work a second")
+                            f"{self.cfg.key_work_per_s:g} applied updates' work a second", self._key_work.wait(key, self.clock()))
 
     def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float]:
         """An exchange's work (`peer.core.ingest.exchange_work`, ticketed or not), charged to its address

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from .mixing import PIECE, pull_scale
+from .packed_float import PackedFloats
 
 SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
 """σ_rel at γ = 0 (a uniform average of all of training): the widest power-function EMA."""
@@ -79,17 +80,21 @@ average fewer independent samples. Evidence: docs/benchmarks/protocol-cpu.md#the
 
 
 class PowerEma:
-    """A power-function EMA sampled at arbitrary steps; `value` is replaced, never written in place.
+    """A power-function EMA sampled at arbitrary steps.
 
-    Readers on other threads may keep the tensor they got: an update builds a new one. `due` says
-    when a sample is worth its pass over the parameters (`SAMPLES_PER_WIDTH`, `MAX_SAMPLE_GAP`);
-    `update` takes whatever it is given.
+    float32 (the default): `value` is replaced, never written in place, so readers on other
+    threads may keep the tensor they got (an update builds a new one). `packed`: `value` is a
+    `PackedFloats` (three bytes a value, `async_opt.packed_float` says why that is enough) updated
+    in place a piece at a time, with no parameter-sized temporary; readers take a copy with
+    `read`. `due` says when a sample is worth its pass over the parameters (`SAMPLES_PER_WIDTH`,
+    `MAX_SAMPLE_GAP`); `update` takes whatever it is given.
     """
 
-    def __init__(self, sigma_rel: float) -> None:
+    def __init__(self, sigma_rel: float, *, packed: bool = False) -> None:
         self.sigma_rel = float(sigma_rel)
         self.gamma = power_ema_exponent(self.sigma_rel)
-        self.value: Tensor | None = None
+        self.packed = packed
+        self.value: Tensor | PackedFloats | None = None
         self.step = 0
         """The step of the newest sample."""
 
@@ -109,26 +114,48 @@ class PowerEma:
         steps have passed since the newest one."""
         return self.value is None or int(step) - self.step >= self.sample_gap(int(step))
 
-    def update(self, sample: Tensor, step: int, *, handed_over: bool = False) -> Tensor:
+    def update(self, sample: Tensor | SwarmEstimate, step: int, *, handed_over: bool = False,
+               generator: torch.Generator | None = None) -> Tensor | PackedFloats:
         """Fold in `sample` taken at `step`. A sample at or before the newest one's step has β = 1
-        and is ignored (nothing new happened since).
+        and is ignored (nothing new happened since). A packed average may be given a
+        `SwarmEstimate` (read a piece at a time; a float32 average builds it whole first).
 
         `handed_over`: the caller will not use `sample` again (a float32 tensor of its own), so
-        the new average is built in it instead of in a fresh parameter-sized tensor."""
+        the new float32 average is built in it instead of in a fresh parameter-sized tensor.
+        `generator` (on the average's device) rounds a packed average's low byte; required then."""
         beta = self.beta(int(step))
-        own = handed_over and sample.dtype == torch.float32
         if self.value is None or beta == 0.0:
-            self.value = sample.detach() if own else sample.detach().to(torch.float32).clone()
-        elif beta < 1.0:
-            sample = sample.detach().to(self.value.dtype)
-            self.value = torch.lerp(self.value, sample, 1.0 - beta, out=sample if own else None)
+            whole = sample if isinstance(sample, Tensor) else swarm_estimate_of(sample)
+            self.reset(whole, step, handed_over=handed_over or whole is not sample)
+            return self.value  # type: ignore[return-value]
+        if beta < 1.0:
+            if isinstance(self.value, PackedFloats):
+                if generator is None:
+                    raise ValueError("a packed average rounds stochastically: pass a generator")
+                flat = sample.detach().reshape(-1) if isinstance(sample, Tensor) else None
+                pieces = sample.piece if isinstance(sample, SwarmEstimate) else (lambda part: flat[part])
+                self.value.lerp_(pieces, 1.0 - beta, generator)
+            else:
+                own = not isinstance(sample, Tensor) or (handed_over and sample.dtype == torch.float32)
+                sample = (sample if isinstance(sample, Tensor) else swarm_estimate_of(sample)).detach().to(torch.float32)
+                self.value = torch.lerp(self.value, sample, 1.0 - beta, out=sample if own else None)
         self.step = max(self.step, int(step))
         return self.value
 
-    def reset(self, sample: Tensor, step: int) -> None:
+    def reset(self, sample: Tensor, step: int, *, handed_over: bool = False) -> None:
         """Start again from `sample` as the average of everything up to `step` (after a join)."""
-        self.value = sample.detach().to(torch.float32).clone()
+        if self.packed:
+            self.value = PackedFloats(sample)
+        else:
+            own = handed_over and sample.dtype == torch.float32
+            self.value = sample.detach() if own else sample.detach().to(torch.float32).clone()
         self.step = int(step)
+
+    def read(self) -> Tensor | None:
+        """The average as a float32 tensor, from any thread (None before the first sample, or when
+        a packed average's in-place update overlapped every read attempt)."""
+        value = self.value
+        return value.read() if isinstance(value, PackedFloats) else value
 
 
 def progress_ratio(own_step: int, neighbour_steps: Sequence[int]) -> float:
@@ -157,32 +184,52 @@ def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, flo
 
     `copies` holds each copy x̂_j with its distance ||x̂_j − x̂_i|| (the caller measured it, to
     feed its radius too). A copy farther than ρ is shortened as the mixer shortens it
-    (`async_opt.mixing.pull_scale`); one whose distance is not finite adds nothing. Built as
-    (1 − (1 − c)·S)·x + Σ_j s_j·x̂_j − c·S·x̂_i a cache-sized piece at a time
-    (`async_opt.mixing.PIECE`), so the only parameter-sized tensor allocated is the result and each
-    vector is read once, however many copies there are. Returns a new tensor.
+    (`async_opt.mixing.pull_scale`); one whose distance is not finite adds nothing. Built a
+    cache-sized piece at a time (`SwarmEstimate`), so the only parameter-sized tensor allocated is
+    the result and each vector is read once, however many copies there are. Returns a new tensor.
     """
-    if not (0.0 <= progress < math.inf):
-        raise ValueError(f"progress ratio must be finite and >= 0, got {progress!r}")
-    m = len(copies)
-    shares = []
-    for idx, (c, norm) in enumerate(copies):
-        if c.shape != public.shape:
-            raise ValueError(f"copy {idx}: shape {tuple(c.shape)} does not match {tuple(public.shape)}")
-        shares.append(pull_scale(norm, rho, power) * progress / (1.0 + m * progress))
-    total, carry = sum(shares), min(1.0, 1.0 / progress) if progress > 0 else 1.0
-    x = x.detach().to(torch.float32)
-    if total <= 0.0:
-        return x.clone()
-    scale = 1.0 - (1.0 - carry) * total  # x·(1 − S) + carry·S·(x − x̂_i), as one scaling of x
-    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    flat_out, flat_x, flat_public = out.view(-1), x.reshape(-1), public.detach().reshape(-1)
-    pulls = [(c.detach().reshape(-1), share) for (c, _), share in zip(copies, shares) if share > 0.0]
+    return swarm_estimate_of(SwarmEstimate(x, public, copies, rho, power, progress))
+
+
+def swarm_estimate_of(estimate: "SwarmEstimate") -> Tensor:
+    """The whole of a piecewise estimate as one new float32 tensor."""
+    out = torch.empty(estimate.x.shape, dtype=torch.float32, device=estimate.x.device)
+    flat_out = out.view(-1)
     for start in range(0, flat_out.numel(), PIECE):
         part = slice(start, start + PIECE)
-        piece = flat_out[part]
-        torch.mul(flat_x[part], scale, out=piece)
-        for c, share in pulls:
-            piece.add_(c[part], alpha=share)
-        piece.add_(flat_public[part], alpha=-carry * total)
+        estimate.piece(part, out=flat_out[part])
     return out
+
+
+class SwarmEstimate:
+    """`swarm_estimate` one slice at a time: (1 − (1 − c)·S)·x + Σ_j s_j·x̂_j − c·S·x̂_i, so that a
+    packed average (`PowerEma(packed=True)`) folds it in without a parameter-sized temporary."""
+
+    def __init__(self, x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, float]], rho: float | None,
+                 power: float = 1.0, progress: float = 1.0) -> None:
+        if not (0.0 <= progress < math.inf):
+            raise ValueError(f"progress ratio must be finite and >= 0, got {progress!r}")
+        m = len(copies)
+        shares = []
+        for idx, (c, norm) in enumerate(copies):
+            if c.shape != public.shape:
+                raise ValueError(f"copy {idx}: shape {tuple(c.shape)} does not match {tuple(public.shape)}")
+            shares.append(pull_scale(norm, rho, power) * progress / (1.0 + m * progress))
+        total, self.carry = sum(shares), min(1.0, 1.0 / progress) if progress > 0 else 1.0
+        self.total = max(0.0, total)
+        self.x = x.detach().to(torch.float32)
+        self.scale = 1.0 - (1.0 - self.carry) * self.total  # x·(1 − S) + carry·S·(x − x̂_i), one scaling of x
+        self._flat_x, self._public = self.x.reshape(-1), public.detach().reshape(-1)
+        self._pulls = [(c.detach().reshape(-1), share) for (c, _), share in zip(copies, shares) if share > 0.0]
+
+    def numel(self) -> int:
+        return self._flat_x.numel()
+
+    def piece(self, part: slice, out: Tensor | None = None) -> Tensor:
+        """The estimate's values in `part` of the flattened parameters (into `out` when given)."""
+        if self.total <= 0.0:
+            return self._flat_x[part].clone() if out is None else out.copy_(self._flat_x[part])
+        piece = torch.mul(self._flat_x[part], self.scale, out=out)
+        for c, share in self._pulls:
+            piece.add_(c[part], alpha=share)
+        return piece.add_(self._public[part], alpha=-self.carry * self.total)

@@ -122,7 +122,7 @@ def run_arm(w: MLPWorkload, steps: int, arm: dict) -> dict[str, float]:
                 emas[i].update(flat(m), s)
         if s > steps - EVERY:  # the last EVERY steps: every phase of the exchange period
             xs = [flat(m) for m in models]
-            averaged = [n.average.current[0] for n in nodes] if nodes else [e.value for e in emas]
+            averaged = [n.average.weights()[0] for n in nodes] if nodes else [e.value for e in emas]
             seen["replica"].append(statistics.mean(loss_of(x) for x in xs))
             seen["averaged weights"].append(statistics.mean(loss_of(a) for a in averaged))
             seen["mean of replicas"].append(loss_of(torch.stack(xs).mean(0)))
@@ -173,7 +173,7 @@ def run_straggler_arm(w: MLPWorkload, steps: int, weigh_progress: bool, slow: in
                 cadences[i].published(own[i], now)
                 exchange(nodes[i], nodes[rng.choice([j for j in range(N) if j != i])], now)
         if s % 8 == 0 and s > steps // 2:
-            scores = [loss_of(n.average.current[0]) for n in nodes]
+            scores = [loss_of(n.average.weights()[0]) for n in nodes]
             fast.append(statistics.mean(scores[:-1]))
             lagging.append(scores[-1])
     return statistics.mean(fast), statistics.mean(lagging)

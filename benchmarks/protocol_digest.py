@@ -117,7 +117,8 @@ def life(n: int, codec: str, periods: int = 10, copy_dtype: str = "bfloat16") ->
             add(f"moves{period}.{i}", (list(node.public.moves), node.view_slot.current.public_norm))
             for key, nb in sorted(node.neighbours.items()):
                 add(f"copy{period}.{i}.{key.hex()[:8]}", nb.copy.x_hat if nb.copy.x_hat is not None else b"")
-            add(f"average{period}.{i}", node.average.current[0] if node.average.current else b"")
+            average = node.average.weights()
+            add(f"average{period}.{i}", average[0] if average else b"")
     for i, node in enumerate(nodes):
         add(f"state{i}", node.state_frame(clock[0]))
     return digest.hexdigest()[:24]

@@ -168,6 +168,12 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
     held_by = {k for n in sizes for k, v in at[n, low]["by_attribute"].items() if v >= 0.005}
     for name in sorted(held_by):
         print(f"| · {name} | " + " | ".join(f"{at[n, low]['by_attribute'].get(name, 0.0):.2f}" for n in sizes) + " |")
+    from peer.core.gossip_config import GossipConfig
+
+    # the census counts the frames its few periods left; a long run fills the outbox to its bound
+    cfg = GossipConfig()
+    bound = [max(cfg.outbox_bound(n), cfg.outbox_min_frames * at[n, low]["update_bytes"]) / (4 * n) for n in sizes]
+    print("| · outbox at its bound, a long run (copies) | " + " | ".join(f"{b:.2f}" for b in bound) + " |")
     print(f"| MB on the wire per period | " + " | ".join(f"{at[n, low]['wire_bytes'] / 1e6:.1f}" for n in sizes) + " |")
     a, b = fit(sizes, [at[n, low]["cpu_s"] for n in sizes])
     both = [n for n in sizes if all((n, h) in at for h in helds)]

@@ -79,7 +79,7 @@ class WorkloadTrainer(Trainer):
     """The workload behind the peer's Trainer seam; waits for the common start on its first step
     and sets `stop` once the budget is spent.
 
-    Its averaged weights are the peer's own (`score_averaged_from`, the node's `average.current`) in
+    Its averaged weights are the peer's own (`score_averaged_from`, the node's `average.weights()`) in
     the gossip arm, and its iterate average by the same rule (vs_common.IterateAverage) alone."""
 
     capabilities = Capabilities(add_in_place=True)
@@ -199,8 +199,8 @@ def worker(a: argparse.Namespace) -> None:
                           NetConfig(listen="127.0.0.1:0", mdns=False, peers=a.peer), Identity.generate(),
                           emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
 
-        def peer_average() -> torch.Tensor | None:  # read on the training thread: `current` is replaced, never mutated
-            current = peer.node.average.current if peer is not None and peer.node is not None else None
+        def peer_average() -> torch.Tensor | None:  # read on the training thread: `weights` copies it out
+            current = peer.node.average.weights() if peer is not None and peer.node is not None else None
             return None if current is None else current[0]
 
         trainer.score_averaged_from(peer_average)

@@ -3,9 +3,12 @@
 What users synthesise from and what checkpoints carry as `average.*` (async_opt.averaging
 says why and how). Updated by the node's owner at a publish when the EMA is due a sample
 (`PowerEma.due`: every few steps), from the parameters just published and the neighbour copies
-held then; read by the training thread (checkpoints)
-through `current`, one attribute holding an immutable (tensor, step) pair: an update builds a
-new tensor and replaces the pair, so a reader never sees half an update and never waits.
+held then; read by the training thread (checkpoints) through `weights`.
+
+Held in three bytes a parameter by default (`GossipConfig.average_dtype`: a bfloat16 and an
+int8 extending its significand, `async_opt.packed_float`), updated in place a piece at a time
+from the estimate, so a sample allocates nothing parameter-sized; `weights` copies it out and
+retries while an update overlaps. "float32" keeps a whole float32 copy, replaced at each sample.
 """
 
 from __future__ import annotations
@@ -13,25 +16,35 @@ from __future__ import annotations
 import torch
 
 from async_opt import safe_distances
-from async_opt.averaging import PowerEma, progress_ratio, swarm_estimate
+from async_opt.averaging import PowerEma, SwarmEstimate, progress_ratio
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import MixView
 
 
 class SwarmAverage:
-    """Owned by the node's owner thread (`GossipNode.publish` calls `update`); others read `current`."""
+    """Owned by the node's owner thread (`GossipNode.publish` calls `update`); others call `weights`."""
 
     def __init__(self, cfg: GossipConfig) -> None:
         self.cfg = cfg
-        self.ema = PowerEma(cfg.average_sigma_rel) if cfg.average_sigma_rel > 0 else None
+        self.ema = (PowerEma(cfg.average_sigma_rel, packed=cfg.average_dtype != "float32")
+                    if cfg.average_sigma_rel > 0 else None)
         # Its own radius, by the mixer's rule and settings (the mixer's belongs to the training
         # thread): a copy's share of x̃ is bounded as its pull is.
         self.radius = cfg.clip_radius()
-        self.current: tuple[torch.Tensor, int] | None = None
-        """(averaged weights, the step of the newest sample), or None before the first publish."""
+        self._generator: torch.Generator | None = None  # rounds a packed average's low byte
         self.weigh_progress = True
         """False counts every model alike however far ahead its owner is (the control arm of
         `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
+
+    def weights(self) -> tuple[torch.Tensor, int] | None:
+        """(the averaged weights as a float32 tensor of the caller's own, the step of the newest
+        sample), from any thread; None before the first sample (or while updates keep overlapping
+        the copy, which a caller takes as not yet). An update that ends during the call may leave
+        the step one sample behind the weights."""
+        if self.ema is None:
+            return None
+        step, value = self.ema.step, self.ema.read()
+        return None if value is None else (value, step)
 
     def due(self, step: int) -> bool:
         """Whether `update` at `step` would take a sample (callers skip building `x` when not)."""
@@ -51,12 +64,15 @@ class SwarmAverage:
         self.radius.keep_only({c.key for c in view.copies})
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         progress = progress_ratio(step, [c.step for c in view.copies]) if self.weigh_progress else 1.0
-        estimate = swarm_estimate(x, view.public, copies, rho, self.cfg.clip_power, progress)
-        self.current = (self.ema.update(estimate, step, handed_over=True), self.ema.step)
+        if self._generator is None or self._generator.device != x.device:
+            # seeded alike everywhere: a run is repeatable (simnet's from its seed), and the noise
+            # only rounds our own average's low byte
+            self._generator = torch.Generator(x.device).manual_seed(0)
+        self.ema.update(SwarmEstimate(x, view.public, copies, rho, self.cfg.clip_power, progress), step,
+                        generator=self._generator)
 
     def reset(self, x: torch.Tensor, step: int) -> None:
         """Start again from `x` at `step` (we adopted a neighbour's state, at its step: what we
         averaged is not ours; or we resumed a saved average)."""
         if self.ema is not None:
             self.ema.reset(x, step)
-            self.current = (self.ema.value, self.ema.step)  # type: ignore[assignment]

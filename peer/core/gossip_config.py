@@ -8,6 +8,11 @@ from typing import TYPE_CHECKING
 
 COPY_DTYPES = ("bfloat16", "float32")
 """What `GossipConfig.copy_dtype` may name."""
+OUTBOX_FLOOR_BYTES = 2**20
+"""The least `outbox_copies` bounds the outbox to: below a few million parameters a frame's header
+and signature are a large part of it, and a share of the model would keep only the newest two."""
+AVERAGE_DTYPES = ("bfloat16+int8", "float32")
+"""What `GossipConfig.average_dtype` may name."""
 
 if TYPE_CHECKING:
     import torch
@@ -109,9 +114,15 @@ class GossipConfig:
     neighbours that choose us would otherwise evict our own partners' copies, and every pull
     would need a fresh snapshot."""
     outbox_bytes: int = 256 * 2**20
-    """Recent update frames kept to fill a neighbour's gap without a full snapshot."""
+    """Recent update frames kept to fill a neighbour's gap without a full snapshot, at most (and
+    at most `outbox_copies` of the model)."""
+    outbox_copies: float = 0.25
+    """The outbox's bound as a share of a float32 copy of the model: what it holds counts in a
+    node's memory as its copies do (a quarter of a copy is several updates of the default codec).
+    Below `outbox_bytes` from ~270M parameters down: a fixed bound held over two copies' worth
+    at 30M. Never below `OUTBOX_FLOOR_BYTES`."""
     outbox_min_frames: int = 2
-    """Update frames kept whatever `outbox_bytes` says: a partner one or two publishes behind
+    """Update frames kept whatever `outbox_bytes` and `outbox_copies` say: a partner one or two publishes behind
     (an exchange under way while we publish) is sent them, not a snapshot. One update of the
     800m preset at the default codec is over 100 MB, of echo-2.4b hundreds of MB: past the
     byte bound alone, every such partner would need the whole model."""
@@ -153,6 +164,11 @@ class GossipConfig:
     σ_rel; peer.core.average): checkpoints carry this average of the swarm estimate as
     `average.*`, and synthesis uses it. 0 keeps no average (saves one parameter-sized pass per
     publish)."""
+    average_dtype: str = "bfloat16+int8"
+    """How the averaged weights are held: "bfloat16+int8", three bytes a parameter (a 16-bit
+    significand, the low byte rounded stochastically: async_opt.packed_float says why that holds a
+    long EMA where bfloat16 alone stops moving), updated in place with no parameter-sized
+    temporary; "float32", four bytes and a whole new copy at each sample."""
     max_clock_skew_s: float = 300.0
     answer_snapshot_every_s: float = 10.0
     """An asking address gets our snapshot in an answer at most once per this many seconds: an
@@ -177,9 +193,9 @@ class GossipConfig:
             raise ValueError(f"publish_catch_up must be finite and >= 0 (0: off), got {self.publish_catch_up!r}")
         if self.max_neighbours < 1:
             raise ValueError(f"max_neighbours must be >= 1, got {self.max_neighbours}")
-        if self.outbox_bytes < 0 or self.outbox_min_frames < 0:
-            raise ValueError(f"outbox_bytes and outbox_min_frames must be >= 0, got {self.outbox_bytes}, "
-                             f"{self.outbox_min_frames}")
+        if self.outbox_bytes < 0 or self.outbox_min_frames < 0 or not self.outbox_copies >= 0:
+            raise ValueError(f"outbox_bytes, outbox_copies and outbox_min_frames must be >= 0, got {self.outbox_bytes}, "
+                             f"{self.outbox_copies} and {self.outbox_min_frames}")
         if not 0.0 < self.clip_quantile <= 1.0 or self.clip_multiplier <= 0:
             raise ValueError("clip_quantile must be in (0, 1] and clip_multiplier > 0")
         if self.clip_min_neighbours < 1 or not self.clip_max_relative > 0:
@@ -215,6 +231,8 @@ class GossipConfig:
         parse_staleness(self.resolved_staleness)
         if self.copy_dtype not in COPY_DTYPES:
             raise ValueError(f"copy_dtype must be one of {', '.join(COPY_DTYPES)}, got {self.copy_dtype!r}")
+        if self.average_dtype not in AVERAGE_DTYPES:
+            raise ValueError(f"average_dtype must be one of {', '.join(AVERAGE_DTYPES)}, got {self.average_dtype!r}")
 
     @property
     def keeps_parameters(self) -> bool:
@@ -271,6 +289,11 @@ class GossipConfig:
         from peer.core.cadence import PublishCadence
 
         return PublishCadence(self.gossip_every, self.publish_catch_up, self.publish_budget)
+
+    def outbox_bound(self, numel: int) -> int:
+        """Bytes of update frames the outbox keeps for a model of `numel` parameters (past its
+        newest `outbox_min_frames`)."""
+        return int(min(self.outbox_bytes, max(OUTBOX_FLOOR_BYTES, self.outbox_copies * 4 * numel)))
 
     @property
     def max_period_frame_bytes(self) -> float:

@@ -83,7 +83,7 @@ class GossipNode:
         self.public = PublicCopy(x0, cfg.clip_own_window, dtype=cfg.copy_torch_dtype)
         self.last_x: torch.Tensor | None = x0 if cfg.keeps_parameters else None
         """The exact parameters at the last publish, kept for partner steps or with float32 copies."""
-        self.outbox = Outbox(cfg.outbox_bytes, cfg.outbox_min_frames)
+        self.outbox = Outbox(cfg.outbox_bound(x0.numel()), cfg.outbox_min_frames)
         self.neighbours: dict[bytes, Neighbour] = {}
         # A fresh epoch per start: others then know our public copy began anew, and nothing
         # recorded for an earlier run of ours is taken. A real peer passes random `entropy`;

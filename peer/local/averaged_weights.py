@@ -25,8 +25,8 @@ META_KEY = "average"
 def checkpoint_tensors(average: SwarmAverage, spec: ParamSpec) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`average.<name>` tensors and their metadata for a checkpoint (none before the first sample).
 
-    Safe from any thread: `average.current` is one reference to an immutable pair."""
-    current = average.current
+    Safe from any thread (`SwarmAverage.weights` copies the average out)."""
+    current = average.weights()
     if current is None:
         return {}, {}
     flat, step = current

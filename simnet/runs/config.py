@@ -27,8 +27,9 @@ from simnet.world.topology import TopologyConfig
 
 METHODS = ("gossip", "allreduce", "diloco")
 BOOTSTRAPS = ("topology", "one", "first")
-GOSSIP_DEFAULTS = {"outbox_bytes": 4 * 2**20, "gossip_every": 1}
-"""simnet keeps hundreds of peers in one process: a smaller outbox than a real peer's. A run that
+GOSSIP_DEFAULTS = {"outbox_bytes": 4 * 2**20, "outbox_copies": float("inf"), "gossip_every": 1}
+"""simnet keeps hundreds of peers in one process: a smaller outbox than a real peer's, bounded in
+bytes alone (its models are far below where `outbox_copies` bounds a real peer's). A run that
 sets no `gossip_every` publishes every step: the publish budget weighs measured seconds, and a
 simulated peer's are the cost model's, not a measurement (a run may still pin its own)."""
 

@@ -232,8 +232,8 @@ def test_a_straggler_node_averages_mostly_what_its_neighbours_reached() -> None:
     control.weigh_progress = False  # the benchmarks' control: every model counts alike
     avg.update(x, MixView(x, copies, 0.0), 4)
     control.update(x, MixView(x, copies, 0.0), 4)
-    assert torch.allclose(avg.current[0], torch.full((8,), 15.0 / 16))
-    assert torch.allclose(control.current[0], torch.full((8,), 3.0 / 4))
+    assert torch.allclose(avg.weights()[0], torch.full((8,), 15.0 / 16))
+    assert torch.allclose(control.weights()[0], torch.full((8,), 3.0 / 4))
 
 
 def test_the_straggler_probe_runs_the_peer_cadence_and_scores_both_rules() -> None:
@@ -263,38 +263,39 @@ def test_the_node_samples_its_average_at_a_publish_when_it_is_due() -> None:
     node, sampled = _node(), []
     for step in range(1, 401):
         node.publish(torch.full((6,), float(step)), step, 100.0 + step)
-        if node.average.current[1] == step:
+        if node.average.weights()[1] == step:
             sampled.append(step)
-        assert step - node.average.current[1] < MAX_SAMPLE_GAP
+        assert step - node.average.weights()[1] < MAX_SAMPLE_GAP
     assert sampled[:159] == list(range(1, 160))
     assert {b - a for a, b in zip(sampled, sampled[1:]) if a >= 320} == {MAX_SAMPLE_GAP}
 
 
 def test_the_node_samples_its_average_at_every_publish_early_on() -> None:
     node = _node()
-    assert node.average.current is None
+    assert node.average.weights() is None
     node.publish(torch.ones(6), 4, 101.0)
-    flat, step = node.average.current
+    flat, step = node.average.weights()
     assert step == 4 and torch.equal(flat, torch.ones(6))
     node.publish(torch.full((6,), 2.0), 8, 102.0)
     beta = (4 / 8) ** (power_ema_exponent(0.1) + 1)
-    assert node.average.current[1] == 8
-    assert torch.allclose(node.average.current[0], torch.full((6,), beta * 1 + (1 - beta) * 2))
+    assert node.average.weights()[1] == 8
+    # held in a 16-bit significand (GossipConfig.average_dtype): within 2^-16 of the float32 figure
+    assert torch.allclose(node.average.weights()[0], torch.full((6,), beta * 1 + (1 - beta) * 2), rtol=2**-15)
 
 
 def test_adopting_a_state_restarts_the_average_from_it() -> None:
     node = _node()
     node.publish(torch.ones(6), 4, 101.0)
     node.adopt(torch.full((6,), 7.0), 500)
-    assert torch.equal(node.average.current[0], torch.full((6,), 7.0))
-    assert node.step == node.average.current[1] == 500  # counts on from the adopted state's step
+    assert torch.equal(node.average.weights()[0], torch.full((6,), 7.0))
+    assert node.step == node.average.weights()[1] == 500  # counts on from the adopted state's step
 
 
 def test_a_joiner_counts_the_steps_of_the_state_it_adopted() -> None:
     """A joiner counts on from the adopted state's step (the swarm's): neighbours at that step are
     not 'far ahead' (every model counts alike); a joiner counting from 0 again (the control)
     would weigh itself as a straggler 250× behind."""
-    cfg = GossipConfig(compression="identity", clip=False)
+    cfg = GossipConfig(compression="identity", clip=False, average_dtype="float32")  # the rule's exact arithmetic
     x = torch.zeros(8)
     copies = tuple(CopyView(bytes([k]) * 32, 1, torch.ones(8), 0.0, 5, 5010) for k in (1, 2, 3))
     joined, control = SwarmAverage(cfg), SwarmAverage(cfg)
@@ -303,14 +304,14 @@ def test_a_joiner_counts_the_steps_of_the_state_it_adopted() -> None:
     joined.update(x, MixView(x, copies, 0.0), 5010)
     control.update(x, MixView(x, copies, 0.0), 20)
     kept = (5000 / 5010) ** (power_ema_exponent(0.1) + 1)  # the reset sample's weight ten steps on
-    assert torch.allclose(joined.current[0], torch.full((8,), (1 - kept) * 3 / 4))
+    assert torch.allclose(joined.weights()[0], torch.full((8,), (1 - kept) * 3 / 4))
     kept = (10 / 20) ** (power_ema_exponent(0.1) + 1)
     r = 5010 / 20
-    assert torch.allclose(control.current[0], torch.full((8,), (1 - kept) * 3 * r / (1 + 3 * r)))
+    assert torch.allclose(control.weights()[0], torch.full((8,), (1 - kept) * 3 * r / (1 + 3 * r)))
 
 
 def test_a_liar_far_away_does_not_move_the_swarm_average() -> None:
-    cfg = GossipConfig(compression="identity", clip_min_neighbours=3)
+    cfg = GossipConfig(compression="identity", clip_min_neighbours=3, average_dtype="float32")  # exact arithmetic
     x = torch.ones(100)  # ||x̂_i|| = 10: the radius cap, 5, is far above the honest distances
     honest = [CopyView(bytes([k]) * 32, 1, x + 0.01 * v, 0.0, 1, 4) for k, v in ((1, 1), (2, 2), (3, 2))]
     liar = CopyView(b"\x09" * 32, 1, x + 1e4, 0.0, 1, 10**12)  # and it claims to be far ahead
@@ -320,8 +321,8 @@ def test_a_liar_far_away_does_not_move_the_swarm_average() -> None:
     # distances 0.1, 0.2, 0.2 (radius 0.2: none clipped). One more copy counts, so the honest
     # pulls shrink from 1/4 to 1/5 each; the liar, 1e5 away, adds 0.2·(0.2/1e5)/5 at most
     # (plain clipping would add 0.2/5)
-    assert torch.allclose(avg.current[0], x + 0.05 / 4)
-    assert float((avg2.current[0] - (x + 0.05 / 5)).norm()) < 1e-6
+    assert torch.allclose(avg.weights()[0], x + 0.05 / 4)
+    assert float((avg2.weights()[0] - (x + 0.05 / 5)).norm()) < 1e-6
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -347,7 +348,7 @@ def test_checkpoint_tensors_round_trip_through_restore() -> None:
     assert set(tensors) == {AVERAGE_PREFIX + "a.weight", AVERAGE_PREFIX + "b.bias"} and meta["average"]["step"] == 12
     other = SwarmAverage(GossipConfig())
     assert restore(other, SPEC, tensors, meta)
-    assert torch.equal(other.current[0], torch.arange(10.0)) and other.current[1] == 12
+    assert torch.equal(other.weights()[0], torch.arange(10.0)) and other.weights()[1] == 12
 
 
 def test_restore_refuses_what_does_not_fit_and_changes_nothing() -> None:
@@ -356,7 +357,7 @@ def test_restore_refuses_what_does_not_fit_and_changes_nothing() -> None:
     assert not restore(avg, SPEC, tensors, {"average": {"step": 3}})  # wrong shape
     assert not restore(avg, SPEC, {}, {"average": {"step": 3}})  # none saved
     assert not restore(avg, SPEC, tensors, {"average": {"step": "3"}})  # malformed meta
-    assert avg.current is None
+    assert avg.weights() is None
 
 
 class _Counter:
@@ -375,8 +376,8 @@ def test_a_solo_peer_keeps_the_same_average_every_gossip_period() -> None:
     node = _node(GossipConfig(compression="identity"), n=10)
     node.publish(torch.full((10,), 4.0), 4, 101.0)
     node.publish(torch.full((10,), 8.0), 8, 102.0)
-    assert solo.average.current[1] == 8
-    assert torch.allclose(solo.average.current[0], node.average.current[0])
+    assert solo.average.weights()[1] == 8
+    assert torch.allclose(solo.average.weights()[0], node.average.weights()[0])
 
 
 def test_the_estimate_built_piece_by_piece_is_the_whole_vector_formula_bit_for_bit() -> None:
@@ -396,3 +397,14 @@ def test_the_estimate_built_piece_by_piece_is_the_whole_vector_formula_bit_for_b
         want.add_(c, alpha=s)
     want.add_(public, alpha=-carry * total)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_the_averages_storage_is_three_bytes_a_parameter_unless_float32_is_asked_for() -> None:
+    packed, exact = _node(), _node(GossipConfig(swarm="t", compression="identity", average_dtype="float32"))
+    for node in (packed, exact):
+        node.publish(torch.ones(6), 4, 101.0)
+    held = packed.average.ema.value
+    assert held.hi.nbytes + held.lo.nbytes == 3 * 6 and isinstance(exact.average.ema.value, torch.Tensor)
+    assert torch.equal(packed.average.weights()[0], exact.average.weights()[0])  # 1.0 is exact in both
+    with pytest.raises(ValueError, match="average_dtype must be one of"):
+        GossipConfig(average_dtype="bfloat16")

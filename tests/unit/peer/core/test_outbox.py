@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from peer.core.gossip_config import GossipConfig
+from peer.core.gossip_config import OUTBOX_FLOOR_BYTES, GossipConfig
 from peer.core.node import GossipNode
 from peer.core.outbox import Outbox
 from peer.metrics import Metrics
@@ -47,3 +47,16 @@ def test_a_partner_one_publish_behind_gets_the_update_when_one_update_outgrows_t
         push(a, b, now=2.0)
         assert b.neighbours[a.identity.public_key].copy.seq == 2
         assert metrics.total("snapshots_sent_total") - sent == snapshots
+
+
+def test_the_outbox_is_bounded_by_a_share_of_the_model_as_well_as_in_bytes():
+    """A fixed 256 MiB held over two float32 copies' worth of a 30M model: the bound follows the
+    model (`GossipConfig.outbox_copies`) up to `outbox_bytes`, and never below a floor that keeps
+    a tiny model's gap fills."""
+    cfg = GossipConfig()
+    assert cfg.outbox_bound(30_000_000) == 30_000_000  # a quarter of 120 MB
+    assert cfg.outbox_bound(800_000_000) == cfg.outbox_bytes
+    assert cfg.outbox_bound(4096) == OUTBOX_FLOOR_BYTES
+    node = _node(1, outbox_copies=0.25)
+    assert node.outbox.max_bytes == OUTBOX_FLOOR_BYTES and node.outbox.min_frames == cfg.outbox_min_frames
+    assert _node(1, outbox_bytes=1000).outbox.max_bytes == 1000

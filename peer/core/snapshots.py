@@ -6,7 +6,8 @@ one wherever the gap calls for it. An answer (to a request another peer started)
 only where (`AnswerBudget.withheld`): the request spent a ticket of ours (a first contact gets
 a ticket and no frames), the asker's key is one whose listen address our session verified
 (dialled, and a hello signed by that key over our nonce came back: `peer.core.session`), and
-two token buckets have a snapshot left, one per asking address and one for all together.
+two token buckets have a snapshot left, one per asking address (the driver's budget key for it:
+an IPv6 /64 is one address, `peer.core.budget_key`) and one for all together.
 Withheld snapshots are counted by reason (`snapshots_withheld_total{reason}`); the asker
 learns nothing but that its copy of ours is still missing, and asks again next exchange.
 """

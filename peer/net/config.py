@@ -1,7 +1,9 @@
 """Where a real (aiohttp + mDNS) peer listens and whom it asks first.
 
 Timeouts, cadences and joining are the session's (`peer.core.config.SessionConfig`), shared
-with simnet; only what exists for real sockets lives here.
+with simnet; only what exists for real sockets lives here. A remote address, in the limits per
+address below, is an IPv4 address or an IPv6 /64 (`peer.core.budget_key`): one IPv6 host
+commonly holds a whole /64.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """How many connections the server holds open: per remote address, in all, and a reserve.
 
+An address here is a budget key (`peer.core.budget_key`): an IPv4 address, or an IPv6 /64,
+which one host commonly holds whole.
+
 One global cap alone let one address take every slot: 128 idle sockets from it, reopened as
 they closed, kept the status page, `gossip-tts status` and newcomers out while pooled peers went
 on. So each address holds at most `max_connections_per_address`, all together at most
@@ -22,6 +25,7 @@ import struct
 
 from aiohttp import web
 
+from peer.core.budget_key import budget_key
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.refusal_bench import RefusalBench
@@ -127,7 +131,7 @@ class CappedSite(web.TCPSite):
                 log.warning("cannot accept connections (%s); retrying in %g s", exc, ACCEPT_RETRY_S)
                 self._pause(loop, sock, ACCEPT_RETRY_S)
                 return
-            if self.benched(str(peer[0])):
+            if self.benched(budget_key(str(peer[0]))):
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, no TIME_WAIT
                 conn.close()
                 if (pause := self.bench.turned_away()) > 0:
@@ -167,7 +171,7 @@ class _Counted(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
-        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        self._address = budget_key(str(peer[0])) if isinstance(peer, tuple) and peer else "?"
         if not self._site.admit(self._address):
             transport.abort()
             return

@@ -363,7 +363,8 @@ class AsyncDriver(Driver):
 
     # ------------------------------------------------------------------ serving (peer.net.http_app)
     async def serve_exchange(self, body: bytes | bytearray, address: str) -> tuple[bytes, bool]:
-        """POST /v1/exchange from `address`: (the answer, whether it spent a ticket of ours); raises
+        """POST /v1/exchange from `address` (its budget key, an IPv6 /64 for all of that block:
+        `peer.core.budget_key`): (the answer, whether it spent a ticket of ours); raises
         FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         verified = self.session.verified_keys()
         reply, result = await self.worker.for_others(self.net_cfg.max_queued_requests,

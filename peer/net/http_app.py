@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from aiohttp import web
 
-from peer.net.http_guard import BODY_KEY, TICKETED_KEY, RequestGuard
+from peer.net.http_guard import BODY_KEY, TICKETED_KEY, RequestGuard, remote_key
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from peer.net.node_worker import WorkerBusy
 from peer.net.shard_routes import add_shard_routes
@@ -41,7 +41,8 @@ class PeerFace(StatusFace, Protocol):
         ...
 
     async def serve_exchange(self, body: bytes | bytearray, address: str) -> tuple[bytes, bool]:
-        """POST /v1/exchange: (the answer, whether the request spent a ticket of ours); raises
+        """POST /v1/exchange from `address`, the asker's budget key (its IPv4 address or IPv6 /64:
+        `peer.core.budget_key`): (the answer, whether the request spent a ticket of ours); raises
         FrameRefused (400), ValueError (500) or WorkerBusy (503)."""
         ...
 
@@ -68,7 +69,7 @@ class PeerRoutes:
         if body is None:
             return self._refused(400, "no_body", "an exchange needs a body")
         try:
-            reply, request[TICKETED_KEY] = await self.face.serve_exchange(body, request.remote or "")
+            reply, request[TICKETED_KEY] = await self.face.serve_exchange(body, remote_key(request))
         except FrameRefused as exc:
             request[TICKETED_KEY] = False
             self.metrics.inc("frames_refused_total", reason=exc.reason.value)

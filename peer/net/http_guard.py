@@ -1,7 +1,8 @@
 """What the server refuses before a handler runs: bounded work and memory, per address and in all.
 
 A peer accepts connections from anyone who can reach it, and one attacker may speak from
-many addresses (any 127.x.y.z is the same machine; an IPv6 /64 is 2^64 addresses). Without
+many addresses (any 127.x.y.z is the same machine; an IPv6 /64 is 2^64 addresses, so every
+per-address limit here keys an IPv6 address by its /64: `remote_key`). Without
 these limits, 60 connections that each send all but the last byte of a large body pin 60
 bodies in memory, a compressed body expands before any limit is looked at, idle
 connections pile up, and a stranger can make us sign and stream full snapshots in a loop.
@@ -27,6 +28,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from peer.core.budget_key import budget_key
 from peer.core.ingest import HEAD_BYTES, bundle_sender, exchange_work
 from peer.core.token_bucket import AddressBuckets
 from peer.metrics import Metrics
@@ -103,13 +105,13 @@ class RequestGuard:
         return guard
 
     async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        response = await self._check(request, handler)
+        remote = remote_key(request)
+        response = await self._check(request, handler, remote)
         if self.bench is not None and response.status in BLAMED:
-            self.bench.refused(request.remote or "?")
+            self.bench.refused(remote)
         return response
 
-    async def _check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        remote = request.remote or "?"
+    async def _check(self, request: web.Request, handler: Handler, remote: str) -> web.StreamResponse:
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             return self._refuse(415, "compressed_body", "compressed request bodies are not accepted")
         declared = request.content_length
@@ -208,6 +210,12 @@ class RequestGuard:
         if refusal is None:
             request[BODY_KEY] = body
         return refusal
+
+
+def remote_key(request: web.Request) -> str:
+    """The key `request`'s address is budgeted under (`peer.core.budget_key`: an IPv6 /64 is one
+    address); "?" where the transport names none."""
+    return budget_key(request.remote or "?")
 
 
 def count_down(open_per_address: dict[str, int], remote: str) -> None:

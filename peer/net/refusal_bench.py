@@ -15,8 +15,10 @@ have themselves been refused more than `refusal_strikes` times in `STRIKE_MEMORY
 peer is refused a few times at most (a restart's first contacts, a partner out of its work
 budget), and its first contact during a flood is answered, not benched with the flooders. An
 address's refusals are its own requests' (TCP addresses cannot be spoofed), so no one else can
-collect strikes for it. What a flood from K addresses still gets answered: each address's strikes
-once, then about one request per address each time its bench ends.
+collect strikes for it. An address is a budget key (`peer.core.budget_key`): an IPv6 /64, which
+one host commonly holds whole, is one address, so the hosts of one /64 share its strikes and its
+bench. What a flood from K addresses still gets answered: each address's strikes once, then
+about one request per address each time its bench ends.
 
 Turning a connection away is cheaper than answering it, but each still wakes the event loop,
 which then takes the interpreter lock from training: a flood of ~1,300 connections a second

@@ -7,13 +7,13 @@ hash) from disk by sendfile, or where a transport cannot, in CHUNK-sized reads: 
 bounded whatever the shard's size, and all uploads together keep under `max_upload_mb_s`
 (`peer.shards.pacer`), so serving leaves the training step its CPU; a single `Range:
 bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer cut off at
-another peer. Limits beside the RequestGuard's per-address ones: at most
-`max_uploads_per_address` uploads to one address (429), one per address once half the slots
-are in use (429, `peer.shards.plan.upload_refusal`), and `max_uploads` in all (503). A reader
-that stops, or reads slower than `min_upload_kb_s`, is cut off when a piece is not taken within
-`upload_stall_s` (`shard_upload_stalled`), and any upload that outlasts `upload_deadline_s`
-(`slow_shard_reader`), so a slow reader holds a slot no longer. Refusals are counted in
-`http_refused_total{reason=...}`.
+another peer. Limits beside the RequestGuard's per-address ones (an IPv6 /64 is one address:
+`peer.net.http_guard.remote_key`): at most `max_uploads_per_address` uploads to one address
+(429), one per address once half the slots are in use (429, `peer.shards.plan.upload_refusal`),
+and `max_uploads` in all (503). A reader that stops, or reads slower than `min_upload_kb_s`, is
+cut off when a piece is not taken within `upload_stall_s` (`shard_upload_stalled`), and any
+upload that outlasts `upload_deadline_s` (`slow_shard_reader`), so a slow reader holds a slot no
+longer. Refusals are counted in `http_refused_total{reason=...}`.
 
 `add_shard_routes(app, server)` adds the routes; they serve the `ShardServer` the runtime was
 given (`peer.runtime.GossipPeer`'s `shards`), and answer 404 when there is none.
@@ -29,7 +29,7 @@ from typing import BinaryIO
 
 from aiohttp import web
 
-from peer.net.http_guard import count_down
+from peer.net.http_guard import count_down, remote_key
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
 from peer.shards.config import SwarmDataConfig
@@ -111,7 +111,7 @@ class ShardServer:
         path = self.store.path_of(digest)
         if path is None:
             return web.json_response({"missing": digest}, status=404)
-        remote = request.remote or "?"
+        remote = remote_key(request)
         refusal = upload_refusal(self._open.get(remote, 0), self.uploads, self.cfg.max_uploads_per_address,
                                  self.cfg.max_uploads)
         if refusal is not None:

@@ -9,13 +9,13 @@ rest."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from aiohttp import web
 
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.connection_caps import CappedSite, ConnectionCaps
+from tests.unit.guarded_server_helpers import ask
 
 
 def test_one_address_holds_at_most_its_share_and_a_fresh_one_gets_the_reserve() -> None:
@@ -58,7 +58,7 @@ def _serve_and_flood(cfg: NetConfig, flood: dict[str, int], honest: list[str]) -
         await asyncio.sleep(0.3)
         statuses = []
         for source in honest:
-            statuses.append(await loop.run_in_executor(None, _get, port, source))
+            statuses.append(await loop.run_in_executor(None, ask, "127.0.0.1", port, source, b"GET /metrics"))
         still_open = sum(not r.at_eof() for r, _ in held)
         for _, w in held:
             w.close()
@@ -66,17 +66,6 @@ def _serve_and_flood(cfg: NetConfig, flood: dict[str, int], honest: list[str]) -
         return statuses, still_open
 
     return asyncio.run(main())
-
-
-def _get(port: int, source: str) -> int:
-    """One GET /metrics from `source`: its status, or 0 when the connection was closed unserved."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            line = s.makefile("rb").readline()
-        return int(line.split()[1]) if line else 0
-    except OSError:
-        return 0
 
 
 def test_128_idle_sockets_from_one_address_leave_others_served() -> None:

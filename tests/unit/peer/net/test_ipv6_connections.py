@@ -3,7 +3,8 @@
 
 Only ::1 exists on a test machine, so another address of its /64 (::/64) is named where the
 bench or the caps are told of it, and the connection comes from ::1: refused requests of ::2
-bench ::1 too, and ::1's connections count against the /64. A control benches another /64."""
+bench ::1 too, and ::1's connections count against the /64. A control benches another /64.
+tests/unit/peer/net/test_ipv6_namespace.py floods from many addresses of one /64, where it can."""
 
 from __future__ import annotations
 

@@ -10,15 +10,11 @@ and the same address once back within its rate, is served as before."""
 from __future__ import annotations
 
 import asyncio
-import socket
-
-from aiohttp import web
 
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
-from peer.net.connection_caps import CappedSite
-from peer.net.http_guard import TICKETED_KEY, RequestGuard
 from peer.net.refusal_bench import RefusalBench
+from tests.unit.guarded_server_helpers import ask, refusing_site
 
 FLOODER, OTHER = "127.0.3.1", "127.0.3.2"
 RATE, BURST = 1.0, 6
@@ -93,45 +89,20 @@ def _serve(cfg: NetConfig, requests: int) -> tuple[dict[str, int], list[int], Me
     status or 0 for closed unanswered; OTHER's status; the server's metrics.)"""
     metrics = Metrics(process=False)
 
-    async def exchange(request: web.Request) -> web.Response:
-        request[TICKETED_KEY] = False  # what the node says of a first contact it could not open
-        return web.Response(status=400, text="refused")
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
     async def main() -> tuple[dict[str, int], list[int]]:
-        bench = RefusalBench.of(cfg)
-        guard = RequestGuard(cfg, metrics, max_body_bytes=1 << 20, bench=bench)
-        app = web.Application(middlewares=[guard.middleware()])
-        app.router.add_post("/v1/exchange", exchange)
-        app.router.add_get("/metrics", page)
-        runner = web.AppRunner(app, lingering_time=0)
-        await runner.setup()
-        site = CappedSite(runner, "127.0.0.1", 0, cfg=cfg, metrics=metrics, bench=bench)
-        await site.start()
+        runner, site = await refusing_site(cfg, "127.0.0.1", metrics)
         loop = asyncio.get_running_loop()
         ends: dict[str, int] = {}
         for _ in range(requests):
-            code = await loop.run_in_executor(None, _ask, site._bound_port, FLOODER, b"POST /v1/exchange", b"x" * 600)
+            code = await loop.run_in_executor(None, ask, "127.0.0.1", site._bound_port, FLOODER, b"POST /v1/exchange",
+                                              b"x" * 600)
             ends[str(code)] = ends.get(str(code), 0) + 1
-        other = [await loop.run_in_executor(None, _ask, site._bound_port, OTHER, b"GET /metrics", b"")]
+        other = [await loop.run_in_executor(None, ask, "127.0.0.1", site._bound_port, OTHER, b"GET /metrics", b"")]
         await runner.cleanup()
         return ends, other
 
     ends, other = asyncio.run(main())
     return ends, other, metrics
-
-
-def _ask(port: int, source: str, line: bytes, body: bytes) -> int:
-    """One request from `source`: its answer's status, or 0 when the connection closed unanswered."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as s:
-            s.sendall(line + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            answer = s.makefile("rb").readline()
-        return int(answer.split()[1]) if answer else 0
-    except OSError:
-        return 0
 
 
 def test_a_flood_of_refused_requests_from_one_address_is_closed_before_http() -> None:

@@ -15,12 +15,15 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from peer.core.addresses import PeerInfo, parse_address
+from peer.core.budget_key import budget_key
 
 T = TypeVar("T", str, PeerInfo)
 
 
 def host_of(address: str) -> str:
-    return parse_address(address)[0]
+    """The host of `address`, as far as one machine goes: its IPv4 address, an IPv6 address's /64
+    (one host is commonly handed a whole /64: `peer.core.budget_key`), a host name itself."""
+    return budget_key(parse_address(address)[0])
 
 
 def subnet_of(address: str) -> str:

@@ -82,3 +82,15 @@ def test_hearsay_leaves_a_reserve_for_mdns_and_a_peer_named_by_the_user_always_g
     flood(s, 1.0, hosts=4, per_host=1, base=50)  # more hearsay: the reserve stays for mDNS
     assert len(unverified(s)) == 16 - SLOTS.reserved + 1
     assert dials(s.found(PeerInfo(peer_id="", address="10.0.0.4:7000", source="static"), 1.0))
+
+
+def test_one_ipv6_host_is_its_whole_slash_64() -> None:
+    """One IPv6 host is commonly handed a whole /64: addresses across it count as one host
+    (`peer.core.diversity.host_of`), while a /64 next to it is another host."""
+    s = session()
+    out = []
+    for i in range(20):
+        out += s.inbound_exchange(f"[2001:db8:0:6::{i + 1:x}]:7000", key(2000 + i), 0.0)
+    assert len(dials(out)) == len(unverified(s)) == SLOTS.per_host
+    beside = dials(s.inbound_exchange("[2001:db8:0:7::1]:7000", key(1), 1.0))
+    assert [d.address for d in beside] == ["[2001:db8:0:7::1]:7000"]

@@ -49,7 +49,7 @@ def simnet_first_mix(seed: int) -> float | None:
     return None
 
 
-def _counter(address: str, name: str) -> float:
+def metric_total(address: str, name: str) -> float:
     """A counter's total over its labels on `address`'s /metrics."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=20) as r:
         text = r.read().decode()
@@ -88,11 +88,11 @@ def process_first_mix(tmp: Path, preset: str, after_step: int, limit_s: float) -
             now = time.monotonic() - t0
             if out["adopted_s"] is None and "joined: adopted the state of" in b.text():
                 out["adopted_s"] = now
-            mixed = [_counter(p.address, "mixes_total") >= 1 for p in (b, a)]
+            mixed = [metric_total(p.address, "mixes_total") >= 1 for p in (b, a)]
             out["joiner_mixed_s"] = out["joiner_mixed_s"] or (now if mixed[0] else None)
             out["both_mixed_s"] = now if all(mixed) else None
             time.sleep(0.5)
-        out["joiner_snapshots"] = _counter(b.address, "snapshots_received_total")
+        out["joiner_snapshots"] = metric_total(b.address, "snapshots_received_total")
         return {k: None if v is None else round(v, 1) for k, v in out.items()}
     finally:
         for p in (a, b):

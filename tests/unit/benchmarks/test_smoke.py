@@ -71,6 +71,7 @@ SLOW: dict[str, tuple[list[str], str]] = {
     "shard_serving": (["--preset", "tiny", "--clients", "1", "--phases", "2", "--steps-per-phase", "2", "--shards", "1",
                        "--shard-mb", "1", "--batch-size", "2", "--max-frames", "256", "--client-seconds", "60"], "ratio"),
     "joiner_first_mix": (["simnet", "--seeds", "0"], "first_mix_s"),
+    "peer_memory": (["--preset", "tiny", "--after-step", "2", "--alone", "2", "--gossip", "3"], "added_copies"),
     # every arm on the TTS workload: tests/integration/test_bench_head_to_head.py
     "vs_ddp": (["--peers", "2", "--budget", "3", "--evals", "1", "--plot", "", "--arms", "single,ddp,gossip,alone"],
                "ratio: "),

@@ -1,0 +1,117 @@
+"""What gossip adds to a real peer's memory: its peak RSS alone, then while it gossips with one
+neighbour, in float32 copies of its model.
+
+    python benchmarks/peer_memory.py [--preset 100m] [--after-step 10] [--alone 60] [--gossip 90]
+
+A `gossip-tts peer --preset P` (built-in corpus, batch 4, one thread, default cadence) trains
+alone to step `--after-step` and `--alone` seconds more (its publishes, outbox and averaged
+weights run alone too): its peak RSS then is the control. Its peak is reset (Linux
+`/proc/PID/clear_refs`), a second peer starts with `--peer` at it, adopts its state and both mix;
+once both have mixed, `--gossip` seconds more. Printed: each phase's peak (VmHWM) and the
+difference in float32 copies of the model (4 bytes a parameter), and the joiner's own peak. The
+issue's target: one neighbour adds at most 2 copies to a peer's peak. Results in
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkout's code
+from machine import describe  # noqa: E402
+
+GIB = 2**30
+
+
+def peak_bytes(pid: int) -> int:
+    """The process's peak resident set since it started or since `reset_peak` (VmHWM)."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", text, re.M).group(1)) * 1024  # type: ignore[union-attr]
+
+
+def reset_peak(pid: int) -> bool:
+    """Start counting the process's peak afresh (Linux: 5 to clear_refs); False where that is not
+    allowed (the gossiping phase's peak then covers the whole run, an upper bound)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def parameters(log: str) -> int:
+    """The model's parameter count from the peer's "model P (N M params)" line."""
+    match = re.search(r"\(([\d.]+)M params\)", log)
+    if match is None:
+        raise RuntimeError("the peer did not log its model size:\n" + log[-2000:])
+    return int(float(match.group(1)) * 1e6)
+
+
+def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: float) -> dict[str, float]:
+    from joiner_first_mix import metric_total
+    from tests.integration.peers import PeerProcess, last_step
+
+    swarm = f"peer-memory-{int(time.time())}"
+    args = lambda name, *extra: ["--preset", preset, "--batch-size", "4", "--threads", "1", "--checkpoint-dir",
+                                 str(tmp / name), "--listen", "127.0.0.1:0", "--swarm", swarm, "--no-mdns", *extra]
+    a = PeerProcess(args("a"), tmp / "a.log")
+    b = None
+    try:
+        a.wait_listening(300)
+        deadline = time.monotonic() + 1800
+        while last_step(a.text()) < after_step:
+            if time.monotonic() > deadline or a.proc.poll() is not None:
+                raise RuntimeError(f"the first peer did not reach step {after_step}:\n" + a.text()[-2000:])
+            time.sleep(0.5)
+        print(f"alone past step {after_step}: {alone_s:g} s more…", file=sys.stderr)
+        time.sleep(alone_s)
+        copy = 4 * parameters(a.text())
+        alone = peak_bytes(a.proc.pid)
+        if not reset_peak(a.proc.pid):
+            print("cannot reset the peak here: the gossiping peak covers the whole run", file=sys.stderr)
+        b = PeerProcess(args("b", "--peer", a.address), tmp / "b.log")
+        b.wait_listening(300)
+        deadline = time.monotonic() + 1800
+        while not all(metric_total(p.address, "mixes_total") >= 1 for p in (a, b)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the two peers did not both mix:\n" + b.text()[-2000:])
+            time.sleep(1.0)
+        print(f"both mixed: {gossip_s:g} s more…", file=sys.stderr)
+        time.sleep(gossip_s)
+        gossiping = peak_bytes(a.proc.pid)
+        return {"parameters": copy // 4, "alone_peak_gib": alone / GIB, "gossiping_peak_gib": gossiping / GIB,
+                "added_copies": (gossiping - alone) / copy, "alone_peak_copies": alone / copy,
+                "joiner_peak_copies": peak_bytes(b.proc.pid) / copy,
+                "exchanges": metric_total(a.address, "exchanges_total")}
+    finally:
+        for p in (a, b):
+            if p is not None:
+                p.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="100m")
+    ap.add_argument("--after-step", type=int, default=10)
+    ap.add_argument("--alone", type=float, default=60.0, help="seconds alone past --after-step (the control)")
+    ap.add_argument("--gossip", type=float, default=90.0, help="seconds of gossip once both peers have mixed")
+    opts = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = measure(Path(tmp), opts.preset, opts.after_step, opts.alone, opts.gossip)
+    print(describe())
+    print(f"{opts.preset}: {out['parameters'] / 1e6:.1f}M parameters; peak alone {out['alone_peak_gib']:.2f} GiB "
+          f"({out['alone_peak_copies']:.1f} copies), gossiping with one neighbour {out['gossiping_peak_gib']:.2f} GiB: "
+          f"+{out['added_copies']:.2f} copies ({out['exchanges']:g} exchanges); the joiner peaked at "
+          f"{out['joiner_peak_copies']:.1f} copies")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -51,12 +51,17 @@ def comm_for(group: "Group") -> Any:
     return GroupComm(group.device)
 
 
-def run_follower(cfg: Any, group: "Group") -> int:
-    """A non-zero rank: same trainer, own data order, rank 0's commands; Ctrl+C and SIGTERM are
+def run_follower(cfg: Any) -> int:
+    """A non-zero rank (`gossip_tts.cli.peer` tells): join the group, build the same trainer
+    (own data order) and follow rank 0's commands; the steps taken. Ctrl+C and SIGTERM are
     rank 0's to handle (it finishes the step, checkpoints, then releases the group)."""
+    from gossip_tts.train.parallel import init_group
     from gossip_tts.train.trainer import TTSTrainer
     from peer.local.group import follow
 
+    group = init_group(cfg.parallel, cfg.train.device)
+    if group is None:
+        raise RuntimeError("run_follower runs a non-zero rank of a torchrun group; this process is not in one")
     if threading_is_main():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -77,12 +77,11 @@ def sigterm_stops(stop: threading.Event, emit) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult | int:
-    """Train this peer; in a torchrun group, rank 0 returns the LoopResult and other ranks their step count."""
+def run(cfg: PeerAppConfig, stop: threading.Event | None = None, emit=print) -> LoopResult:
+    """Train this peer: a lone process, or rank 0 of a torchrun group (the other ranks run
+    `group_app.run_follower`; `gossip_tts.cli.peer` picks which, the one place that does)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     group = init_group(cfg.parallel, cfg.train.device)
-    if group is not None and group.rank != 0:
-        return group_app.run_follower(cfg, group)
     stop = stop or threading.Event()
     with sigterm_stops(stop, emit):
         return _train(cfg, group, stop, emit)

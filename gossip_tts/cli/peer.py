@@ -116,14 +116,11 @@ def run_peer(ctx: click.Context, config_file: Path | None, print_config: bool, q
         return
     from gossip_tts.train.parallel import is_follower, torchrun_env
 
-    if is_follower():  # a non-zero rank of a torchrun group: rank 0 checks, locks, logs and gossips
-        from gossip_tts.apps.peer_app import run
+    if is_follower():  # the one dispatch on the rank: rank 0 checks, locks, logs and gossips, the others follow
+        from gossip_tts.apps.group_app import leave, run_follower
 
         logs.configure(quiet=True)  # its warnings still show
-
-        run(cfg, emit=emit)
-        from gossip_tts.apps.group_app import leave
-
+        run_follower(cfg)
         leave(0)
     if cfg.parallel.nproc > 1 and torchrun_env() is None:
         preflight.check_device(cfg.train.device)

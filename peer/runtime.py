@@ -35,6 +35,7 @@ from peer.core.node import GossipNode
 from peer.net.driver import AsyncDriver
 from peer.net.http_server import SHUTDOWN_TIMEOUT_S, HttpServer
 from peer.local.loop import LoopConfig, LoopResult, StepHook, resume_if_asked, run_loop
+from peer.local.status_history import LossHistory
 from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
@@ -70,6 +71,8 @@ class GossipPeer:
         self.session_cfg = session_cfg or SessionConfig()
         self.identity, self.emit, self.shards = identity, emit, shards
         self.metrics = metrics if metrics is not None else Metrics()
+        self.history = LossHistory()
+        """The loss curve the training loop records into and /v1/status shows."""
         expose_from_start(self.metrics)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-net", daemon=True)
@@ -131,7 +134,7 @@ class GossipPeer:
                                   on_adopt=self.trainer.adopt,
                                   probe=self.trainer.probe_better if self.trainer.capabilities.probe else None)
         self.http = HttpServer(self.driver, self.worker, self.net_cfg, self.metrics, self.session_cfg,
-                               self.shards)
+                               self.history, self.shards)
         hook = self.make_hook()
         self._thread.start()
         try:
@@ -146,7 +149,7 @@ class GossipPeer:
                 raise RuntimeError(f"loading a neighbour's state failed ({self.driver.join_error}); the parameters "
                                    "may be part replaced, so this run stops here") from self.driver.join_error
             return run_loop(self.trainer, loop_cfg, stop=stop, hooks=[hook], emit=self.emit, metrics=self.metrics,
-                            extra_state=self.averaged_state)
+                            loss_history=self.history, extra_state=self.averaged_state)
         finally:
             try:
                 self._stop_network()
@@ -187,7 +190,7 @@ class GossipPeer:
         done = threading.Event()
         done.set()  # run_loop then trains no step and only writes its final checkpoint
         result = run_loop(self.trainer, loop_cfg, stop=done, emit=self.emit, metrics=self.metrics,
-                          extra_state=self.averaged_state)  # a resumed or adopted average is not dropped
+                          loss_history=self.history, extra_state=self.averaged_state)  # a resumed or adopted average is not dropped
         return dataclasses.replace(result, interrupted=interrupted)
 
     def _stop_network(self) -> None:

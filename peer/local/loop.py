@@ -20,7 +20,7 @@ from peer.local.checkpoint import KEEP, BackgroundCheckpointer, CheckpointError,
 from peer.local.guard import PoisonGuard
 from peer.local.config import LoopConfig
 from peer.metrics import Metrics
-from peer.local.status_history import history_of
+from peer.local.status_history import LossHistory
 from peer.trainer import StepStats, Trainer
 
 LOSS_HISTORY_KEY = "loss_history"
@@ -128,12 +128,10 @@ def _bytes_per_s(rate: float) -> str:
 
 
 def record_step(metrics: Metrics, stats: StepStats, step_s: float, boundary_s: float) -> None:
-    """Per-step figures for /metrics and /v1/status: step and boundary time, audio trained on,
-    and a point of the loss history (`peer.local.status_history`)."""
+    """Per-step figures for /metrics: step and boundary time, audio trained on."""
     metrics.observe("step_seconds", step_s)
     metrics.observe("boundary_seconds", boundary_s)
     metrics.inc("audio_seconds_total", stats.audio_seconds)
-    history_of(metrics).add(stats.step, stats.loss, time.time(), stats.audio_seconds)
 
 
 def resume_if_asked(trainer: Trainer, cfg: LoopConfig,
@@ -172,6 +170,7 @@ def run_loop(
     emit: Callable[[str], None] = print,
     keep_history: bool = False,
     metrics: Metrics | None = None,
+    loss_history: LossHistory | None = None,
     extra_state: Callable[[], tuple[dict[str, torch.Tensor], dict[str, Any]]] | None = None,
     restore_extra: Callable[[dict[str, torch.Tensor], dict[str, Any]], Any] | None = None,
 ) -> LoopResult:
@@ -181,7 +180,8 @@ def run_loop(
     disk; the state it leaves is not saved (it may be half-stepped), so the last good one stays.
 
     With `metrics` (a gossiping peer's), progress lines carry the gossip figures and every
-    step is recorded for /metrics and /v1/status (`record_step`). `extra_state` adds tensors
+    step is recorded for /metrics (`record_step`); with `loss_history`, for /v1/status's loss curve,
+    which checkpoints carry and a resume takes back. `extra_state` adds tensors
     and metadata to every checkpoint beside the trainer's (a peer's averaged weights), and
     `restore_extra` is handed a resumed checkpoint to take them back.
     """
@@ -191,23 +191,23 @@ def run_loop(
         if extra_state is not None:
             more, more_meta = extra_state()
             tensors, meta = {**tensors, **more}, {**meta, **more_meta}
-        if metrics is not None:  # the page's loss curve, so that after --resume it spans the whole run
-            meta = {**meta, LOSS_HISTORY_KEY: history_of(metrics).to_json()}
+        if loss_history is not None:  # the page's loss curve, so that after --resume it spans the whole run
+            meta = {**meta, LOSS_HISTORY_KEY: loss_history.to_json()}
         return tensors, meta
 
     stop = stop or threading.Event()
     resumed = resume_if_asked(trainer, cfg, emit)
     if resumed is not None and restore_extra is not None:
         restore_extra(*resumed)
-    if resumed is not None and metrics is not None:
-        history_of(metrics).restore(resumed[1].get(LOSS_HISTORY_KEY))
+    if resumed is not None and loss_history is not None:
+        loss_history.restore(resumed[1].get(LOSS_HISTORY_KEY))
     writer = BackgroundCheckpointer(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     meter = ProgressMeter(clock, cfg.log_every_s, emit, metrics)
     guard = PoisonGuard(trainer, cfg.good_state_every_steps, cfg.rollback_lr_factor, emit,
                         (lambda name: metrics.inc(name)) if metrics else (lambda name: None))
     last_ckpt = clock()
     last_loss: float | None = None
-    history: list[StepStats] = []
+    kept: list[StepStats] = []
     interrupted = False
     try:
         while not stop.is_set():
@@ -220,11 +220,13 @@ def run_loop(
                 continue  # the step was poisoned: nothing of it is mixed, published or saved
             last_loss = stats.loss
             if keep_history:
-                history.append(stats)
+                kept.append(stats)
             for hook in hooks:
                 hook(trainer, stats)
             if metrics is not None:
                 record_step(metrics, stats, t1 - t0, time.perf_counter() - t1)
+            if loss_history is not None:
+                loss_history.add(stats.step, stats.loss, time.time(), stats.audio_seconds)
             meter.update(stats)
             if writer is not None and clock() - last_ckpt >= cfg.checkpoint_every_s:
                 writer.submit(*snapshot())
@@ -242,7 +244,7 @@ def run_loop(
             writer.submit(*snapshot())
         finally:
             _finish(writer)
-    return LoopResult(trainer.step_count, last_loss, interrupted, writer.written if writer else 0, history)
+    return LoopResult(trainer.step_count, last_loss, interrupted, writer.written if writer else 0, kept)
 
 
 def _finish(writer: BackgroundCheckpointer | None) -> None:

@@ -1,16 +1,14 @@
 """The loss curve and step rates behind `GET /v1/status`, fed by the training loop.
 
 The training thread records each step here; the event loop reads a copy when it answers
-`/v1/status`. The two share nothing else but the peer's `Metrics`, so the history is found
-through it (`history_of(metrics)`): the training loop and the HTTP side then need no new
-wiring between them.
+`/v1/status`. The peer (`peer.runtime.GossipPeer`) makes one and hands it to both: the training
+loop (`run_loop(loss_history=...)`) and the HTTP server's status routes.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections import deque
 from typing import Any
 
@@ -110,15 +108,3 @@ def _mean(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return sum(finite) / len(finite) if finite else math.nan
 
-
-_HISTORIES: "weakref.WeakKeyDictionary[Any, LossHistory]" = weakref.WeakKeyDictionary()
-_HISTORIES_LOCK = threading.Lock()
-
-
-def history_of(metrics: Any) -> LossHistory:
-    """The one `LossHistory` of the peer that owns `metrics` (made on first use)."""
-    with _HISTORIES_LOCK:
-        history = _HISTORIES.get(metrics)
-        if history is None:
-            history = _HISTORIES[metrics] = LossHistory()
-        return history

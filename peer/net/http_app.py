@@ -22,6 +22,7 @@ from protocol import FrameRefused
 
 if TYPE_CHECKING:
     from peer.core.config import SessionConfig
+    from peer.local.status_history import LossHistory
     from peer.metrics import Metrics
     from peer.net.config import NetConfig
     from peer.net.node_worker import NodeWorker
@@ -116,10 +117,10 @@ async def _write_all(response: web.StreamResponse, view: memoryview) -> None:
 
 
 def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metrics: "Metrics",
-              session_cfg: "SessionConfig", shards: "ShardServer | None" = None,
+              session_cfg: "SessionConfig", history: "LossHistory", shards: "ShardServer | None" = None,
               bench: "RefusalBench | None" = None) -> web.Application:
-    """Every route of a peer; `shards` serves /v1/shards (None: those answer 404); `bench` hears of
-    refusals (`peer.net.refusal_bench`)."""
+    """Every route of a peer; `history` is the loss curve /v1/status shows; `shards` serves
+    /v1/shards (None: those answer 404); `bench` hears of refusals (`peer.net.refusal_bench`)."""
     max_body = worker.node.limits.max_frame_bytes  # a larger bundle is refused by unpack_bundle anyway
     guard = RequestGuard(net_cfg, metrics, max_body, model_bytes=4 * worker.node.numel,
                          min_body_rate=session_cfg.min_transfer_rate, bench=bench)
@@ -130,7 +131,7 @@ def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metric
     app.router.add_get("/v1/hello", routes.hello)
     app.router.add_get("/metrics", routes.render_metrics)
     add_shard_routes(app, shards)
-    status = StatusService(face, worker, metrics)
+    status = StatusService(face, worker, metrics, history)
     app.router.add_get("/v1/status", status.serve_status)
     app.router.add_get("/", status.serve_page)
     app.cleanup_ctx.append(status.background)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from peer.core.addresses import parse_address
 from peer.core.config import SessionConfig
+from peer.local.status_history import LossHistory
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.errors import listen_failure
@@ -36,13 +37,14 @@ Well inside the runtime's whole wait for a stop (`peer.runtime.STOP_WAIT_S`)."""
 
 
 class HttpServer:
-    """Serves a peer's routes on `net_cfg.listen`, its connections capped (`peer.net.connection_caps`)."""
+    """Serves a peer's routes on `net_cfg.listen`, its connections capped (`peer.net.connection_caps`);
+    /v1/status shows `history`, the loss curve the training loop records into."""
 
     def __init__(self, face: PeerFace, worker: NodeWorker, net_cfg: NetConfig, metrics: Metrics,
-                 session_cfg: SessionConfig, shards: ShardServer | None = None) -> None:
+                 session_cfg: SessionConfig, history: LossHistory, shards: ShardServer | None = None) -> None:
         self.net_cfg, self.metrics = net_cfg, metrics
         self.bench = RefusalBench.of(net_cfg)
-        self._app = build_app(face, worker, net_cfg, metrics, session_cfg, shards, self.bench)
+        self._app = build_app(face, worker, net_cfg, metrics, session_cfg, history, shards, self.bench)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Protocol
 from aiohttp import web
 
 from peer import cadence_gauges
-from peer.local.status_history import history_of
 
 if TYPE_CHECKING:
     from peer.core.addresses import PeerInfo
+    from peer.local.status_history import LossHistory
     from peer.core.node import GossipNode
     from peer.core.table import NeighbourHealth
     from peer.metrics import Metrics
@@ -134,10 +134,11 @@ def _finite(x: float | None) -> float | None:
 
 
 class StatusService:
-    """Serves `/v1/status` and `/`, and keeps the node summary and its gauges fresh."""
+    """Serves `/v1/status` and `/`, and keeps the node summary and its gauges fresh; the loss
+    curve is the `history` the training loop records into."""
 
-    def __init__(self, face: StatusFace, worker: "NodeWorker", metrics: "Metrics") -> None:
-        self.face, self.worker, self.metrics = face, worker, metrics
+    def __init__(self, face: StatusFace, worker: "NodeWorker", metrics: "Metrics", history: "LossHistory") -> None:
+        self.face, self.worker, self.metrics, self.history = face, worker, metrics, history
         node = worker.node  # who we are is fixed for the run: read once, not on the loop again
         self.identity = {"peer_id": node.peer_id, "swarm": node.cfg.swarm, "fingerprint": node.fingerprint}
         self.summary: NodeSummary | None = None
@@ -198,7 +199,7 @@ class StatusService:
     def assemble(self, summary: NodeSummary | None) -> dict[str, Any]:
         """The /v1/status object (see the module docstring for its typing rules)."""
         face, metrics = self.face, self.metrics
-        history = history_of(metrics)
+        history = self.history
         last = history.last()
         steps_per_s, audio_per_s = history.rates()
         step = max(int(face.step), last[0] if last else 0)

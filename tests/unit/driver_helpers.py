@@ -18,6 +18,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.net.driver import AsyncDriver
 from peer.net.http_server import HttpServer
+from peer.local.status_history import LossHistory
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
@@ -29,15 +30,17 @@ DIM = 16
 @dataclass
 class Network:
     """A driver and the HTTP server the runtime would start beside it, started and stopped in
-    the runtime's order (`peer.runtime.GossipPeer`)."""
+    the runtime's order (`peer.runtime.GossipPeer`); /v1/status shows `history`."""
 
     driver: AsyncDriver
     server: HttpServer
+    history: LossHistory
 
     @classmethod
     def of(cls, driver: AsyncDriver) -> "Network":
+        history = LossHistory()
         return cls(driver, HttpServer(driver, driver.worker, driver.net_cfg, driver.metrics,
-                                      driver.session.cfg))
+                                      driver.session.cfg, history), history)
 
     async def start(self) -> str:
         return await self.driver.async_start(await self.server.start())

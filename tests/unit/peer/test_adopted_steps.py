@@ -12,7 +12,6 @@ from peer.core.gossip_config import GossipConfig
 from peer.local.loop import LoopConfig
 from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
-from peer.local.status_history import history_of
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import wait_for_line
@@ -44,7 +43,7 @@ def test_a_joiner_counts_on_from_the_step_of_the_state_it_adopted(tmp_path) -> N
         adopted = int(wait_for_line(lines, r"joined: adopted the state of \S+ \(its step \d+\), counting on from step (\d+)").group(1))
         assert adopted >= 30
         first = wait_for_line(lines, r"^step (\d+) ")  # the first progress line comes after the first step
-        while len(history_of(joiner.metrics).points()) < 5 and run.is_alive():
+        while len(joiner.history.points()) < 5 and run.is_alive():
             stop.wait(0.05)
         stop.set()
         run.join(30)
@@ -52,7 +51,7 @@ def test_a_joiner_counts_on_from_the_step_of_the_state_it_adopted(tmp_path) -> N
         server_stop.set()
         thread.join(30)
     assert int(first.group(1)) == adopted + 1  # was 1: the joiner counted from the start again
-    curve = [step for step, _, _ in history_of(joiner.metrics).points()]
+    curve = [step for step, _, _ in joiner.history.points()]
     assert curve[0] == adopted + 1 and curve == sorted(curve)
     assert joiner.metrics.get("steps") == joiner_trainer.step_count > adopted
     assert joiner.driver is not None and joiner.driver.session.step == joiner_trainer.step_count  # what hellos claim

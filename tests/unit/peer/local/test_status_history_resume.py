@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from peer.local.loop import LoopConfig, run_loop
-from peer.metrics import Metrics
-from peer.local.status_history import LossHistory, history_of
+from peer.local.status_history import LossHistory
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
 
@@ -13,14 +12,14 @@ def trainer() -> LeastSquaresTrainer:
 
 
 def test_a_resumed_run_keeps_the_curve_of_the_steps_before_it(tmp_path):
-    first = Metrics(process=False)
+    first = LossHistory()
     run_loop(trainer(), LoopConfig(max_steps=40, checkpoint_dir=tmp_path, log_every_s=1e9), emit=lambda s: None,
-             metrics=first)
-    before = history_of(first).points()
-    resumed = Metrics(process=False)
+             loss_history=first)
+    before = first.points()
+    resumed = LossHistory()
     run_loop(trainer(), LoopConfig(max_steps=70, checkpoint_dir=tmp_path, resume=True, log_every_s=1e9),
-             emit=lambda s: None, metrics=resumed)
-    after = history_of(resumed).points()
+             emit=lambda s: None, loss_history=resumed)
+    after = resumed.points()
     assert after[0][0] == before[0][0] == 1 and after[len(before) - 1][:2] == before[-1][:2]
     assert after[-1][0] == 70 and [p[0] for p in after] == sorted({p[0] for p in after})
 

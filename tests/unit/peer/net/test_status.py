@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -27,7 +28,7 @@ from peer.runtime import GossipPeer
 from peer.net.status import consensus_distance
 from peer import cadence_gauges
 from peer.core.publish_budget import CadenceReading
-from peer.local.status_history import LossHistory, history_of
+from peer.local.status_history import LossHistory
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from peer.trainer import StepStats
 from protocol import Identity
@@ -41,6 +42,31 @@ def _get(url: str) -> tuple[str, bytes]:
 
 def _status(address: str) -> dict:
     return json.loads(_get(f"http://{address}/v1/status")[1])
+
+
+@dataclass
+class Lone:
+    """A started driver and the loss history its /v1/status shows."""
+
+    driver: AsyncDriver
+    history: LossHistory
+
+    @property
+    def address(self) -> str:
+        return self.driver.address
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.driver.metrics
+
+    @property
+    def node(self) -> GossipNode:
+        return self.driver.node
+
+    def record(self, stats: StepStats) -> None:
+        """What the training loop records of a step: its figures and a point of the curve."""
+        record_step(self.metrics, stats, 0.01, 0.001)
+        self.history.add(stats.step, stats.loss, time.time(), stats.audio_seconds)
 
 
 @pytest.fixture
@@ -57,7 +83,7 @@ def lone_driver():
                          emit=lambda s: None, on_adopt=lambda x, step: None)
     network = Network.of(driver)
     asyncio.run_coroutine_threadsafe(network.start(), loop).result(30)
-    yield driver
+    yield Lone(driver, network.history)
     asyncio.run_coroutine_threadsafe(network.stop(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
@@ -81,7 +107,7 @@ def test_status_before_the_first_step_is_typed_with_nulls(lone_driver):
 
 def test_status_after_steps_has_a_typed_loss_history_and_rates(lone_driver):
     for step in (1, 2, 3):
-        record_step(lone_driver.metrics, StepStats(step, 2.0 / step, samples=4, audio_seconds=1.5), 0.01, 0.001)
+        lone_driver.record(StepStats(step, 2.0 / step, samples=4, audio_seconds=1.5))
         time.sleep(0.02)
     s = _status(lone_driver.address)
     assert s["step"] == 3 and type(s["step"]) is int
@@ -115,7 +141,7 @@ def test_the_page_is_one_self_contained_html_file(lone_driver):
 
 
 def test_status_command_prints_what_the_peer_reports(lone_driver):
-    record_step(lone_driver.metrics, StepStats(1, 1.25, samples=4, audio_seconds=1.0), 0.01, 0.001)
+    lone_driver.record(StepStats(1, 1.25, samples=4, audio_seconds=1.0))
     out = CliRunner().invoke(main, ["status", lone_driver.address])
     assert out.exit_code == 0, out.output
     assert f"peer {lone_driver.node.peer_id}" in out.output
@@ -198,11 +224,6 @@ def test_loss_history_keeps_the_whole_run_in_bounded_points():
     steps_per_s, audio = h.rates()
     assert steps_per_s == pytest.approx(1.0) and audio == pytest.approx(2.0)
     assert LossHistory().rates() == (None, None) and LossHistory().last() is None
-
-
-def test_history_of_is_one_per_metrics():
-    a, b = Metrics(process=False), Metrics(process=False)
-    assert history_of(a) is history_of(a) and history_of(a) is not history_of(b)
 
 
 def test_consensus_distance_matches_the_definition_at_any_chunk_size():

@@ -40,7 +40,8 @@ from peer.core.config import SessionConfig  # noqa: E402
 from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.local.loop import LoopConfig  # noqa: E402
 from peer.net.config import NetConfig  # noqa: E402
-from peer.runtime import GossipPeer  # noqa: E402
+from peer.runtime import GossipPeer, PeerParts  # noqa: E402
+from peer.startup import build_parts, build_peer  # noqa: E402
 from peer.trainer import WrappedTrainer  # noqa: E402
 from protocol import Identity  # noqa: E402
 
@@ -72,8 +73,8 @@ class IdleTrainer(WrappedTrainer):
 class PhasedPeer(GossipPeer):
     """Switches gossip on and off every `steps_per_phase` steps and times each phase."""
 
-    def __init__(self, *a, steps_per_phase: int, **kw) -> None:
-        super().__init__(*a, **kw)
+    def __init__(self, parts: PeerParts, steps_per_phase: int) -> None:
+        super().__init__(parts)
         self.steps_per_phase = steps_per_phase
         self.phase_times: dict[bool, list[float]] = {True: [], False: []}
         self.phase_cpu: dict[bool, list[float]] = {True: [], False: []}
@@ -106,7 +107,7 @@ def trainer_cfg(args, sources, seed: int) -> TrainConfig:
 def neighbour_main(args) -> None:
     sources = [str(ensure_builtin_corpus()[0])]
     trainer = IdleTrainer(TTSTrainer(trainer_cfg(args, sources, seed=args.neighbour)), period=args.neighbour_period)
-    peer = GossipPeer(trainer, LoopConfig(log_every_s=1e9), GossipConfig(swarm="bench", gossip_every=1, compression=args.compression),
+    peer = build_peer(trainer, LoopConfig(log_every_s=1e9), GossipConfig(swarm="bench", gossip_every=1, compression=args.compression),
                       NetConfig(listen="127.0.0.1:0", mdns=False, peers=args.peer), Identity.generate(),
                       emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
     peer.run()
@@ -149,11 +150,11 @@ def main() -> None:
         procs = [p1, p2]
         trainer = ReplayTrainer(trainer_cfg(args, sources, seed=0), args.steps_per_phase)
         total = args.steps_per_phase * (args.phases + 1)
-        peer = PhasedPeer(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
-                          GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),
-                          NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2]), Identity.generate(),
-                          emit=lambda s: None, steps_per_phase=args.steps_per_phase,
-                          session_cfg=SessionConfig(join=False))
+        peer = PhasedPeer(build_parts(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
+                                      GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),
+                                      NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2]), Identity.generate(),
+                                      emit=lambda s: None, session_cfg=SessionConfig(join=False)),
+                          steps_per_phase=args.steps_per_phase)
         peer.run()
         trainer.close()
     finally:

@@ -2,8 +2,8 @@
 
     python benchmarks/shard_serving.py [--clients 2] [--phases 10] [--steps-per-phase 8] [--max-upload-mb-s 0]
 
-The measured peer (a real SwarmDataPeer: driver, node worker, HTTP server with the shard
-routes) trains the small preset on CPU in this process and holds --shards shards of
+The measured peer (a real GossipPeer sharing a corpus: driver, node worker, HTTP server
+with the shard routes) trains the small preset on CPU in this process and holds --shards shards of
 --shard-mb MB of its own. --clients processes, each from its own loopback address (a
 neighbour of its own, as the per-address upload cap sees it), download those shards from
 it over 127.0.0.1 in a loop, as fast as the peer sends them. Training alternates between
@@ -123,22 +123,24 @@ def run_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     from machine import describe
 
     from gossip_tts.data import ensure_builtin_corpus
-    from gossip_tts.apps.swarm_data import SwarmData, SwarmDataPeer
+    from gossip_tts.apps.swarm_data import SwarmData
     from gossip_tts.train.config import TrainConfig
     from gossip_tts.train.trainer import TTSTrainer
     from peer.core.config import SessionConfig
     from peer.core.gossip_config import GossipConfig
     from peer.local.loop import LoopConfig
     from peer.net.config import NetConfig
+    from peer.runtime import GossipPeer, PeerParts
     from peer.shards.config import SwarmDataConfig
+    from peer.startup import build_parts
     from peer.shards.manifest import Manifest, ShardEntry
     from protocol import Identity
 
-    class PhasedServingPeer(SwarmDataPeer):
+    class PhasedServingPeer(GossipPeer):
         """Lets the clients download in every other phase of `steps_per_phase` steps, and times each phase."""
 
-        def __init__(self, *a, steps_per_phase: int, flag: Path, **kw) -> None:
-            super().__init__(*a, **kw)
+        def __init__(self, parts: PeerParts, steps_per_phase: int, flag: Path) -> None:
+            super().__init__(parts)
             self.steps_per_phase, self.flag = steps_per_phase, flag
             self.phase_times: dict[bool, list[float]] = {True: [], False: []}
             self.phase_cpu: dict[bool, list[float]] = {True: [], False: []}
@@ -191,9 +193,10 @@ def run_benchmark(args: argparse.Namespace, tmp: Path) -> None:
             clients.extend(spawn_clients(args, address, [s.sha256 for s in manifest.shards], flag))
 
     total = args.steps_per_phase * (args.phases + 1)
-    peer = PhasedServingPeer(trainer, LoopConfig(max_steps=total, log_every_s=1e9), GossipConfig(swarm="bench"),
-                             NetConfig(listen="127.0.0.1:0", mdns=False), identity, emit=emit, swarm=swarm,
-                             session_cfg=SessionConfig(join=False), steps_per_phase=args.steps_per_phase, flag=flag)
+    parts = build_parts(trainer, LoopConfig(max_steps=total, log_every_s=1e9), GossipConfig(swarm="bench"),
+                        NetConfig(listen="127.0.0.1:0", mdns=False), identity, emit=emit, metrics=swarm.metrics,
+                        corpus=swarm, session_cfg=SessionConfig(join=False))
+    peer = PhasedServingPeer(parts, steps_per_phase=args.steps_per_phase, flag=flag)
     received = 0
     try:
         peer.run()

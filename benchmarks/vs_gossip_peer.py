@@ -167,6 +167,7 @@ def worker(a: argparse.Namespace) -> None:
     from peer.local.loop import LoopConfig, run_loop
     from peer.net.config import NetConfig
     from peer.runtime import GossipPeer
+    from peer.startup import build_peer
     from protocol import Identity
 
     torch.set_num_threads(1)
@@ -195,12 +196,12 @@ def worker(a: argparse.Namespace) -> None:
     if a.alone:
         run_loop(trainer, loop_cfg, stop=stop, emit=lambda s: None)
     else:
-        peer = GossipPeer(trainer, loop_cfg, GossipConfig(swarm="bench-vs", **json.loads(a.gossip)),
+        peer = build_peer(trainer, loop_cfg, GossipConfig(swarm="bench-vs", **json.loads(a.gossip)),
                           NetConfig(listen="127.0.0.1:0", mdns=False, peers=a.peer), Identity.generate(),
                           emit=lambda s: print(s, flush=True), session_cfg=SessionConfig(join=False))
 
         def peer_average() -> torch.Tensor | None:  # read on the training thread: `weights` copies it out
-            current = peer.node.average.weights() if peer is not None and peer.node is not None else None
+            current = peer.node.average.weights() if peer is not None else None
             return None if current is None else current[0]
 
         trainer.score_averaged_from(peer_average)

@@ -14,13 +14,13 @@ from typing import Iterator
 from gossip_tts.apps import group_app
 from gossip_tts.model import count_parameters
 from gossip_tts.apps.peer_config import PeerAppConfig
-from gossip_tts.apps.swarm_data import SwarmDataPeer, start_swarm_data, swarm_id_of
+from gossip_tts.apps.swarm_data import start_swarm_data, swarm_id_of
 from gossip_tts.train.parallel import init_group
 from gossip_tts.train.trainer import TTSTrainer
 from peer.local.averaged_weights import SoloAverage
 from peer.local.group import GroupTrainer
 from peer.local.loop import LoopResult, run_loop
-from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from protocol import Identity
 
 __all__ = ["PeerAppConfig", "default_sources", "load_identity", "run", "sigterm_stops"]
@@ -118,8 +118,10 @@ def _train(cfg: PeerAppConfig, group, stop: threading.Event, emit) -> LoopResult
             result = run_loop(trainer, cfg.loop, stop=stop, emit=emit, hooks=[average], extra_state=average.state,
                               restore_extra=average.restore)
         else:
-            peer_class, extra = (GossipPeer, {}) if swarm is None else (SwarmDataPeer, {"swarm": swarm})
-            result = peer_class(trainer, cfg.loop, cfg.gossip, cfg.net, identity, emit=emit, session_cfg=cfg.session, **extra).run(stop)
+            peer = build_peer(trainer, cfg.loop, cfg.gossip, cfg.net, identity, session_cfg=cfg.session, emit=emit,
+                              metrics=swarm.metrics if swarm is not None else None,  # one /metrics for gossip and data
+                              corpus=swarm)
+            result = peer.run(stop)
         if isinstance(trainer, GroupTrainer) and cfg.parallel.verify_sync:
             emit(f"group: every rank held rank 0's parameters after each of {trainer.mixes_verified} mixes")
     finally:

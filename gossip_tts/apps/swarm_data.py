@@ -8,8 +8,9 @@ newest manifest signed by that key among the one accepted before, `--manifest` a
 `--peer` addresses' offers (`peer.shards.signed_source`); the store opens; the
 fetcher starts on the `--peer` addresses, and the peer waits until one shard is held. From
 then each pass of the trainer reads the shards the store holds as the pass starts
-(`ShardStore.pass_listing`, in place of its `shards.txt`), and `SwarmDataPeer` serves the
-store on `/v1/shards` and points the fetcher at the session's live, verified neighbours.
+(`ShardStore.pass_listing`, in place of its `shards.txt`). `SwarmData` is the peer's corpus
+service (`peer.runtime.CorpusService`), handed to `peer.startup.build_peer`: the peer serves
+its store on `/v1/shards` and, once it runs, points the fetcher at its live, verified neighbours.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 from gossip_tts.data.http_get import http_get, is_http
 from gossip_tts.data.sources import provide_listing
 from gossip_tts.apps.peer_config import PeerAppConfig
-from peer.local.loop import LoopResult
 from peer.metrics import Metrics
-from peer.runtime import GossipPeer
 from peer.net.shard_routes import ShardServer
 from peer.shards.config import SwarmDataConfig
 from peer.shards.download import SourceFailed, get_capped
@@ -128,7 +127,8 @@ def load_signed_manifest(finder: SignedManifestFinder, where: str | None, peers:
 
 
 class SwarmData:
-    """The store, its fetcher and the metrics they count into, for the life of one peer."""
+    """The store, its fetcher, its shard server and the metrics they count into, for the life
+    of one peer (its `peer.runtime.CorpusService`; the peer's /metrics is these `metrics`)."""
 
     def __init__(self, manifest: Manifest, own_dir: Path | None, cfg: SwarmDataConfig, cache_dir: Path,
                  identity: Identity, bootstrap: list[str], metrics: Metrics | None = None,
@@ -140,6 +140,8 @@ class SwarmData:
         self.fetcher = ShardFetcher(self.store, cfg, identity.peer_id, lambda: self.bootstrap, self.metrics)
         self.cache_dir, self.signed, self.finder = Path(cache_dir), signed, finder
         self.watcher: NewerManifestWatcher | None = None
+        self.shards = ShardServer(self.store, cfg, self.metrics)
+        """What the peer serves on /v1/shards."""
 
     def wait_for_first_shard(self, stop: threading.Event, emit: Callable[[str], None]) -> None:
         """Block until one shard is held (the trainer reads a first batch when it is built)."""
@@ -165,6 +167,17 @@ class SwarmData:
 
         self.watcher = NewerManifestWatcher(self.finder, current, addresses, self.cache_dir, self.cfg.manifest_check_s, newer)
         self.watcher.start()
+
+    def serve(self, neighbours: Callable[[], list[str]], address: Callable[[], str],
+              emit: Callable[[str], None]) -> None:
+        """As the peer starts: ask its verified `neighbours()`, then the --peer addresses, for
+        shards and newer signed manifests, never this peer itself (`address()`)."""
+
+        def sources() -> list[str]:
+            return neighbours() + self.bootstrap
+
+        self.fetcher.ask_from(sources, address)
+        self.watch_for_newer(lambda: [a for a in sources() if a != address()], emit)
 
     def close(self) -> None:
         provide_listing(str(self.store.listing), None)
@@ -206,21 +219,3 @@ def start_swarm_data(cfg: PeerAppConfig, identity: Identity, stop: threading.Eve
     provide_listing(str(data.store.listing), data.store.pass_listing)  # each pass reads what is held as it starts
     return data
 
-
-class SwarmDataPeer(GossipPeer):
-    """A GossipPeer that also serves its shards and fetches from its verified neighbours."""
-
-    def __init__(self, *args: Any, swarm: SwarmData, **kwargs: Any) -> None:
-        super().__init__(*args, metrics=swarm.metrics,  # one /metrics for gossip and data
-                         shards=ShardServer(swarm.store, swarm.cfg, swarm.metrics), **kwargs)
-        self.swarm = swarm
-        swarm.fetcher.ask_from(self._sources, lambda: self.address)
-
-    def _sources(self) -> list[str]:
-        """Whom to ask for shards and manifests: the verified neighbours, then the --peer addresses."""
-        return self.verified_addresses() + self.swarm.bootstrap
-
-    def run(self, stop: threading.Event | None = None) -> LoopResult:
-        """Train, looking for a newer signed manifest among the neighbours meanwhile."""
-        self.swarm.watch_for_newer(lambda: [a for a in self._sources() if a != self.address], self.emit)
-        return super().run(stop)

@@ -1,7 +1,7 @@
 """The loss curve and step rates behind `GET /v1/status`, fed by the training loop.
 
 The training thread records each step here; the event loop reads a copy when it answers
-`/v1/status`. The peer (`peer.runtime.GossipPeer`) makes one and hands it to both: the training
+`/v1/status`. The peer's builder (`peer.startup`) makes one and hands it to both: the training
 loop (`run_loop(loss_history=...)`) and the HTTP server's status routes.
 """
 

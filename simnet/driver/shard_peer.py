@@ -6,7 +6,7 @@ due (`adverts_due`), reads them over the links (`GET /v1/shards`: the real bitma
 order and resuming a cut-off transfer at the next one, as `peer.shards.fetcher.ShardFetcher`
 does. Its round waits for the due adverts (each for at most ADVERT_STALL_S), then the next
 round follows TICK_S later. Before the peer holds a shard it asks only its bootstrap
-addresses; once its gossip peer runs, its live verified neighbours as well (`SwarmDataPeer`).
+addresses; once its gossip peer runs, its live verified neighbours as well (`SwarmData.serve`).
 The server answers adverts and downloads, turning away what `upload_refusal` refuses.
 Shard bytes always match the manifest here (nobody lies), so no source is ever banned.
 """

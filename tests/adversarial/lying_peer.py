@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from gossip_tts.apps import peer_app
 from gossip_tts.cli.main import main as gossip_tts_main
 from peer.local.loop import StepHook
 from peer.runtime import GossipPeer
+from peer.startup import build_parts
 from peer.trainer import Trainer
 from simnet.attacks.kinds import kind_names
 from simnet.attacks.trainer import AttackConfig, AttackTrainer
 
 
-def lying_peer_class(attack: AttackConfig, seed: int, from_step: int) -> type[GossipPeer]:
-    class LyingPeer(GossipPeer):
-        def __init__(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
-            super().__init__(AttackTrainer(trainer, attack, seed=seed), *args, **kwargs)
+def lying_peer_builder(attack: AttackConfig, seed: int, from_step: int) -> Callable[..., GossipPeer]:
+    """`peer.startup.build_peer` for a peer whose trainer is wrapped in the attack."""
 
+    class LyingPeer(GossipPeer):
         def make_hook(self) -> StepHook:
             """The boundary hook, armed first once a neighbour's copy is held (the node now holds the shared start)."""
             hook, view_slot, lying = super().make_hook(), self.node.view_slot, self.trainer
@@ -46,7 +46,10 @@ def lying_peer_class(attack: AttackConfig, seed: int, from_step: int) -> type[Go
 
             return arm_then_hook
 
-    return LyingPeer
+    def build(trainer: Trainer, *args: Any, **kwargs: Any) -> GossipPeer:
+        return LyingPeer(build_parts(AttackTrainer(trainer, attack, seed=seed), *args, **kwargs))
+
+    return build
 
 
 def main(argv: list[str]) -> None:
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> None:
     split = argv.index("peer")
     ours = parser.parse_args(argv[:split])
     attack = AttackConfig(kind=ours.kind, growth=ours.growth, scale=ours.scale)
-    peer_app.GossipPeer = lying_peer_class(attack, ours.attack_seed, ours.from_step)  # what `peer_app.run` builds
+    peer_app.build_peer = lying_peer_builder(attack, ours.attack_seed, ours.from_step)  # what `peer_app.run` builds
     gossip_tts_main(argv[split:], prog_name="gossip-tts")
 
 

@@ -11,7 +11,7 @@ from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.local.loop import LoopConfig
 from peer.net.config import NetConfig
-from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import wait_for_line
@@ -25,7 +25,7 @@ def _trainer(shard: int) -> LeastSquaresTrainer:
 
 def test_a_joiner_counts_on_from_the_step_of_the_state_it_adopted(tmp_path) -> None:
     server_stop, server_lines = threading.Event(), []
-    server = GossipPeer(_trainer(0), LoopConfig(log_every_s=0.2), GOSSIP, NetConfig(listen="127.0.0.1:0", mdns=False),
+    server = build_peer(_trainer(0), LoopConfig(log_every_s=0.2), GOSSIP, NetConfig(listen="127.0.0.1:0", mdns=False),
                         Identity.generate(b"\x51" * 32), emit=server_lines.append, session_cfg=SessionConfig(join=False))
     thread = threading.Thread(target=server.run, args=(server_stop,), daemon=True)
     thread.start()
@@ -34,7 +34,7 @@ def test_a_joiner_counts_on_from_the_step_of_the_state_it_adopted(tmp_path) -> N
         wait_for_line(server_lines, r"^step (?:[3-9]\d|\d{3,}) ")  # well past step 0: worth joining
         lines: list[str] = []
         joiner_trainer = _trainer(1)
-        joiner = GossipPeer(joiner_trainer, LoopConfig(checkpoint_dir=tmp_path, log_every_s=1e9), GOSSIP,
+        joiner = build_peer(joiner_trainer, LoopConfig(checkpoint_dir=tmp_path, log_every_s=1e9), GOSSIP,
                             NetConfig(listen="127.0.0.1:0", mdns=False, peers=[address]), Identity.generate(b"\x52" * 32),
                             emit=lines.append, session_cfg=SessionConfig(join=True, join_timeout_s=30))
         stop = threading.Event()

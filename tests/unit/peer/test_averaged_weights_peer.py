@@ -15,6 +15,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.local.loop import LoopConfig, run_loop
 from peer.net.config import NetConfig
 from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import wait_for_line
@@ -37,7 +38,7 @@ def _trainer() -> LeastSquaresTrainer:
 
 def _peer(tmp_path, steps: int, resume: bool, emit=lambda line: None, join: bool = False) -> GossipPeer:
     # joining, it asks an address where nobody listens (port 9 on loopback) and waits its timeout
-    return GossipPeer(_trainer(), LoopConfig(checkpoint_dir=tmp_path, max_steps=steps, resume=resume), GOSSIP,
+    return build_peer(_trainer(), LoopConfig(checkpoint_dir=tmp_path, max_steps=steps, resume=resume), GOSSIP,
                       NetConfig(listen="127.0.0.1:0", mdns=False, peers=["127.0.0.1:9"] if join else []),
                       Identity.generate(b"\x41" * 32), emit=emit,
                       session_cfg=SessionConfig(join=join, join_timeout_s=60.0))

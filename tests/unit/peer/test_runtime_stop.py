@@ -15,7 +15,7 @@ from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.local.loop import LoopConfig
 from peer.net.config import NetConfig
-from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import wait_for_line
@@ -70,7 +70,7 @@ def _serving_peer(stop: threading.Event) -> tuple[threading.Thread, list[str]]:
     """A peer that trains and serves its state (not joining), already some steps along."""
     lines: list[str] = []
     trainer = LeastSquaresTrainer(LeastSquaresConfig(dim=DIM, shard=0, n_shards=2, heterogeneity=0.0, seed=0))
-    peer = GossipPeer(trainer, LoopConfig(log_every_s=0.2), GOSSIP, NetConfig(listen="127.0.0.1:0", mdns=False),
+    peer = build_peer(trainer, LoopConfig(log_every_s=0.2), GOSSIP, NetConfig(listen="127.0.0.1:0", mdns=False),
                       Identity.generate(b"\x31" * 32), emit=lines.append, session_cfg=SessionConfig(join=False))
     thread = threading.Thread(target=peer.run, args=(stop,), daemon=True)
     thread.start()
@@ -87,7 +87,7 @@ def test_a_stop_during_adoption_checkpoints_the_whole_adopted_state(tmp_path, ho
         trainer = HalfwayAdoption()
         own = trainer.get_flat_params()
         lines: list[str] = []
-        joiner = GossipPeer(trainer, LoopConfig(checkpoint_dir=tmp_path), GOSSIP,
+        joiner = build_peer(trainer, LoopConfig(checkpoint_dir=tmp_path), GOSSIP,
                             NetConfig(listen="127.0.0.1:0", mdns=False, peers=[address]),
                             Identity.generate(b"\x32" * 32), emit=lines.append,
                             session_cfg=SessionConfig(join=True, join_timeout_s=30))

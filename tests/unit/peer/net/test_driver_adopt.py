@@ -82,7 +82,7 @@ def test_a_failed_adoption_ends_the_join_with_its_error_instead_of_hanging() -> 
 
 def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_path, monkeypatch) -> None:
     from peer.local.loop import LoopConfig
-    from peer.runtime import GossipPeer
+    from peer.startup import build_peer
     from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 
     start = AsyncDriver.async_start
@@ -95,7 +95,7 @@ def test_the_runtime_stops_with_the_adoption_error_and_writes_no_checkpoint(tmp_
 
     monkeypatch.setattr(AsyncDriver, "async_start", start_then_fail_the_join)
     trainer = LeastSquaresTrainer(LeastSquaresConfig(dim=DIM, samples_per_shard=32, shard=0, n_shards=1, seed=0))
-    peer = GossipPeer(trainer, LoopConfig(checkpoint_dir=tmp_path, max_steps=5), GossipConfig(swarm="adopt-test"),
+    peer = build_peer(trainer, LoopConfig(checkpoint_dir=tmp_path, max_steps=5), GossipConfig(swarm="adopt-test"),
                       NetConfig(listen="127.0.0.1:0", mdns=False), Identity.generate(b"\x43" * 32), emit=lambda line: None)
     with pytest.raises(RuntimeError, match="loading a neighbour's state failed"):
         peer.run(threading.Event())

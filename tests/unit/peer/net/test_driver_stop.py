@@ -21,7 +21,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.net.driver import AsyncDriver
 from peer.local.loop import LoopConfig
 from peer.net.config import NetConfig
-from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from peer.local.toy_trainer import LeastSquaresConfig, LeastSquaresTrainer
 from protocol import Identity
 from tests.unit.driver_helpers import running_driver
@@ -86,7 +86,7 @@ def test_a_stop_that_overruns_its_wait_still_returns_the_result_and_checkpoint(
             stop.set()
 
     trainer = LeastSquaresTrainer(LeastSquaresConfig(dim=DIM, shard=0, n_shards=2, heterogeneity=0.0, seed=0))
-    peer = GossipPeer(trainer, LoopConfig(checkpoint_dir=tmp_path), GossipConfig(swarm="stop-test"),
+    peer = build_peer(trainer, LoopConfig(checkpoint_dir=tmp_path), GossipConfig(swarm="stop-test"),
                       NetConfig(listen="127.0.0.1:0", mdns=False), Identity.generate(b"\x52" * 32), emit=emit,
                       session_cfg=SessionConfig(join=joining, join_wait_s=20.0, join_timeout_s=30.0))
     t0 = time.monotonic()

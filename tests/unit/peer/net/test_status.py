@@ -24,7 +24,7 @@ from peer.local.loop import LoopConfig, ProgressMeter, record_step
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
-from peer.runtime import GossipPeer
+from peer.startup import build_peer
 from peer.net.status import consensus_distance
 from peer import cadence_gauges
 from peer.core.publish_budget import CadenceReading
@@ -170,7 +170,7 @@ def test_two_peers_see_each_other_in_status_and_progress_lines(tmp_path):
     address = None
     for i in range(2):
         net = NetConfig(listen="127.0.0.1:0", mdns=False, peers=[address] if address else [])
-        peer = GossipPeer(SlowToy(LeastSquaresConfig(dim=8, samples_per_shard=32, seed=i)), LoopConfig(log_every_s=0.2),
+        peer = build_peer(SlowToy(LeastSquaresConfig(dim=8, samples_per_shard=32, seed=i)), LoopConfig(log_every_s=0.2),
                           GossipConfig(swarm="status-pair", gossip_every=1, compression="identity"), net,
                           Identity.generate(bytes([i + 1]) * 32), emit=lines[i].append, session_cfg=SessionConfig(join=False))
         stop = threading.Event()
@@ -178,7 +178,7 @@ def test_two_peers_see_each_other_in_status_and_progress_lines(tmp_path):
         thread.start()
         peers.append(peer), threads.append(thread), stops.append(stop)
         deadline = time.monotonic() + 30
-        while not (peer.driver and peer.driver.address) and time.monotonic() < deadline:
+        while not peer.driver.address and time.monotonic() < deadline:
             time.sleep(0.05)
         address = peer.driver.address
     try:

@@ -18,7 +18,7 @@ from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.local import averaged_weights
-from peer.local.loop import LoopConfig, resume_if_asked
+from peer.local.loop import LOSS_HISTORY_KEY, LoopConfig, resume_if_asked
 from peer.local.status_history import LossHistory
 from peer.metric_help import expose_from_start
 from peer.metrics import Metrics
@@ -58,6 +58,7 @@ def build_parts(trainer: Trainer, loop_cfg: LoopConfig, gossip_cfg: GossipConfig
                       metrics=metrics, entropy=secrets.token_bytes(16))
     if resumed is not None:  # before the node worker runs: this thread still owns the node
         averaged_weights.restore(node.average, trainer.param_spec(), *resumed)
+        history.restore(resumed[1].get(LOSS_HISTORY_KEY))  # the page's curve spans the run before --resume too
     worker = NodeWorker(node, time.time)
     driver = AsyncDriver(worker, session_cfg, net_cfg, metrics, emit, on_adopt=trainer.adopt,
                          probe=trainer.probe_better if trainer.capabilities.probe else None)

@@ -54,6 +54,20 @@ def test_the_builder_derives_the_final_configs_and_resumes_once(tmp_path) -> Non
     assert peer.loop_cfg.resume is False  # resumed by the builder; the loop does not again
 
 
+def test_a_resumed_peer_keeps_the_loss_curve_of_the_run_before(tmp_path) -> None:
+    """/v1/status's curve spans the whole run, the part before a --resume included (docs/quickstart.md)."""
+    def peer(steps: int, resume: bool) -> GossipPeer:
+        return build_peer(_trainer(), LoopConfig(checkpoint_dir=tmp_path, max_steps=steps, resume=resume, log_every_s=1e9),
+                          GOSSIP, NET, Identity.generate(b"\x64" * 32), emit=lambda line: None,
+                          session_cfg=SessionConfig(join=False))
+
+    peer(5, resume=False).run()
+    resumed = peer(9, resume=True)
+    assert [step for step, _, _ in resumed.history.points()] == [1, 2, 3, 4, 5]  # before it trains a step
+    resumed.run()
+    assert [step for step, _, _ in resumed.history.points()] == list(range(1, 10))
+
+
 def test_gossip_peer_has_no_optional_part_and_no_assert() -> None:
     """Every part is required when the peer is made: nothing waits for `run()` to be built."""
     optional = {f.name for f in dataclasses.fields(PeerParts) if "| None" in str(f.type) or "Optional" in str(f.type)}

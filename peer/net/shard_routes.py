@@ -15,8 +15,9 @@ cut off when a piece is not taken within `upload_stall_s` (`shard_upload_stalled
 upload that outlasts `upload_deadline_s` (`slow_shard_reader`), so a slow reader holds a slot no
 longer. Refusals are counted in `http_refused_total{reason=...}`.
 
-`add_shard_routes(app, server)` adds the routes; they serve the `ShardServer` the runtime was
-given (`peer.runtime.GossipPeer`'s `shards`), and answer 404 when there is none.
+`add_shard_routes(app, server)` adds the routes; they serve the `ShardServer` of the peer's
+corpus service (`peer.runtime.CorpusService`, handed to `peer.startup.build_peer`), and answer
+404 when there is none.
 """
 
 from __future__ import annotations

@@ -64,8 +64,9 @@ def build_parts(trainer: Trainer, loop_cfg: LoopConfig, gossip_cfg: GossipConfig
                          probe=trainer.probe_better if trainer.capabilities.probe else None)
     http = HttpServer(driver, worker, net_cfg, metrics, session_cfg, history,
                       corpus.shards if corpus is not None else None)
-    return PeerParts(trainer, dataclasses.replace(loop_cfg, resume=False),  # resumed above, once
-                     gossip_cfg, session_cfg, identity, node, worker, driver, http, metrics, history, emit, corpus)
+    return PeerParts(trainer=trainer, loop_cfg=dataclasses.replace(loop_cfg, resume=False),  # resumed above, once
+                     gossip_cfg=gossip_cfg, session_cfg=session_cfg, identity=identity, node=node, worker=worker,
+                     driver=driver, http=http, metrics=metrics, history=history, emit=emit, corpus=corpus)
 
 
 def build_peer(trainer: Trainer, loop_cfg: LoopConfig, gossip_cfg: GossipConfig, net_cfg: NetConfig,

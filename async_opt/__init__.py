@@ -6,22 +6,42 @@ Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 2022), DiLoCo (Douillard et al. 2023), linear step-size scaling (Goyal et al. 2017).
 """
 
-from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, difference, mix_delta,
-                     mix_delta_of_copies, mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
-from .public_copy import Compressor, NeighbourCopy, PublicCopy
-from .staleness import (
-    Constant,
-    Exponential,
-    Hinge,
-    PipeMare,
-    Polynomial,
-    StalenessPolicy,
-    StalenessSchedule,
-    pair_lambda,
-    parse_staleness,
-)
-from .step_scale import SwarmStepScale, effective_models
-from .sync import DiLoCoOuter, allreduce_mean, allreduce_step
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, difference, mix_delta,
+                         mix_delta_of_copies, mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
+    from .public_copy import Compressor, NeighbourCopy, PublicCopy
+    from .staleness import (Constant, Exponential, Hinge, PipeMare, Polynomial, StalenessPolicy, StalenessSchedule,
+                            pair_lambda, parse_staleness)
+    from .step_scale import SwarmStepScale, effective_models
+    from .sync import DiLoCoOuter, allreduce_mean, allreduce_step
+
+_HOME = {
+    **dict.fromkeys(("AdaptiveRadius", "NeighbourRadius", "clip", "consensus_distance", "difference", "mix_delta",
+                     "mix_delta_of_copies", "mix_diffs", "mix_step", "pull_scale", "safe_distances", "safe_norm"),
+                    "mixing"),
+    **dict.fromkeys(("Compressor", "NeighbourCopy", "PublicCopy"), "public_copy"),
+    **dict.fromkeys(("Constant", "Exponential", "Hinge", "PipeMare", "Polynomial", "StalenessPolicy",
+                     "StalenessSchedule", "pair_lambda", "parse_staleness"), "staleness"),
+    **dict.fromkeys(("SwarmStepScale", "effective_models"), "step_scale"),
+    **dict.fromkeys(("DiLoCoOuter", "allreduce_mean", "allreduce_step"), "sync"),
+}
+"""Each public name and the module of this package defining it, imported when first asked for
+(PEP 562): the staleness policies are plain Python, and the CLI reads their table
+(`staleness.grammar`) without importing torch."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AdaptiveRadius",

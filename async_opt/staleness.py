@@ -197,6 +197,16 @@ _POLICIES: dict[str, tuple[type, dict[str, type]]] = {
 _SCHEDULE_KEYS: dict[str, type] = {"gamma": float, "tau_max": float}
 
 
+def grammar() -> str:
+    """The staleness specs `parse_staleness` reads, one form per policy, from its table (what the
+    CLI's `--staleness` help shows): "constant, poly:a=A, …, pipemare:K=K,p_min=P (+gamma=G, …)"."""
+    def form(name: str, keys: dict[str, type]) -> str:
+        return name + (":" + ",".join(f"{k}={k[0].upper()}" for k in keys) if keys else "")
+
+    extra = ", ".join(f"{k}={k[0].upper()}" for k in _SCHEDULE_KEYS)
+    return ", ".join(form(name, keys) for name, (_, keys) in _POLICIES.items()) + f" (+{extra})"
+
+
 def _convert(name: str, raw: str, kind: type, part: str) -> float | int:
     try:
         if kind is int:

@@ -18,6 +18,7 @@ from gossip_tts.cli.settings import APP_CONFIG, Key, key_of
 from gossip_tts.device import DEVICE_CHOICES
 from gossip_tts.train.config import PRESET_CHOICES
 from gossip_tts.train.parallel import STRATEGIES
+from async_opt.staleness import grammar as staleness_grammar
 from protocol.codec_table import grammar
 
 _PATH = click.Path(path_type=Path)
@@ -66,7 +67,7 @@ _OPTIONS = [
                 help="Pins the local steps between publishes (unset: [gossip] publish_budget sets them from what the protocol costs)."),
     PEER.option("--compression", field="gossip.compression", help=f"Update codec: {grammar()}; F a fraction in (0, 1], V a dense codec for the kept "
             "values (docs/wire.md#tensor-codecs)."),
-    PEER.option("--staleness", field="gossip.staleness", help="Staleness weight: constant, poly:a=A, hinge:a=A,b=B, exp:rate=R, pipemare:K=K,p_min=P (+gamma=G, tau_max=T)."),
+    PEER.option("--staleness", field="gossip.staleness", help=f"Staleness weight: {staleness_grammar()}."),
     PEER.option("--solo", field="solo", is_flag=True, help="Train alone: no server, no discovery, no gossip."),
     PEER.option("--config", "config_file", field=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="TOML file of settings, one [section] table per component (see docs/cli.md); flags and GOSSIP_TTS_<SECTION>_<FIELD> env vars override it."),

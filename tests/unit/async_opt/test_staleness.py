@@ -205,3 +205,23 @@ def test_pair_lambda_keeps_the_pair_sum() -> None:
     assert (xi + lam * (xj - xi)) + (xj + lam * (xi - xj)) == pytest.approx(xi + xj, abs=1e-15)
     li, lj = s.lam(tau_i, 0), s.lam(tau_j, 0)  # each side its own rate: the sum drifts
     assert (xi + li * (xj - xi)) + (xj + lj * (xi - xj)) != pytest.approx(xi + xj, abs=1e-3)
+
+
+def test_the_grammar_names_every_policy_and_each_form_parses() -> None:
+    """`--staleness`'s help is read from the parser's own table (async_opt.staleness.grammar), and
+    what it shows parses: a policy added to the table is in the help without another edit."""
+    import re
+    import subprocess
+    import sys
+
+    from async_opt.staleness import _POLICIES, grammar
+
+    text = grammar()
+    forms = text.split(" (+")[0].split(", ")
+    assert [f.split(":")[0] for f in forms] == list(_POLICIES)
+    for form in forms:
+        spec = re.sub(r"=([A-Za-z])\b", "=1", form)  # every placeholder a value
+        assert parse_staleness(spec).policy is not None, form
+    loaded = subprocess.run([sys.executable, "-c", "import sys, async_opt.staleness as s; s.grammar(); "
+                             "print('torch' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"  # the CLI reads it without torch

@@ -12,8 +12,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .mix_change import MixChange, mix_delta_of_copies
     from .mixing import (AdaptiveRadius, NeighbourRadius, clip, consensus_distance, difference, mix_delta,
-                         mix_delta_of_copies, mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
+                         mix_diffs, mix_step, pull_scale, safe_distances, safe_norm)
     from .public_copy import Compressor, NeighbourCopy, PublicCopy
     from .staleness import (Constant, Exponential, Hinge, PipeMare, Polynomial, StalenessPolicy, StalenessSchedule,
                             pair_lambda, parse_staleness)
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 _HOME = {
     **dict.fromkeys(("AdaptiveRadius", "NeighbourRadius", "clip", "consensus_distance", "difference", "mix_delta",
-                     "mix_delta_of_copies", "mix_diffs", "mix_step", "pull_scale", "safe_distances", "safe_norm"),
-                    "mixing"),
+                     "mix_diffs", "mix_step", "pull_scale", "safe_distances", "safe_norm"), "mixing"),
+    **dict.fromkeys(("MixChange", "mix_delta_of_copies"), "mix_change"),
     **dict.fromkeys(("Compressor", "NeighbourCopy", "PublicCopy"), "public_copy"),
     **dict.fromkeys(("Constant", "Exponential", "Hinge", "PipeMare", "Polynomial", "StalenessPolicy",
                      "StalenessSchedule", "pair_lambda", "parse_staleness"), "staleness"),
@@ -66,6 +67,7 @@ __all__ = [
     "effective_models",
     "mix_delta",
     "mix_delta_of_copies",
+    "MixChange",
     "mix_diffs",
     "mix_step",
     "pair_lambda",

@@ -333,40 +333,6 @@ def mix_delta(diffs: Sequence[tuple[Tensor, float, float]], rho: float | None,
     return out
 
 
-def mix_delta_of_copies(public: Tensor, copies: Sequence[tuple[Tensor, float, float]], rho: float | None,
-                        power: float = 1.0) -> Tensor | None:
-    """`mix_delta` (per copy) from the copies themselves, ``(x̂_j, λ_j, ||x̂_j − x̂_i||)``, or None when
-    nothing moves x: the CHOCO-SGD consensus step ``Σ_j λ_j · clip(x̂_j − x̂_i, ρ)`` (Koloskova et al.
-    2019; clipped as in He, Karimireddy & Jaggi 2022) built a `PIECE` at a time in one new buffer.
-
-    `mix_delta` needs every difference as a parameter-sized temporary, and so reads and writes
-    memory several times per copy; here each piece of every difference lives in a core's cache
-    while it is weighed and summed, so x̂_i and each x̂_j are read once and the result written
-    once. Each entry gets the same operations in the same order as in `mix_delta`: the same bits.
-    """
-    pulls = _pulls(copies, rho, power, per_copy=True)
-    if not pulls:
-        return None
-    ref = public.detach().reshape(-1)
-    flat = [(x.detach().reshape(-1), w) for x, w in pulls]
-    for x, _ in flat:
-        if x.shape != ref.shape:
-            raise ValueError(f"a copy of shape {tuple(x.shape)} against a public copy of {tuple(ref.shape)}")
-    dtype = torch.promote_types(ref.dtype, torch.float32)  # half-width copies mix in float32
-    out = torch.empty(ref.shape, dtype=dtype, device=ref.device)
-    diff = torch.empty(min(PIECE, ref.numel()), dtype=dtype, device=ref.device)
-    for start in range(0, ref.numel(), PIECE):
-        part = slice(start, start + PIECE)
-        piece, d = out[part], diff[:out[part].numel()]
-        for i, (x, w) in enumerate(flat):
-            _sub_into(d, x[part], ref[part])
-            if i == 0:
-                torch.mul(d, w, out=piece)
-            else:
-                piece.add_(d, alpha=w)
-    return out.view(public.shape)
-
-
 def _sub_into(out: Tensor, a: Tensor, b: Tensor) -> None:
     """out = a − b computed in out's dtype (float32 for half-width copies: no rounding to 8 bits)."""
     if a.dtype == out.dtype and b.dtype == out.dtype:

@@ -33,7 +33,7 @@ from peer.core.gossip_config import GossipConfig  # noqa: E402
 from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
-from peer.trainer import Capabilities, StepStats, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, StepStats, add_flat_into, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 from protocol.codecs_sparse import topk_indices  # noqa: E402
 
@@ -60,14 +60,14 @@ class Stand:
     def get_flat_params(self) -> torch.Tensor:
         return flatten(self.params)
 
+    def param_spec(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        return {f"p{i}": (tuple(p.shape), "float32") for i, p in enumerate(self.params)}
+
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        offset = 0
-        for p in self.params:
-            p.add_(delta[offset:offset + p.numel()])
-            offset += p.numel()
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        add_flat_into(delta, self.params, start)
 
     def set_step_scale(self, scale: float) -> None:
         pass

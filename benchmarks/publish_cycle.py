@@ -44,6 +44,7 @@ import torch  # noqa: E402
 from machine import describe  # noqa: E402
 from vs_workloads import MLPWorkload  # noqa: E402
 
+from async_opt.mix_change import MixChange  # noqa: E402
 import peer.core.ingest as ingest_module  # noqa: E402
 import peer.core.node as node_module  # noqa: E402
 import protocol.messages as messages_module  # noqa: E402
@@ -116,9 +117,9 @@ class Params(Trainer):
         with self.timer.stage("  set_flat_params"):
             unflatten_into(flat, self.params)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
         with self.timer.stage("  add_to_flat_params"):
-            add_flat_into(delta, self.params)
+            add_flat_into(delta, self.params, start)
 
     def adopt(self, flat: torch.Tensor, step: int) -> None:
         raise NotImplementedError
@@ -228,6 +229,8 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
         timer.wrap(owner, attr, lambda: names.get(current[0]))
 
     sub(hook.mixer, "mix", {"boundary": "  mix"})
+    sub(hook.mixer, "change", {"boundary": "  mix"})  # an add-in-place trainer's mix: weighed, then
+    sub(MixChange, "piece", {"boundary": "  mix"})  # built a span at a time as the trainer adds it
     sub(node_module, "make_update_frame", {"publish": "  update frame"})
     for codec_class in (CodecBase, SparseCodec):  # the codec of a publish follows its period (peer.core.period_codec)
         sub(codec_class, "compress_sparse", {"publish": "    codec"})

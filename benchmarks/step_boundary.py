@@ -36,7 +36,7 @@ from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
 from protocol import Identity  # noqa: E402
 
 
@@ -87,11 +87,8 @@ class FlatTrainer(Trainer):
         self.set_flat_params(flat)
         self.step_count = int(step)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:  # as TTSTrainer: in place, tensor by tensor
-        offset = 0
-        for p in self.params:
-            p.add_(delta[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:  # as TTSTrainer: in place, tensor by tensor
+        add_flat_into(delta, self.params, start)
 
 
 def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compression: str, prepared: int) -> dict:

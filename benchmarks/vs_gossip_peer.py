@@ -140,8 +140,8 @@ class WorkloadTrainer(Trainer):
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        add_flat_into(delta, self.params)
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        add_flat_into(delta, self.params, start)
 
     def adopt(self, flat: torch.Tensor, step: int) -> None:
         raise NotImplementedError("the head-to-head's peers start together and never join (SessionConfig(join=False))")

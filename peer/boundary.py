@@ -9,6 +9,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Callable
 
@@ -24,6 +25,10 @@ from peer.protocol_time import ProtocolTime
 from peer.trainer import StepStats, Trainer
 
 
+MIX_SPANS = 32
+"""A mix adds its change to an add-in-place trainer in about this many spans of whole tensors:
+the largest float32 temporary it makes is a span, not the model (a whole change was one more
+float32 copy at every mix)."""
 TRAINER_GAUGES = ("tflops", "mfu", "peak_mem_gib", "skipped_samples", "shard_errors")
 """Figures a trainer may report in StepStats.extra that /metrics shows as gauges (their help:
 `peer.metric_help.CATALOGUE`)."""
@@ -114,6 +119,7 @@ class BoundaryHook:
         self._scale_set = 1.0  # what the trainer was last told (a trainer starts at its own rate)
         self.last_mixed = 0
         """Neighbour copies mixed at the last boundary (simnet charges their arithmetic)."""
+        self._span_cache: list[tuple[int, int]] | None = None
 
     def __call__(self, trainer: Trainer, stats: StepStats) -> None:
         self.metrics.set("steps", stats.step)
@@ -148,15 +154,24 @@ class BoundaryHook:
                 add(partner)
             else:
                 trainer.set_flat_params(trainer.get_flat_params().add_(partner))
-            self._count_outside(partner)
+            self._count_outside(partner, 0, partner.numel())
             self.metrics.inc("partner_steps_applied_total")
         if self.mixer.has_news(view):
-            x = None if add else trainer.get_flat_params()
-            mixed, report = self.mixer.mix(x, view, k, now, period)
+            if add is not None:  # the change a span of whole tensors at a time: never built whole
+                change, report = self.mixer.change(view, k, now, period)
+                if report.mixed and change is not None:
+                    for start, n in self._spans(trainer):
+                        piece = change.piece(slice(start, start + n))
+                        add(piece, start)
+                        self._count_outside(piece, start, change.numel())
+            else:
+                x = trainer.get_flat_params()
+                mixed, report = self.mixer.mix(x, view, k, now, period)
+                if report.mixed:
+                    trainer.set_flat_params(mixed)
+                    self._count_outside(mixed - x, 0, x.numel())
             if report.mixed:
                 self.last_mixed = report.mixed
-                (add or trainer.set_flat_params)(mixed)
-                self._count_outside(mixed if x is None else mixed - x)
                 self.metrics.inc("mixes_total", report.mixed)
                 if report.clipped:
                     self.metrics.inc("mix_clipped_total", report.clipped)
@@ -179,7 +194,24 @@ class BoundaryHook:
             self._outside = None
         return due
 
-    def _count_outside(self, delta: torch.Tensor) -> None:
-        """Add `delta` (a change not of our own steps, already applied) to what the next hand-over reports."""
+    def _count_outside(self, delta: torch.Tensor, start: int, numel: int) -> None:
+        """Add `delta`, entries `start` on of a change not of our own steps (already applied), to
+        what the next hand-over reports."""
         if self.steps is not None:
-            self._outside = delta.clone() if self._outside is None else self._outside.add_(delta)
+            if self._outside is None:
+                self._outside = torch.zeros(numel, dtype=torch.float32)
+            self._outside[start:start + delta.numel()].add_(delta.reshape(-1))
+
+    def _spans(self, trainer: Trainer) -> list[tuple[int, int]]:
+        """(start, length) of runs of whole parameter tensors, each about `1 / MIX_SPANS` of the model
+        (one tensor when it is larger): what one `add_to_flat_params` call adds."""
+        if self._span_cache is None:
+            sizes = [math.prod(shape) for shape, _ in trainer.param_spec().values()]
+            target, spans, start, n = max(1, -(-sum(sizes) // MIX_SPANS)), [], 0, 0
+            for size in sizes:
+                if n and n + size > target:
+                    spans.append((start, n))
+                    start, n = start + n, 0
+                n += size
+            self._span_cache = spans + ([(start, n)] if n else [])
+        return self._span_cache

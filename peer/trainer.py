@@ -111,9 +111,10 @@ class Trainer(abc.ABC):
         does); None when this trainer cannot judge. `Capabilities.probe`."""
         raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(probe=True)")
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        """Add a vector laid out as `get_flat_params` to the parameters in place.
-        `Capabilities.add_in_place`."""
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        """Add `delta` in place to the parameters' entries `start` to `start + delta.numel()` of the
+        layout `get_flat_params` returns, a span of whole parameter tensors (`param_spec` order): a
+        mix adds its change one tensor at a time, never building it whole. `Capabilities.add_in_place`."""
         raise NotImplementedError(f"{type(self).__name__} does not declare Capabilities(add_in_place=True)")
 
     def scale_lr(self, factor: float) -> None:
@@ -165,8 +166,8 @@ class WrappedTrainer(Trainer):
     def probe_better(self, flat: torch.Tensor) -> bool | None:
         return self.inner.probe_better(flat)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        self.inner.add_to_flat_params(delta)
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        self.inner.add_to_flat_params(delta, start)
 
     def scale_lr(self, factor: float) -> None:
         self.inner.scale_lr(factor)
@@ -198,12 +199,26 @@ def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
             t.copy_(part)
 
 
-def add_flat_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
-    """Add a flat vector to `tensors` in place (a mix's change: one pass, no copy out and back);
-    refuses a vector of the wrong size."""
+def spanned(sizes: list[int], start: int, length: int) -> list[tuple[int, int]]:
+    """(index, offset in the span) of the tensors of `sizes` (flat order) that flat entries `start`
+    to `start + length` cover; refuses a span that is not made of whole tensors."""
+    out, offset = [], 0
+    for i, size in enumerate(sizes):
+        if start <= offset and offset + size <= start + length:
+            out.append((i, offset - start))
+        offset += size
+    if sum(sizes[i] for i, _ in out) != length or start + length > offset:
+        raise ValueError(f"a change of {length} values at {start} does not span whole parameters of the {offset} there are")
+    return out
+
+
+def add_flat_into(flat: torch.Tensor, tensors: list[torch.Tensor], start: int = 0) -> None:
+    """Add `flat`, entries `start` on of the flat layout, to the whole `tensors` it spans in place (a
+    mix's change: one pass, no copy out and back); refuses a span of partial tensors."""
     with torch.no_grad():
-        for t, part in _parts_of(flat, tensors):
-            t.add_(part)
+        for i, at in spanned([t.numel() for t in tensors], start, flat.numel()):
+            t = tensors[i]
+            t.add_(flat[at : at + t.numel()].view_as(t).to(t.device, t.dtype))
 
 
 def split_flat(flat: torch.Tensor, spec: "ParamSpec", prefix: str = "") -> dict[str, torch.Tensor]:

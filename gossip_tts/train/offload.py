@@ -66,16 +66,20 @@ class MasterWeights:
             self._copied[i] = False
 
     @torch.no_grad()
-    def push_to_device(self) -> None:
-        """Copy the masters into the device weights (casting to their dtype)."""
+    def push_to_device(self, which: range | None = None) -> None:
+        """Copy the masters (those at indices `which`, else all) into the device weights (casting
+        to their dtype): a mix added a tensor at a time pushes what it changed."""
+        indices = range(len(self.params)) if which is None else which
         if not self._pin:
-            for p, m in zip(self.params, self.masters):
+            for i in indices:
+                p, m = self.params[i], self.masters[i]
                 p.copy_(m.detach().to(p.device, p.dtype))
             return
         # Cast on the CPU into the staging buffers, then one async copy each. Reusing the
         # gradient buffers is safe: their device-to-host copies finished (synchronised) above,
         # and the next ones are queued on the same stream after these host-to-device reads.
-        for i, (p, m) in enumerate(zip(self.params, self.masters)):
+        for i in indices:
+            p, m = self.params[i], self.masters[i]
             buf = self._buffer(i, p)
             buf.copy_(m.detach())
             p.copy_(buf, non_blocking=True)

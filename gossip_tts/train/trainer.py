@@ -27,7 +27,7 @@ from gossip_tts.train.parallel import Group, add_full_into, compile_problem, cop
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.local.checkpoint import load_checkpoint
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, spanned
 
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim."
@@ -289,17 +289,14 @@ class TTSTrainer(Trainer):
         self.set_flat_params(flat)
         self._step = int(step)
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        """Add a flat vector to the parameters in place (a mix: one pass, no full copy)."""
-        total = sum(p.numel() for p in self._master)
-        if delta.numel() != total:
-            raise ValueError(f"flat vector has {delta.numel()} values, the parameters need {total}")
-        offset = 0
-        for p in self._master:
-            add_full_into(p, delta[offset : offset + p.numel()])
-            offset += p.numel()
-        if self._offload:
-            self._offload.push_to_device()
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        """Add `delta` to the parameters spanning flat entries `start` to `start + delta.numel()`, in
+        place (a mix: one pass, no full copy; the Trainer seam)."""
+        touched = spanned([p.numel() for p in self._master], start, delta.numel())
+        for i, at in touched:
+            add_full_into(self._master[i], delta[at : at + self._master[i].numel()])
+        if self._offload and touched:
+            self._offload.push_to_device(range(touched[0][0], touched[-1][0] + 1))
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """A detached CPU snapshot (safe to write in the background while training goes on)."""

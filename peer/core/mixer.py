@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from async_opt import difference, mix_delta_of_copies, mix_diffs, parse_staleness, pull_scale, safe_distances
+from async_opt import MixChange, difference, mix_diffs, parse_staleness, pull_scale, safe_distances
 from peer.core.gossip_config import GossipConfig
 from peer.core.view import CopyView, MixView
 
@@ -122,6 +122,25 @@ class Mixer:
         Distances fall back to float64 when float32 overflows, so a copy far out of range still
         has a finite distance and is clipped rather than passed through.
         """
+        pulls, rho, report = self._weigh(view, k, now, period_steps)
+        if not pulls:
+            return (torch.zeros_like(view.public) if x is None else x), report
+        if x is not None:
+            diffs = [(difference(x_hat, view.public), lam, distance) for x_hat, lam, distance in pulls]
+            return mix_diffs(x, diffs, rho, self.cfg.clip_power, per_copy=True), report
+        change = MixChange(view.public, pulls, rho, self.cfg.clip_power)
+        return (change.whole() if change.moves else torch.zeros_like(view.public)), report
+
+    def change(self, view: MixView, k: int, now: float, period_steps: int = 1) -> tuple[MixChange | None, MixReport]:
+        """As `mix(None, …)`, the change unbuilt: a trainer adds it a parameter tensor at a time
+        (`MixChange.piece`), so no parameter-sized float32 change is allocated. None: nothing mixed."""
+        pulls, rho, report = self._weigh(view, k, now, period_steps)
+        change = MixChange(view.public, pulls, rho, self.cfg.clip_power) if pulls else None
+        return (change if change is not None and change.moves else None), report
+
+    def _weigh(self, view: MixView, k: int, now: float, period_steps: int
+               ) -> tuple[list[tuple[torch.Tensor, float, float]], float | None, MixReport]:
+        """The copies this boundary pulls, (x̂_j, λ_j, distance), the radius and the report."""
         report = MixReport()
         live = {c.key for c in view.copies}
         fresh = [c for c in view.copies if self._version(c) and self._mixed_version.get(c.key) != self._version(c)]
@@ -134,7 +153,7 @@ class Mixer:
         self.radius.keep_only(live)
         self.end_period(view)
         if not news:
-            return (torch.zeros_like(view.public) if x is None else x), report
+            return [], None, report
         rho = self.radius.radius(view.public_norm, view.public_moves) if self.cfg.clip else None
         pulls: list[tuple[torch.Tensor, float, float]] = []
         reference, unit = now, (max(1, period_steps) if self.cfg.per_period else 1)
@@ -166,13 +185,7 @@ class Mixer:
             report.clipped += rho is not None and not distance <= rho
             pulls.append((c.x_hat, lam, distance))
         report.mixed, report.radius = len(pulls), rho
-        if not pulls:
-            return (torch.zeros_like(view.public) if x is None else x), report
-        if x is not None:
-            diffs = [(difference(x_hat, view.public), lam, distance) for x_hat, lam, distance in pulls]
-            return mix_diffs(x, diffs, rho, self.cfg.clip_power, per_copy=True), report
-        delta = mix_delta_of_copies(view.public, pulls, rho, self.cfg.clip_power)
-        return (torch.zeros_like(view.public) if delta is None else delta), report
+        return pulls, rho, report
 
     @staticmethod
     def _distances(view: MixView, copies: list[CopyView]) -> list[float]:

@@ -35,3 +35,17 @@ def test_nothing_pulls_when_every_weight_or_distance_rules_it_out():
 def test_a_copy_of_another_shape_is_refused():
     with pytest.raises(ValueError, match="shape"):
         mix_delta_of_copies(torch.zeros(10), [(torch.zeros(11), 0.5, 1.0)], None)
+
+
+def test_any_slice_of_the_change_is_that_slice_of_the_whole():
+    from async_opt import MixChange
+
+    n = 2 * PIECE + 17
+    g = torch.Generator().manual_seed(1)
+    public = torch.randn(n, generator=g).to(torch.bfloat16)  # half-width copies mix in float32
+    xs = [(public.float() + 0.1 * torch.randn(n, generator=g)).to(torch.bfloat16) for _ in range(2)]
+    change = MixChange(public, list(zip(xs, [0.3, 0.2], safe_distances(xs, public))), 0.5)
+    whole = change.whole()
+    assert whole.dtype == torch.float32 and change.moves
+    for start, stop in ((0, 5), (PIECE - 3, PIECE + 4), (n - 9, n), (7, 2 * PIECE + 1)):
+        assert torch.equal(change.piece(slice(start, stop)), whole[start:stop])

@@ -198,3 +198,46 @@ def test_under_the_budget_no_copy_is_taken_at_a_step_that_will_not_publish():
     assert metrics.get("publish_every_steps") == 512 and metrics.get("publish_budget") == 0.05
     reason = read(metrics).reason()
     assert re.fullmatch(r"budget 5%: protocol 0\.2\d s per publish, step 0\.01 s → every 512 steps", reason)
+
+
+def test_a_mix_is_added_a_span_of_whole_tensors_at_a_time_with_the_same_bits():
+    """An add-in-place trainer is handed the mix's change in spans of whole parameter tensors
+    (`MIX_SPANS` of the model, or one tensor when larger): no float32 change of the whole model is
+    built, and the parameters end bit for bit where the change added whole would put them."""
+    from peer.boundary import MIX_SPANS
+    from peer.core.view import CopyView
+
+    class Tensors(Flat):
+        capabilities = Capabilities(add_in_place=True)
+
+        def __init__(self, sizes: list[int]) -> None:
+            super().__init__()
+            self.x, self.sizes, self.spans = torch.zeros(sum(sizes)), sizes, []
+
+        def param_spec(self):
+            return {f"p{i}": ((n,), "float32") for i, n in enumerate(self.sizes)}
+
+        def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+            self.spans.append((start, delta.numel()))
+            self.x[start:start + delta.numel()] += delta
+
+    sizes = [1000] * 200 + [50_000, 7, 11]  # many small tensors, one far larger than 1/32 of the model
+    n = sum(sizes)
+    cfg = GossipConfig(swarm="t", staleness="constant,gamma=0.5", clip=False, partner_steps=0.0)
+    g = torch.Generator().manual_seed(0)
+    public = torch.zeros(n)
+    copies = tuple(CopyView(bytes([j]) * 32, 1, torch.randn(n, generator=g), 0.0, pulled=1) for j in (1, 2))
+    view = MixView(public, copies, 0.0, 0.0)
+    tr = Tensors(sizes)
+    hook = BoundaryHook(Mixer(cfg, 2), ViewSlot(view), PendingPublish(), lambda step, due: None, Metrics(),
+                        cfg.publish_cadence(), lambda: 0.0)
+    tr.step_count = 1
+    hook(tr, StepStats(1, 0.5, 8))
+    whole, report = Mixer(cfg, 2).mix(None, view, 1, 0.0)
+    assert report.mixed == 2 and torch.equal(tr.x, whole)
+    starts = [s for s, _ in tr.spans]
+    assert starts == sorted(starts) and sum(length for _, length in tr.spans) == n
+    edges = set(torch.tensor(sizes).cumsum(0).tolist()) | {0}
+    assert all(s in edges and s + length in edges for s, length in tr.spans)  # whole tensors only
+    assert max(length for _, length in tr.spans) == 50_000  # the largest tensor alone, not the model
+    assert len(tr.spans) <= 2 * MIX_SPANS + 1 and 7000 in {length for _, length in tr.spans}  # small ones grouped

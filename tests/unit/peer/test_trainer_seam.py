@@ -135,8 +135,8 @@ def test_a_wrapper_offers_what_it_wraps_and_an_attacker_never_mixes_in_place() -
     class InPlace(_Quadratic):
         capabilities = Capabilities(add_in_place=True, collective_reads=False)
 
-        def add_to_flat_params(self, delta: torch.Tensor) -> None:
-            self.x += delta
+        def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+            self.x[start:start + delta.numel()] += delta
 
     inner = InPlace()
     assert WrappedTrainer(inner).capabilities == inner.capabilities
@@ -154,6 +154,12 @@ def test_add_flat_into_adds_in_the_flat_layout_and_refuses_a_vector_of_another_s
     add_flat_into(torch.arange(10, dtype=torch.float32), tensors)
     assert torch.equal(flatten(tensors), torch.tensor([1, 2, 3, 4, 5, 6, 6, 7, 8, 9], dtype=torch.float32))
     assert [t.data_ptr() for t in tensors] == storage  # in place: the optimiser's tensors keep their memory
-    with pytest.raises(ValueError, match="11 values, the parameters need 10"):
+    with pytest.raises(ValueError, match="11 values at 0 does not span whole parameters of the 10"):
         add_flat_into(torch.zeros(11), tensors)
     assert torch.equal(flatten(tensors)[:3], torch.tensor([1.0, 2.0, 3.0]))  # nothing added on refusal
+    add_flat_into(torch.full((4,), 10.0), tensors, start=6)  # a span of whole tensors: the second alone
+    assert torch.equal(flatten(tensors), torch.tensor([1, 2, 3, 4, 5, 6, 16, 17, 18, 19], dtype=torch.float32))
+    for start, n in ((0, 4), (3, 7), (6, 5)):  # part of a tensor, or past the end: refused, nothing added
+        with pytest.raises(ValueError, match="does not span whole parameters"):
+            add_flat_into(torch.ones(n), tensors, start=start)
+    assert float(flatten(tensors).sum()) == 91.0

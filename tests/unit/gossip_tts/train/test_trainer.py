@@ -129,3 +129,25 @@ def test_one_line_says_the_model_is_being_built(corpus, caplog):
     make(corpus)
     said = [r.getMessage() for r in caplog.records if r.name == "gossip_tts.train.trainer"]
     assert said == ["building the tiny model on cpu…"], said
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_a_mix_added_a_span_of_whole_tensors_at_a_time_reaches_the_device_weights(corpus, offload):
+    """`add_to_flat_params(delta, start)`: a span of whole parameter tensors is added where it lies,
+    and with --offload only the tensors it changed are pushed to the device; a span that cuts a
+    tensor is refused and changes nothing."""
+    t = make(corpus, offload=offload)
+    try:
+        before = t.get_flat_params()
+        sizes = [p.numel() for p in t._master]
+        start, n = sizes[0], sizes[1] + sizes[2]  # the second and third tensors
+        t.add_to_flat_params(torch.ones(n), start)
+        expected = before.clone()
+        expected[start:start + n] += 1
+        assert torch.equal(t.get_flat_params(), expected)
+        assert torch.equal(torch.nn.utils.parameters_to_vector(t.model.parameters()), expected)
+        with pytest.raises(ValueError, match="does not span whole parameters"):
+            t.add_to_flat_params(torch.ones(n), start + 1)
+        assert torch.equal(t.get_flat_params(), expected)
+    finally:
+        t.close()

@@ -181,8 +181,8 @@ class AddingTrainer:
     def get_flat_params(self) -> torch.Tensor:
         return self.x.clone()
 
-    def add_to_flat_params(self, delta: torch.Tensor) -> None:
-        self.x += delta
+    def add_to_flat_params(self, delta: torch.Tensor, start: int = 0) -> None:
+        self.x[start:start + delta.numel()] += delta
 
     def set_step_scale(self, scale: float) -> None:
         pass

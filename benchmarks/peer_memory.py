@@ -7,8 +7,9 @@ A `gossip-tts peer --preset P` (built-in corpus, batch 4, one thread, default ca
 alone to step `--after-step` and `--alone` seconds more (its publishes, outbox and averaged
 weights run alone too): its peak RSS then is the control. Its peak is reset (Linux
 `/proc/PID/clear_refs`), a second peer starts with `--peer` at it, adopts its state and both mix;
-once both have mixed, `--gossip` seconds more. Printed: each phase's peak (VmHWM) and the
-difference in float32 copies of the model (4 bytes a parameter), and the joiner's own peak. The
+once both have mixed (its peak while the second joined), reset again, `--gossip` seconds more
+(its peak while both gossip). Printed: each phase's peak (VmHWM) over the control's, in float32
+copies of the model (4 bytes a parameter), and the joiner's own peak. The
 issue's target: one neighbour adds at most 2 copies to a peer's peak. Results in
 docs/performance.md.
 """
@@ -83,11 +84,16 @@ def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: f
             if time.monotonic() > deadline:
                 raise RuntimeError("the two peers did not both mix:\n" + b.text()[-2000:])
             time.sleep(1.0)
+        joining = peak_bytes(a.proc.pid)
+        separate = reset_peak(a.proc.pid)
         print(f"both mixed: {gossip_s:g} s more…", file=sys.stderr)
         time.sleep(gossip_s)
-        gossiping = peak_bytes(a.proc.pid)
+        steady = peak_bytes(a.proc.pid)
+        gossiping = max(joining, steady)
         return {"parameters": copy // 4, "alone_peak_gib": alone / GIB, "gossiping_peak_gib": gossiping / GIB,
                 "added_copies": (gossiping - alone) / copy, "alone_peak_copies": alone / copy,
+                "joining_added_copies": (joining - alone) / copy,
+                "steady_added_copies": (steady - alone) / copy if separate else None,
                 "joiner_peak_copies": peak_bytes(b.proc.pid) / copy,
                 "exchanges": metric_total(a.address, "exchanges_total")}
     finally:
@@ -108,8 +114,9 @@ def main() -> None:
     print(describe())
     print(f"{opts.preset}: {out['parameters'] / 1e6:.1f}M parameters; peak alone {out['alone_peak_gib']:.2f} GiB "
           f"({out['alone_peak_copies']:.1f} copies), gossiping with one neighbour {out['gossiping_peak_gib']:.2f} GiB: "
-          f"+{out['added_copies']:.2f} copies ({out['exchanges']:g} exchanges); the joiner peaked at "
-          f"{out['joiner_peak_copies']:.1f} copies")
+          f"+{out['added_copies']:.2f} copies ({out['exchanges']:g} exchanges): +{out['joining_added_copies']:.2f} while "
+          f"the second peer joined, +{out['steady_added_copies'] if out['steady_added_copies'] is None else round(out['steady_added_copies'], 2)} "
+          f"once both had mixed; the joiner peaked at {out['joiner_peak_copies']:.1f} copies")
     print(json.dumps(out))
 
 

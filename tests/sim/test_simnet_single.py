@@ -108,3 +108,23 @@ def test_partner_steps_arrive_sooner_than_the_same_rule_without_them(fixture, re
     runs = request.getfixturevalue(fixture)["runs"]
     now, without = runs["gossip"]["time_to_target_s"], runs["no_partner_steps"]["time_to_target_s"]
     assert without is None or now < 0.8 * without, (now, without)
+
+
+@pytest.mark.slow  # two swarms of 8 cut-off peers for 60 and 180 simulated s, ~15 s on 2 cores: run by .ci/run's slow section
+def test_peers_cut_off_from_each_other_cost_events_in_proportion_to_simulated_time():
+    """Every link cut (`single`'s `alone` control) once spun: its session's timers rescheduled
+    themselves without simulated time passing, and at 180 s a run had used 7 CPU-minutes without
+    ending. The simulator's events per peer per simulated second stay those of its steps and
+    timers (a step every 0.1 s, hellos, retries), the same at 180 s as at 60 s."""
+    from simnet.runs.config import world_from_dict
+    from simnet.runs.swarm import GossipSim
+
+    rates = []
+    for duration in (60.0, 180.0):
+        world = world_from_dict({"n_peers": 8, "model": "mlp", "duration_s": duration, "gossip": {"gossip_every": 64},
+                                 "partitions": [{"start_s": 0.0, "end_s": 1e9, "groups": [[i] for i in range(8)]}]})
+        sim = GossipSim(world, seed=0)
+        sim.advance_to(duration)
+        rates.append(sim.sched.events_run / (8 * duration))
+    assert all(r < 20 for r in rates), rates  # measured: 11.6 and 11.6
+    assert rates[1] < 1.1 * rates[0], rates

@@ -39,7 +39,7 @@ the steps in between multiply to (t_prev / t)^(γ+1), which `PowerEma` uses.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -151,11 +151,12 @@ class PowerEma:
             self.value = sample.detach() if own else sample.detach().to(torch.float32).clone()
         self.step = int(step)
 
-    def read(self) -> Tensor | None:
-        """The average as a float32 tensor, from any thread (None before the first sample, or when
-        a packed average's in-place update overlapped every read attempt)."""
+    def read(self, attempts: int = 8, pause: Callable[[], None] | None = None) -> Tensor | None:
+        """The average as a float32 tensor not written again, from any thread (a packed one's copy:
+        `PackedFloats.read` with `attempts` and `pause`); None before the first sample, or when a
+        packed average's in-place update overlapped every attempt."""
         value = self.value
-        return value.read() if isinstance(value, PackedFloats) else value
+        return value.read(attempts, pause) if isinstance(value, PackedFloats) else value
 
 
 def progress_ratio(own_step: int, neighbour_steps: Sequence[int]) -> float:

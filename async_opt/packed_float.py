@@ -67,10 +67,13 @@ class PackedFloats:
         """The values as a new float32 tensor (not safe against a concurrent write: see `read`)."""
         return unpack(self.hi, self.lo).view(self.shape)
 
-    def read(self, attempts: int = 8) -> Tensor | None:
+    def read(self, attempts: int = 8, pause: Callable[[], None] | None = None) -> Tensor | None:
         """The values as a new float32 tensor, from any thread: None when a write overlapped every
-        one of `attempts` reads (the caller tries later)."""
-        for _ in range(attempts):
+        one of `attempts` reads. `pause` runs between attempts (a caller that must have the values
+        waits there: at the sizes users train one write takes seconds)."""
+        for attempt in range(attempts):
+            if attempt and pause is not None:
+                pause()
             before = self.version
             if before % 2:
                 continue

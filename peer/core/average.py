@@ -13,6 +13,8 @@ retries while an update overlaps. "float32" keeps a whole float32 copy, replaced
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from async_opt import safe_distances
@@ -36,14 +38,15 @@ class SwarmAverage:
         """False counts every model alike however far ahead its owner is (the control arm of
         `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
 
-    def weights(self) -> tuple[torch.Tensor, int] | None:
-        """(the averaged weights as a float32 tensor of the caller's own, the step of the newest
-        sample), from any thread; None before the first sample (or while updates keep overlapping
-        the copy, which a caller takes as not yet). An update that ends during the call may leave
-        the step one sample behind the weights."""
+    def weights(self, attempts: int = 8, pause: Callable[[], None] | None = None) -> tuple[torch.Tensor, int] | None:
+        """(the averaged weights as a float32 tensor no one writes again, the step of the newest
+        sample), from any thread; None before the first sample, or while an update overlapped every
+        one of `attempts` copies (`pause` runs between them: a checkpoint waits there rather than
+        be written without its average). An update that ends during the call may leave the step one
+        sample behind the weights."""
         if self.ema is None:
             return None
-        step, value = self.ema.step, self.ema.read()
+        step, value = self.ema.step, self.ema.read(attempts, pause)
         return None if value is None else (value, step)
 
     def due(self, step: int) -> bool:

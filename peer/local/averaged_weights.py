@@ -9,6 +9,7 @@ weights a lone gossip peer would keep.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -20,13 +21,20 @@ from peer.core.view import MixView
 from peer.trainer import ParamSpec, StepStats, Trainer, flatten, split_flat
 
 META_KEY = "average"
+READ_PAUSE_S = 0.02
+"""How long a checkpoint waits between tries to copy out an average being updated."""
+CHECKPOINT_WAIT_S = 120.0
+"""The longest a checkpoint waits for the average's update to end (a sample of echo-2.4b's takes
+tens of seconds on one core)."""
 
 
 def checkpoint_tensors(average: SwarmAverage, spec: ParamSpec) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """`average.<name>` tensors and their metadata for a checkpoint (none before the first sample).
 
-    Safe from any thread (`SwarmAverage.weights` copies the average out)."""
-    current = average.weights()
+    Safe from any thread (`SwarmAverage.weights` copies the average out). While the node worker
+    updates the average in place (seconds at the sizes users train) it waits, up to
+    `CHECKPOINT_WAIT_S`, rather than write a checkpoint without it."""
+    current = average.weights(attempts=int(CHECKPOINT_WAIT_S / READ_PAUSE_S) + 1, pause=lambda: time.sleep(READ_PAUSE_S))
     if current is None:
         return {}, {}
     flat, step = current

@@ -97,3 +97,33 @@ def test_a_read_that_overlaps_an_update_is_not_returned_half_written() -> None:
 
     packed.lerp_(target, 0.5, torch.Generator().manual_seed(0))
     assert seen == [None] and torch.allclose(packed.read(), torch.full((10,), 0.5))
+
+
+def test_a_reader_that_pauses_gets_the_values_once_the_write_ends() -> None:
+    """At the sizes users train one in-place write takes seconds: a reader that must have the
+    values (a checkpoint) pauses between attempts and gets them once the write is done; without a
+    pause its attempts are spent at once and it gets None."""
+    import threading
+
+    packed = PackedFloats(torch.zeros(10))
+    started, release = threading.Event(), threading.Event()
+
+    def target(part: slice) -> torch.Tensor:
+        started.set()
+        release.wait(10)
+        return torch.ones(10)[part]
+
+    writer = threading.Thread(target=packed.lerp_, args=(target, 0.5, torch.Generator().manual_seed(0)))
+    writer.start()
+    started.wait(10)
+    assert packed.read(attempts=50) is None  # the control: no pause, every attempt overlaps the write
+    pauses = []
+
+    def pause() -> None:
+        pauses.append(1)
+        if len(pauses) == 3:
+            release.set()
+            writer.join(10)
+
+    out = packed.read(attempts=50, pause=pause)
+    assert out is not None and torch.allclose(out, torch.full((10,), 0.5)) and len(pauses) == 3

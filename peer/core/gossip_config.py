@@ -297,7 +297,9 @@ class GossipConfig:
 
     @property
     def max_period_frame_bytes(self) -> float:
-        """The largest update frame a longer period's denser codec may make: a quarter of the outbox."""
+        """The largest update frame a longer period's denser codec may make: a quarter of
+        `outbox_bytes` (not of `outbox_bound`: below ~270M parameters a model's outbox keeps fewer
+        such frames, never fewer than `outbox_min_frames`)."""
         return self.outbox_bytes / 4
 
     def rate_at_period(self, period_steps: int, numel: int = 0) -> float:

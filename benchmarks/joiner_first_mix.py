@@ -23,6 +23,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkout's code
@@ -57,28 +58,45 @@ def metric_total(address: str, name: str) -> float:
                if line.startswith(f"gossip_tts_{name}") and not line.startswith("#"))
 
 
-def process_first_mix(tmp: Path, preset: str, after_step: int, limit_s: float) -> dict[str, float | None]:
+def peer_args(tmp: Path, swarm: str, preset: str) -> Callable[..., list[str]]:
+    """`gossip-tts peer` arguments for a peer named `name` in `swarm` (`args(name, *extra)`): the tiny
+    preset on a small built-in corpus, another preset on the default one (batch 4, one thread)."""
     from gossip_tts.data import ensure_builtin_corpus
     from tests.integration.conftest import tiny_args
-    from tests.integration.peers import PeerProcess, last_step
 
-    swarm = f"first-mix-{int(time.time())}"
     if preset == "tiny":
         train, _ = ensure_builtin_corpus(tmp / "corpus")
-        args = lambda name, *extra: tiny_args(train, tmp / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
+        return lambda name, *extra: tiny_args(train, tmp / name, "--listen", "127.0.0.1:0", "--swarm", swarm,
                                               "--no-mdns", *extra, steps=100000)
-    else:
-        args = lambda name, *extra: ["--preset", preset, "--batch-size", "4", "--threads", "1", "--checkpoint-dir",
-                                     str(tmp / name), "--listen", "127.0.0.1:0", "--swarm", swarm, "--no-mdns", *extra]
+    return lambda name, *extra: ["--preset", preset, "--batch-size", "4", "--threads", "1", "--checkpoint-dir",
+                                 str(tmp / name), "--listen", "127.0.0.1:0", "--swarm", swarm, "--no-mdns", *extra]
+
+
+def first_peer(args: Callable[..., list[str]], tmp: Path, after_step: int) -> Any:
+    """Peer "a" started and trained alone to step `after_step` (the first logged at or past it)."""
+    from tests.integration.peers import PeerProcess, last_step
+
     a = PeerProcess(args("a"), tmp / "a.log")
-    b = None
     try:
         a.wait_listening(300)
         deadline = time.monotonic() + 1800
-        while last_step(a.text()) < after_step:  # steps are logged every few: the first at or past it
-            if time.monotonic() > deadline:
+        while last_step(a.text()) < after_step:
+            if time.monotonic() > deadline or a.proc.poll() is not None:
                 raise RuntimeError(f"the first peer did not reach step {after_step}:\n" + a.text()[-2000:])
             time.sleep(0.5)
+    except BaseException:
+        a.kill()
+        raise
+    return a
+
+
+def process_first_mix(tmp: Path, preset: str, after_step: int, limit_s: float) -> dict[str, float | None]:
+    from tests.integration.peers import PeerProcess
+
+    args = peer_args(tmp, f"first-mix-{int(time.time())}", preset)
+    a = first_peer(args, tmp, after_step)
+    b = None
+    try:
         t0 = time.monotonic()
         b = PeerProcess(args("b", "--peer", a.address), tmp / "b.log")
         b.wait_listening(300)

@@ -56,21 +56,13 @@ def parameters(log: str) -> int:
 
 
 def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: float) -> dict[str, float]:
-    from joiner_first_mix import metric_total
-    from tests.integration.peers import PeerProcess, last_step
+    from joiner_first_mix import first_peer, metric_total, peer_args
+    from tests.integration.peers import PeerProcess
 
-    swarm = f"peer-memory-{int(time.time())}"
-    args = lambda name, *extra: ["--preset", preset, "--batch-size", "4", "--threads", "1", "--checkpoint-dir",
-                                 str(tmp / name), "--listen", "127.0.0.1:0", "--swarm", swarm, "--no-mdns", *extra]
-    a = PeerProcess(args("a"), tmp / "a.log")
+    args = peer_args(tmp, f"peer-memory-{int(time.time())}", preset)
+    a = first_peer(args, tmp, after_step)
     b = None
     try:
-        a.wait_listening(300)
-        deadline = time.monotonic() + 1800
-        while last_step(a.text()) < after_step:
-            if time.monotonic() > deadline or a.proc.poll() is not None:
-                raise RuntimeError(f"the first peer did not reach step {after_step}:\n" + a.text()[-2000:])
-            time.sleep(0.5)
         print(f"alone past step {after_step}: {alone_s:g} s more…", file=sys.stderr)
         time.sleep(alone_s)
         copy = 4 * parameters(a.text())

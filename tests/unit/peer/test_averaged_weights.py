@@ -1,7 +1,7 @@
 """The averaged weights a peer hands its user: the power-function EMA (exact values against its
-per-step definition), the swarm estimate's bound on any one copy, the node keeping it at each
-publish, and checkpoints carrying it (async_opt.averaging, peer.core.average,
-peer.local.averaged_weights)."""
+per-step definition), the swarm estimate's bound on any one copy, and the node keeping it at each
+publish (async_opt.averaging, peer.core.average). Checkpoints carrying it:
+test_averaged_weights_checkpoint.py."""
 
 from __future__ import annotations
 
@@ -13,13 +13,10 @@ import torch
 from async_opt.averaging import (MAX_SAMPLE_GAP, SIGMA_REL_MAX, PowerEma, power_ema_exponent, progress_ratio, sigma_rel_of,
                                  swarm_estimate)
 from async_opt.mixing import PIECE, pull_scale, safe_distances, safe_norm
-from peer.local.averaged_weights import SoloAverage, checkpoint_tensors, restore
-from peer.local.checkpoint import AVERAGE_PREFIX
 from peer.core.average import SwarmAverage
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
 from peer.core.view import CopyView, MixView
-from peer.trainer import StepStats, split_flat
 from protocol import Identity, flat_model_spec
 from tests.paths import REPO
 
@@ -323,61 +320,6 @@ def test_a_liar_far_away_does_not_move_the_swarm_average() -> None:
     # (plain clipping would add 0.2/5)
     assert torch.allclose(avg.weights()[0], x + 0.05 / 4)
     assert float((avg2.weights()[0] - (x + 0.05 / 5)).norm()) < 1e-6
-
-
-# ---------------------------------------------------------------- checkpoints
-SPEC = {"a.weight": ((2, 3), "float32"), "b.bias": ((4,), "float32")}
-
-
-def test_split_flat_gives_named_copies_of_each_parameter() -> None:
-    flat = torch.arange(10, dtype=torch.float32)
-    parts = split_flat(flat, SPEC, "p.")
-    assert list(parts) == ["p.a.weight", "p.b.bias"]
-    assert torch.equal(parts["p.a.weight"], torch.arange(6.0).reshape(2, 3))
-    parts["p.b.bias"].zero_()
-    assert flat[6:].sum() > 0  # copies, not views (safetensors refuses shared storage)
-    with pytest.raises(ValueError, match="10 values|need 10"):
-        split_flat(torch.zeros(9), SPEC)
-
-
-def test_checkpoint_tensors_round_trip_through_restore() -> None:
-    avg = SwarmAverage(GossipConfig())
-    assert checkpoint_tensors(avg, SPEC) == ({}, {})
-    avg.update(torch.arange(10.0), MixView(torch.arange(10.0)), 12)
-    tensors, meta = checkpoint_tensors(avg, SPEC)
-    assert set(tensors) == {AVERAGE_PREFIX + "a.weight", AVERAGE_PREFIX + "b.bias"} and meta["average"]["step"] == 12
-    other = SwarmAverage(GossipConfig())
-    assert restore(other, SPEC, tensors, meta)
-    assert torch.equal(other.weights()[0], torch.arange(10.0)) and other.weights()[1] == 12
-
-
-def test_restore_refuses_what_does_not_fit_and_changes_nothing() -> None:
-    avg = SwarmAverage(GossipConfig())
-    tensors = {AVERAGE_PREFIX + "a.weight": torch.zeros(3, 2), AVERAGE_PREFIX + "b.bias": torch.zeros(4)}
-    assert not restore(avg, SPEC, tensors, {"average": {"step": 3}})  # wrong shape
-    assert not restore(avg, SPEC, {}, {"average": {"step": 3}})  # none saved
-    assert not restore(avg, SPEC, tensors, {"average": {"step": "3"}})  # malformed meta
-    assert avg.weights() is None
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.x = torch.zeros(10)
-
-    def get_flat_params(self) -> torch.Tensor:
-        return self.x.clone()
-
-
-def test_a_solo_peer_keeps_the_same_average_every_gossip_period() -> None:
-    solo, trainer = SoloAverage(GossipConfig(gossip_every=4), SPEC), _Counter()
-    for step in range(1, 9):
-        trainer.x += 1
-        solo(trainer, StepStats(step=step, loss=0.0, samples=1))
-    node = _node(GossipConfig(compression="identity"), n=10)
-    node.publish(torch.full((10,), 4.0), 4, 101.0)
-    node.publish(torch.full((10,), 8.0), 8, 102.0)
-    assert solo.average.weights()[1] == 8
-    assert torch.allclose(solo.average.weights()[0], node.average.weights()[0])
 
 
 def test_the_estimate_built_piece_by_piece_is_the_whole_vector_formula_bit_for_bit() -> None:

@@ -5,10 +5,10 @@ says why and how). Updated by the node's owner at a publish when the EMA is due 
 (`PowerEma.due`: every few steps), from the parameters just published and the neighbour copies
 held then; read by the training thread (checkpoints) through `weights`.
 
-Held in three bytes a parameter by default (`GossipConfig.average_dtype`: a bfloat16 and an
-int8 extending its significand, `async_opt.packed_float`), updated in place a piece at a time
-from the estimate, so a sample allocates nothing parameter-sized; `weights` copies it out and
-retries while an update overlaps. "float32" keeps a whole float32 copy, replaced at each sample.
+Held in three bytes a parameter by default (`GossipConfig.average_dtype`: a float32's top three
+bytes, a bfloat16's bits and the next byte, `async_opt.packed_float`), updated in place a piece
+at a time from the estimate, so a sample after the first allocates nothing parameter-sized;
+`weights` copies it out and retries while an update overlaps. "float32" keeps a whole float32 copy, replaced at each sample.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ class GossipConfig:
     """How the averaged weights are held: "bfloat16+int8", three bytes a parameter (a 16-bit
     significand, the low byte rounded stochastically: async_opt.packed_float says why that holds a
     long EMA where bfloat16 alone stops moving), updated in place with no parameter-sized
-    temporary; "float32", four bytes and a whole new copy at each sample."""
+    temporary after its first sample; "float32", four bytes and a whole new copy at each sample."""
     max_clock_skew_s: float = 300.0
     answer_snapshot_every_s: float = 10.0
     """An asking address gets our snapshot in an answer at most once per this many seconds: an

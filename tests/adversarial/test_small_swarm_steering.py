@@ -11,7 +11,8 @@ neighbour; the victim has the liar and an honest peer. The control of each run i
 set-up with the liar replaced by the same command with `--kind none` (it publishes what it
 trains), every process with the same key and seed as in the attacked arm, so the same data
 order, run at the same time on the same cores. Score: the victim's held-out loss at step STEPS
-(its averaged weights, what `gossip-tts eval` reports), 5 runs of each set-up.
+(its averaged weights, what `gossip-tts eval` reports), `RUNS` runs of each set-up (seeds 0-2; the
+five of docs/mixing.md's figures ended well inside the bound, and CI's hour holds three).
 
 Before three distances are known the radius is `clip_own_multiplier` (4) × the lower median of
 our own recent moves; a steerer's pull is clipped to it, and beyond it redescends (clip_power 2).
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.slow
 
 STEPS = 100
 """The victim's --max-steps, in both arms (counting the steps of the state it adopts on joining)."""
-RUNS = 5
+RUNS = 3
 BOUND = 1.05
 """A victim's held-out loss beside a steerer, at most this many times its control's."""
 UNDEFENDED_AT_LEAST = 1.2
@@ -160,7 +161,7 @@ def _run(corpus, tmp_path: Path, run: int, neighbours: int, env: dict[str, str] 
     return losses[0], losses[1], steered
 
 
-@pytest.mark.timeout(1200)  # five runs; one takes 40-70 s on 2 shared cores
+@pytest.mark.timeout(1200)  # RUNS runs; one takes 40-110 s on 2 shared cores
 @pytest.mark.parametrize("neighbours", [1, 2])
 def test_a_steering_neighbour_of_one_or_two_costs_the_victim_at_most_5_percent(corpus, tmp_path, neighbours):
     ratios = []

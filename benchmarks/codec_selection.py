@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from protocol import SparseCodec, parse_codec
-from protocol.codecs_sparse import _TOPK_SAMPLE, _at_or_above, ef_encode, topk_indices
+from protocol.codecs_sparse import _TOPK_CHUNK, _TOPK_SAMPLE, ef_encode, topk_indices
 
 Selector = Callable[[np.ndarray, int], np.ndarray]
 
@@ -39,7 +39,14 @@ def approximate_topk(v: np.ndarray, k: int) -> np.ndarray:
     sample = np.abs(v[::max(1, v.size // _TOPK_SAMPLE)])
     rank = min(sample.size, max(1, round(k * sample.size / v.size)))
     threshold = np.partition(sample, sample.size - rank)[sample.size - rank]
-    return _at_or_above(v, threshold)[:k]  # the same chunked scan as the exact selection
+    found, count = [], 0
+    for start in range(0, v.size, _TOPK_CHUNK):  # chunk by chunk, as the exact selection's passes
+        at = np.flatnonzero(~(np.abs(v[start:start + _TOPK_CHUNK]) < threshold)) + start
+        found.append(at[:k - count])
+        count += found[-1].size
+        if count == k:
+            break
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 def encode_with(select: Selector, codec: SparseCodec, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

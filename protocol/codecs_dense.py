@@ -23,6 +23,8 @@ Layout = dict[str, tuple[np.dtype, int]]  # packed array name -> (dtype, length)
 
 _FP16_MAX = 65504.0
 _BF16_MAX = float(torch.finfo(torch.bfloat16).max)
+_INT8_PIECE = 1 << 18
+"""Entries int8 encodes at a time (whole blocks): 1 MiB of float32, in a core's cache."""
 
 
 def as_input_array(x: torch.Tensor) -> np.ndarray:
@@ -177,13 +179,36 @@ class Int8Codec(CodecBase):
                 "s": (np.dtype(np.float32), -(-numel // self.block))}
 
     def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+        """Block scales and codes, written a piece of whole blocks at a time into the two arrays
+        sent: the float32 temporaries of a pass are a piece's, not the vector's (at a dense
+        publish of a large model they were three copies of it)."""
         n, b = v.size, self.block
         nblocks = -(-n // b)
-        blocks = torch.nn.functional.pad(torch.from_numpy(v), (0, nblocks * b - n)).view(nblocks, b)
-        scale = blocks.abs().amax(dim=1) / 127.0 if n else torch.zeros(0)
+        q, scale = np.empty(n, np.int8), np.empty(nblocks, np.float32)
+        source = torch.from_numpy(v)
+        step = max(1, _INT8_PIECE // b) * b
+        for start in range(0, n, step):
+            piece = source[start:start + step]
+            whole = piece.numel() // b * b
+            lo = start // b
+            if whole:
+                self._pack_blocks(piece[:whole].view(-1, b), q[start:start + whole],
+                                  scale[lo:lo + whole // b])
+            if whole < piece.numel():  # the last, partial block: zero-padded, as a full one
+                tail = torch.nn.functional.pad(piece[whole:], (0, b - (piece.numel() - whole)))
+                codes = np.empty(b, np.int8)
+                self._pack_blocks(tail.view(1, b), codes, scale[nblocks - 1:])
+                q[start + whole:] = codes[:piece.numel() - whole]
+        return {"q": q, "s": scale}
+
+    @staticmethod
+    def _pack_blocks(blocks: torch.Tensor, q_out: np.ndarray, scale_out: np.ndarray) -> None:
+        """Scales (max |x| / 127) and codes (x / scale, rounded half to even) of whole blocks."""
+        scale = blocks.abs().amax(dim=1) / 127.0
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        q = torch.round(blocks / safe[:, None]).clamp_(-127, 127).to(torch.int8)  # half to even
-        return {"q": q.view(-1)[:n].numpy().copy(), "s": scale.numpy()}
+        codes = torch.round(blocks / safe[:, None]).clamp_(-127, 127).to(torch.int8)
+        q_out[:] = codes.view(-1).numpy()
+        scale_out[:] = scale.numpy()
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         q, s = packed["q"], packed["s"]

@@ -46,6 +46,8 @@ _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitio
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
 _TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
 _TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
+_EF_ROWS = 1 << 16  # indices an Elias-Fano piece codes or decodes at a time (a multiple of 8)
+_EF_BITS = 1 << 20  # high bits an Elias-Fano decode scans at a time
 _ORDER_SAMPLE = 1 << 12  # entries of the candidates that bound the few to drop (see `_order_statistic`)
 
 
@@ -62,23 +64,34 @@ def ef_nbytes(n: int, k: int) -> tuple[int, int]:
 
 
 def ef_encode(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Elias-Fano code of strictly increasing int64 indices in [0, n)."""
+    """Elias-Fano code of strictly increasing int64 indices in [0, n).
+
+    Written `_EF_ROWS` indices at a time (a multiple of 8, so each piece's low bits end on a byte):
+    at a dense top-k (40% of a large model) whole-array temporaries of int64 were several copies of
+    the model."""
     k = idx.size
     if k == 0:
         return np.zeros(0, np.uint8), np.zeros(0, np.uint8)
     low = _ef_low_bits(n, k)
     bits = np.zeros(k + ((n - 1) >> low) + 1, np.uint8)
-    bits[(idx >> low) + np.arange(k)] = 1
-    hi = np.packbits(bits, bitorder="little")
-    lows = idx & ((1 << low) - 1)
-    matrix = np.empty((k, low), np.uint8)
-    for b in range(low):
-        matrix[:, b] = (lows >> b) & 1
-    return hi, np.packbits(matrix.reshape(-1), bitorder="little")
+    lo = np.empty(-(-(k * low) // 8), np.uint8)
+    for start in range(0, k, _EF_ROWS):
+        part = idx[start:start + _EF_ROWS]
+        bits[(part >> low) + np.arange(start, start + part.size)] = 1
+        if low:
+            matrix = np.empty((part.size, low), np.uint8)
+            for b in range(low):
+                matrix[:, b] = (part >> b) & 1
+            packed = np.packbits(matrix.reshape(-1), bitorder="little")
+            lo[start * low // 8:start * low // 8 + packed.size] = packed
+    return np.packbits(bits, bitorder="little"), lo
 
 
 def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Inverse of `ef_encode`; CodecError unless the code is exactly one it can produce."""
+    """Inverse of `ef_encode`; CodecError unless the code is exactly one it can produce.
+
+    Read a piece of the high bits at a time into one int64 array of k: no whole-code temporaries
+    beyond the unpacked high bits (a byte per bit, about 2k bytes)."""
     if k == 0:
         return np.zeros(0, np.int64)
     low = _ef_low_bits(n, k)
@@ -86,18 +99,29 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     bits = np.unpackbits(hi, bitorder="little")
     if bits[nbits:].any():
         raise CodecError("index code has stray padding bits")
-    # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks/peer.md#finiteness-checks-and-index-decoding)
-    pos = np.flatnonzero(bits.view(bool))
-    if pos.size != k:
-        raise CodecError(f"index code holds {pos.size} indices, expected {k}")
-    idx = (pos - np.arange(k)).astype(np.int64) << low
-    lbits = np.unpackbits(lo, bitorder="little")
-    if lbits[k * low:].any():
+    if lo.size * 8 < k * low or np.unpackbits(lo[(k * low) // 8:], bitorder="little")[(k * low) % 8:].any():
         raise CodecError("index code has stray padding bits")
-    matrix = lbits[:k * low].reshape(k, low)
-    for b in range(low):
-        idx |= matrix[:, b].astype(np.int64) << b
-    if (k > 1 and not (np.diff(idx) > 0).all()) or idx[-1] >= n:
+    flags = bits[:nbits].view(bool)  # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks/peer.md#finiteness-checks-and-index-decoding)
+    if (held := int(np.count_nonzero(flags))) != k:
+        raise CodecError(f"index code holds {held} indices, expected {k}")
+    idx = np.empty(k, np.int64)
+    found = 0
+    for start in range(0, nbits, _EF_BITS):
+        pos = np.flatnonzero(flags[start:start + _EF_BITS])
+        # the j-th set bit sits at (index_j >> low) + j
+        idx[found:found + pos.size] = ((pos + start) - np.arange(found, found + pos.size)) << low
+        found += pos.size
+    for first in range(0, k, _EF_ROWS):
+        rows = min(_EF_ROWS, k - first)
+        lbits = np.unpackbits(lo[first * low // 8:-(-((first + rows) * low) // 8)], bitorder="little")
+        matrix = lbits[:rows * low].reshape(rows, low)
+        part = idx[first:first + rows]
+        for b in range(low):
+            part |= matrix[:, b].astype(np.int64) << b
+        # strictly increasing within this piece and from the one before
+        if (rows > 1 and not (np.diff(part) > 0).all()) or (first and part[0] <= idx[first - 1]):
+            raise CodecError("indices are not strictly increasing within [0, numel)")
+    if idx[-1] >= n:
         raise CodecError("indices are not strictly increasing within [0, numel)")
     return idx
 
@@ -123,61 +147,90 @@ def randk_indices(n: int, k: int, seed: int) -> np.ndarray:
     return starts[:-1] + (_splitmix64(seed, k) % widths).astype(np.int64)
 
 
-def _order_statistic(a: np.ndarray, m: int) -> np.floating:
-    """``np.partition(a, m)[m]``: the (m+1)-th smallest entry, NaN ordered last.
+def _order_statistic(pieces: list[np.ndarray], m: int) -> np.floating:
+    """The (m+1)-th smallest entry of the pieces taken together (``np.partition`` of their
+    concatenation at m), NaN ordered last, without concatenating them where it can.
 
-    When m is a small share of a (the candidates top-k keeps most of), the entries below a bound
-    read from a strided sample hold the m+1 smallest: then the m-th of those is the m-th of all,
-    ties included, found in a partition of the few instead of all. Skewed data that puts m or
-    fewer below the bound falls back to the partition of all; the value is the same either way.
+    When m is a small share of the entries (the candidates top-k keeps most of), the entries below a
+    bound read from a strided sample hold the m+1 smallest: then the m-th of those is the m-th of all,
+    ties included, found in a partition of the few instead of all. Skewed data that puts m or fewer
+    below the bound falls back to the partition of all; the value is the same either way.
     """
-    n = a.size
+    n = sum(p.size for p in pieces)
     if n >= TOPK_SAMPLED_MIN and 4 * m <= n:
-        sample = a[::n // _ORDER_SAMPLE]
+        stride = max(1, n // _ORDER_SAMPLE)
+        sample = np.concatenate([p[::stride] for p in pieces])
         expected = (m + 1) * sample.size / n
         rank = math.ceil(expected + _TOPK_MARGIN_SIGMAS * math.sqrt(expected) + 1)
         if rank < sample.size:
             bound = np.partition(sample, rank)[rank]
-            below = a[a < bound]  # NaN is never below: it stays last
+            below = np.concatenate([p[p < bound] for p in pieces])  # NaN is never below: it stays last
             if below.size > m:
                 return np.partition(below, m)[m]
-    return np.partition(a, m)[m]
+    whole = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    return np.partition(whole, m)[m]
 
 
-def _select_largest(mags: np.ndarray, k: int) -> np.ndarray:
-    """Sorted positions of the k largest of `mags` (0 < k <= size); ties to the lowest positions.
-
-    np.partition orders NaN last, so NaN ranks above every number, as in torch.topk.
-    """
-    kth = _order_statistic(mags, mags.size - k)
-    if np.isnan(kth):  # k or more NaNs: the first k of them
-        return np.flatnonzero(np.isnan(mags))[:k]
-    keep = ~(mags <= kth)  # strictly above the k-th value, NaN included
-    ties = np.flatnonzero(mags == kth)
-    keep[ties[:k - int(np.count_nonzero(keep))]] = True
-    return np.flatnonzero(keep)
+def _scan_step(n: int) -> int:
+    """Entries a pass over a vector of n reads at a time: whole up to `_TOPK_ONE_PASS_MAX`, where
+    whole-vector passes stay in cache, else `_TOPK_CHUNK`. On tens of millions of entries the
+    memory traffic of whole-vector temporaries (|v|, comparisons, masks), not the arithmetic, is
+    the cost, and each would be a parameter-sized allocation."""
+    return max(1, n if n <= _TOPK_ONE_PASS_MAX else _TOPK_CHUNK)
 
 
-def _at_or_above(v: np.ndarray, threshold: np.floating) -> np.ndarray:
-    """Sorted indices of |v_i| >= threshold, NaN included, one cache-sized chunk at a time.
-
-    Whole-vector passes (|v|, the comparison, the mask) each stream the vector through
-    memory; on tens of millions of entries that traffic, not the arithmetic, is the cost.
-    """
-    step = v.size if v.size <= _TOPK_ONE_PASS_MAX else _TOPK_CHUNK
-    mags, low = np.empty(step, v.dtype), np.empty(step, bool)
+def _magnitudes_at_or_above(v: np.ndarray, threshold: np.floating) -> list[np.ndarray]:
+    """The |v_i| >= threshold, NaN included, in index order, as one array per chunk scanned:
+    magnitudes only, so the candidates cost 4 bytes each and no index array."""
+    step = _scan_step(v.size)
+    mags, passed = np.empty(step, np.float32), np.empty(step, bool)
     found = []
     for start in range(0, v.size, step):
         chunk = v[start:start + step]
-        m, below = mags[:chunk.size], low[:chunk.size]
+        m, keep = mags[:chunk.size], passed[:chunk.size]
         np.abs(chunk, out=m)
-        np.less(m, threshold, out=below)
-        found.append(np.flatnonzero(~below) + start)  # NaN is never below: it passes
-    return np.concatenate(found) if len(found) > 1 else found[0]
+        np.less(m, threshold, out=keep)
+        np.logical_not(keep, out=keep)  # NaN is never below: it passes
+        found.append(m[keep])
+    return found
 
 
-def topk_candidates(v: np.ndarray, k: int) -> np.ndarray | None:
-    """Sorted indices holding every one of the k largest |v_i|, or None (select over all).
+def _select(v: np.ndarray, k: int, kth: np.floating, above: int) -> np.ndarray:
+    """Sorted positions of the |v_i| strictly above `kth` (`above` of them, NaN counted above a
+    number) and of the first k − above equal to it (NaN where `kth` is NaN), written into one array
+    of k a chunk at a time."""
+    out = np.empty(k, np.int64)
+    ties_left, filled = k - above, 0
+    step = _scan_step(v.size)
+    mags, keep, tie = np.empty(step, np.float32), np.empty(step, bool), np.empty(step, bool)
+    nan_kth = bool(np.isnan(kth))
+    for start in range(0, v.size, step):
+        chunk = v[start:start + step]
+        m, kp, tp = mags[:chunk.size], keep[:chunk.size], tie[:chunk.size]
+        np.abs(chunk, out=m)
+        if nan_kth:
+            kp[:] = False
+        else:
+            np.less_equal(m, kth, out=kp)
+            np.logical_not(kp, out=kp)  # strictly above, NaN included
+        if ties_left > 0:
+            np.isnan(m, out=tp) if nan_kth else np.equal(m, kth, out=tp)
+            first = np.flatnonzero(tp)[:ties_left]
+            kp[first] = True
+            ties_left -= first.size
+        chosen = np.flatnonzero(kp)
+        if filled + chosen.size > k:
+            raise AssertionError("top-k selected more than k entries")  # kth and above disagree: a bug
+        out[filled:filled + chosen.size] = chosen + start
+        filled += chosen.size
+    if filled != k:
+        raise AssertionError(f"top-k selected {filled} of {k} entries")
+    return out
+
+
+def topk_candidates(v: np.ndarray, k: int) -> list[np.ndarray] | None:
+    """The magnitudes of a set of entries holding every one of the k largest |v_i| (one array per
+    chunk scanned), or None (select over all).
 
     The threshold is the r-th largest of a strided sample, r set `_TOPK_MARGIN_SIGMAS`
     binomial sigmas above the sample's share of k, so that on most data slightly more than
@@ -195,20 +248,29 @@ def topk_candidates(v: np.ndarray, k: int) -> np.ndarray | None:
     threshold = np.partition(sample, sample.size - rank)[sample.size - rank]
     if np.isnan(threshold):
         return None
-    candidates = _at_or_above(v, threshold)
-    return candidates if candidates.size >= k else None
+    candidates = _magnitudes_at_or_above(v, threshold)
+    return candidates if sum(c.size for c in candidates) >= k else None
 
 
 def topk_indices(v: np.ndarray, k: int) -> np.ndarray:
-    """Sorted int64 indices of the k largest |v_i|: ties to the lowest indices, NaN largest."""
+    """Sorted int64 indices of the k largest |v_i|: ties to the lowest indices, NaN largest.
+
+    The k-th largest magnitude is found among the candidates' magnitudes, then one more pass
+    over v picks the entries above it and the first ties: besides the k indices returned, what
+    is allocated is the candidates' magnitudes (about k floats) and a chunk's scratch, not a
+    vector's worth of magnitudes, masks and candidate indices."""
     if k == v.size:
         return np.arange(k, dtype=np.int64)
     if k == 0:
         return np.zeros(0, np.int64)
-    candidates = topk_candidates(v, k)
-    if candidates is None:
-        return _select_largest(np.abs(v), k).astype(np.int64, copy=False)
-    return candidates[_select_largest(np.abs(v[candidates]), k)].astype(np.int64, copy=False)
+    pieces = topk_candidates(v, k)
+    if pieces is None:
+        pieces = [np.abs(v)]
+    total = sum(p.size for p in pieces)
+    kth = _order_statistic(pieces, total - k)
+    above = 0 if np.isnan(kth) else sum(int(np.count_nonzero(~(p <= kth))) for p in pieces)
+    del pieces
+    return _select(v, k, kth, above)
 
 
 def _canonical_fraction(text: str) -> str:

@@ -92,11 +92,14 @@ class SparseVector:
 
     def _rounded_sum(self, x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """`added_to` for a half-width x: float32 sums, rounded once, a piece at a time (no
-        float32 temporary the size of x)."""
+        float32 temporary the size of x, nor of the kept entries: at a dense top-k those are
+        nearly as many)."""
         out = x.clone()
         if self.indices is not None:
-            at = self.indices.to(x.device)
-            out[at] = (x[at].to(torch.float32) + values).to(x.dtype)
+            flat_out, at_all = out.view(-1), self.indices.to(x.device)
+            for start in range(0, self.kept, _PIECE):
+                at = at_all[start:start + _PIECE]
+                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + _PIECE]).to(x.dtype)
             return out
         flat_out, flat_values = out.view(-1), values.view(-1)
         for start in range(0, self.numel, _PIECE):

@@ -83,3 +83,19 @@ def test_a_decoded_top_k_update_holds_its_k_entries_and_expands_only_when_asked(
     assert part.kept == 1000 and part.numel == n
     assert "tensors" not in vars(got)  # nothing expanded yet
     assert torch.equal(bits(got.tensors["delta"]), bits(rebuilt.dense()))
+
+
+@pytest.mark.parametrize("kept", [1, 131_071, 131_072, 300_001])
+def test_into_a_bfloat16_copy_each_entry_is_summed_in_float32_and_rounded_once(kept: int) -> None:
+    """A piece at a time (the kept entries can be nearly all of a large model): the same bits as
+    the whole sum, across the pieces' edges."""
+    n = 400_003
+    x = heavy_tailed(n, seed=3).to(torch.bfloat16)
+    at = torch.sort(torch.randperm(n, generator=torch.Generator().manual_seed(kept))[:kept]).values
+    v = SparseVector(n, heavy_tailed(kept, seed=4), at)
+    want = x.clone()
+    want[at] = (x[at].to(torch.float32) + v.values).to(torch.bfloat16)
+    got = v.added_to(x)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    dense = SparseVector.of_dense(heavy_tailed(n, seed=5))
+    assert torch.equal(dense.added_to(x).view(torch.int16), (x.to(torch.float32) + dense.values).to(torch.bfloat16).view(torch.int16))

@@ -1,12 +1,13 @@
 """The k-th largest magnitude top-k cuts at is np.partition's, whether it is found among the few
-entries below a sampled bound or in the partition of all: ties, NaN and skewed data included."""
+entries below a sampled bound or in the partition of all, from one array or from the pieces a
+chunked scan leaves: ties, NaN and skewed data included."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from protocol.codecs_sparse import TOPK_SAMPLED_MIN, _order_statistic, _select_largest
+from protocol.codecs_sparse import TOPK_SAMPLED_MIN, _order_statistic, _select
 
 
 def data(kind: str, n: int, seed: int) -> np.ndarray:
@@ -33,14 +34,17 @@ def data(kind: str, n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("n", [TOPK_SAMPLED_MIN, 121_736, 400_003])
 def test_order_statistic_is_partitions(kind: str, n: int) -> None:
     a = data(kind, n, seed=n)
+    pieces = np.array_split(a, [n // 7, n // 7 + 1, n // 2])  # uneven, one of a single entry
     for m in sorted({0, 1, n // 100, n // 14, n // 4, n // 2, n - 1}):
-        want, got = np.partition(a, m)[m], _order_statistic(a, m)
-        assert (np.isnan(want) and np.isnan(got)) or want == got, (kind, n, m)
+        want = np.partition(a, m)[m]
+        for got in (_order_statistic([a], m), _order_statistic(pieces, m)):
+            assert (np.isnan(want) and np.isnan(got)) or want == got, (kind, n, m)
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "ties", "nan"])
-def test_select_largest_keeps_the_same_positions(kind: str) -> None:
+def test_select_keeps_the_positions_above_the_cut_and_the_first_ties(kind: str) -> None:
     a = data(kind, 200_000, seed=7)
+    signed = np.where(np.arange(a.size) % 3 == 0, -a, a)  # selection is by magnitude
     for k in (185_000, 199_999, 150_000, 20_000):
         kth = np.partition(a, a.size - k)[a.size - k]
         if np.isnan(kth):
@@ -49,4 +53,5 @@ def test_select_largest_keeps_the_same_positions(kind: str) -> None:
             keep = ~(a <= kth)
             keep[np.flatnonzero(a == kth)[: k - int(np.count_nonzero(keep))]] = True
             want = np.flatnonzero(keep)
-        np.testing.assert_array_equal(_select_largest(a, k), want)
+        above = 0 if np.isnan(kth) else int(np.count_nonzero(~(a <= kth)))
+        np.testing.assert_array_equal(_select(signed, k, kth, above), want)

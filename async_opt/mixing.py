@@ -28,8 +28,15 @@ def safe_norm(v: Tensor) -> float:
     non-finite one.
     """
     # a half-width copy (`PublicCopy(dtype=torch.bfloat16)`) is summed in float32: its own 8-bit
-    # mantissa would round the norm to two or three digits
-    n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in HALF_WIDTH else torch.linalg.vector_norm(v))
+    # mantissa would round the norm to two or three digits. A piece at a time: widening the whole
+    # copy would allocate a float32 copy of the model
+    if v.dtype in HALF_WIDTH and v.numel() > PIECE:
+        flat = v.detach().reshape(-1)
+        squares = sum(float(torch.linalg.vector_norm(flat[i:i + PIECE], dtype=torch.float32)) ** 2
+                      for i in range(0, flat.numel(), PIECE))
+        n = math.sqrt(squares)
+    else:
+        n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in HALF_WIDTH else torch.linalg.vector_norm(v))
     if math.isfinite(n):
         return n
     return float(torch.linalg.vector_norm(v.double()))

@@ -83,6 +83,19 @@ def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
         raise ValueError(f"{name}: shape {tuple(got.shape)} does not match {tuple(want.shape)}")
 
 
+_PIECE = 1 << 17
+"""Entries per piece of an in-place pass with a narrower operand: its widened piece, not a
+widened copy of the whole, is the temporary."""
+
+
+def _in_pieces(op: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """``op(x, y)`` in place (``Tensor.sub_``, ``Tensor.add_``), a piece at a time."""
+    fx, fy = x.reshape(-1), y.detach().reshape(-1)
+    for start in range(0, fx.numel(), _PIECE):
+        op(fx[start:start + _PIECE], fy[start:start + _PIECE])
+    return x
+
+
 def _finite_or_none(x: Tensor) -> Tensor | None:
     """`x`, or None where a sum overflowed: a steps sum that is not finite tells us nothing."""
     return x if math.isfinite(safe_norm(x)) else None
@@ -116,14 +129,16 @@ class PublicCopy:
         self.seq: int = 0
         self.moves: deque[float] = deque(maxlen=moves_window)
 
-    def publish(self, x: Tensor, compress: Compressor) -> "tuple[int, Tensor | Increment]":
+    def publish(self, x: Tensor, compress: Compressor, in_place: bool = False) -> "tuple[int, Tensor | Increment]":
         """Publish one compressed update: ``q_rec = compress(x - x̂)``; ``x̂ += q_rec``; ``seq += 1``.
 
         ``compress`` must return exactly what receivers will reconstruct (encode then
-        decode). Returns ``(seq, q_rec)`` with the new sequence number.
+        decode). Returns ``(seq, q_rec)`` with the new sequence number. ``in_place``: ``x`` is
+        the caller's to spend and holds the residual ``x − x̂`` (of the x̂ before this call)
+        afterwards, instead of a new vector the size of the model (`restore` undoes it).
         """
         _check_same_shape("publish: x", x, self.x_hat)
-        q_rec = compress(x.detach() - self.x_hat)
+        q_rec = compress(_in_pieces(Tensor.sub_, x.detach(), self.x_hat) if in_place else self.residual(x))
         # a new tensor: readers of the old one are unaffected
         self.x_hat = _add(self.x_hat, q_rec, "publish: compress(x - x_hat)")
         self.seq += 1
@@ -132,10 +147,24 @@ class PublicCopy:
             self.moves.append(move)
         return self.seq, q_rec
 
+    @staticmethod
+    def restore(residual: Tensor, x_hat: Tensor) -> Tensor:
+        """``residual + x_hat`` written into ``residual``: the parameters a ``publish(in_place=True)``
+        spent, from the x̂ it started from. Equal to them up to the rounding of the subtraction
+        (exact where x̂ is within a factor two of x; at most a unit in the last place elsewhere)."""
+        _check_same_shape("restore: x_hat", x_hat, residual)
+        _in_pieces(Tensor.add_, residual.detach(), x_hat)
+        return residual
+
     def residual(self, x: Tensor) -> Tensor:
         """Return the error-feedback residual ``x - x̂`` that has not been sent yet (CHOCO-SGD)."""
         _check_same_shape("residual: x", x, self.x_hat)
-        return x.detach() - self.x_hat
+        if x.dtype == self.x_hat.dtype:
+            return x.detach() - self.x_hat
+        # x̂ widened into the result's own buffer first: a mixed-dtype subtraction would allocate
+        # a widened copy of x̂ as well
+        out = self.x_hat.to(torch.promote_types(x.dtype, self.x_hat.dtype), copy=True)
+        return torch.sub(x.detach(), out, out=out)
 
     def reset(self, x_hat: Tensor, seq: int) -> None:
         """Replace ``x̂`` (rounded to ``dtype``) and ``seq``, e.g. after loading a snapshot (CHOCO-SGD

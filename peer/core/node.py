@@ -121,7 +121,8 @@ class GossipNode:
         return snapshot_bytes(self.numel, self.partner_steps.enabled)
 
     # ------------------------------------------------------------------ own updates
-    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None) -> int:
+    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None,
+                scratch: bool = False) -> int:
         """CHOCO-SGD publish: q = C(x − x̂); x̂ += D(q); the signed frame goes to the outbox.
 
         `outside`: what mixing and partners' steps added to the parameters since the previous
@@ -129,7 +130,9 @@ class GossipNode:
         steps (peer.core.partner_steps).
 
         `x` is handed over (`peer.boundary.PendingPublish` makes a copy for it): the node may keep
-        it as `last_x`, and neither it nor the caller may write it afterwards.
+        it as `last_x`, and neither it nor the caller may write it afterwards. `scratch`: `x` is the
+        node's to write (that copy); where the node keeps no parameters, the residual x − x̂ is
+        taken in it rather than in a new vector the size of the model.
 
         Raises ValueError (changing nothing) when `x` is not finite: the caller decides what that means.
         """
@@ -152,7 +155,11 @@ class GossipNode:
             frames.append(frame)
             return recon
 
-        self.public.publish(x, compress)
+        spend = scratch and not self.cfg.keeps_parameters and self.cfg.error_feedback and carried is None
+        before = self.public.x_hat
+        self.public.publish(x, compress, in_place=spend)
+        if spend and self.average.due(self.step):
+            PublicCopy.restore(x, before)  # the averaged weights sample the parameters themselves
         if not self.cfg.error_feedback:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
@@ -164,7 +171,8 @@ class GossipNode:
         self.last_publish_bytes = len(frames[0])
         self.metrics.inc("published_total")
         self._publish_view()
-        self.average.update(x, self.view_slot.current, self.step)
+        if not spend or self.average.due(self.step):
+            self.average.update(x, self.view_slot.current, self.step)
         return seq
 
     def adopt(self, x: torch.Tensor, step: int) -> None:

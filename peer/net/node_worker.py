@@ -133,7 +133,7 @@ class NodeWorker:
             return None
         x, step, outside = item
         try:
-            self.node.publish(x, step, self.clock(), outside)
+            self.node.publish(x, step, self.clock(), outside, scratch=True)
         except ValueError as exc:  # non-finite parameters: nothing sane to publish
             return step, str(exc)
         finally:

@@ -31,8 +31,9 @@ class FutureClockNode(GossipNode):
         super().__init__(*args, **kwargs)
         self.lead_s = lead_s
 
-    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None) -> int:
-        return super().publish(x, step, now + self.lead_s, outside)
+    def publish(self, x: torch.Tensor, step: int, now: float, outside: torch.Tensor | None = None,
+                scratch: bool = False) -> int:
+        return super().publish(x, step, now + self.lead_s, outside, scratch)
 
     def state_frame(self, now: float) -> bytes:
         return super().state_frame(now + self.lead_s)

@@ -208,7 +208,7 @@ class SimPeer(SimServer, Driver):
         node, (x, step, outside) = self._node(), item
         error: str | None = None
         try:
-            node.publish(x, step, self.world.clock(), outside)
+            node.publish(x, step, self.world.clock(), outside, scratch=True)
         except ValueError as exc:
             error = str(exc)
         cost = self.world.cost.publish(node.numel * self._vectors(), node.last_publish_bytes)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 import time
@@ -138,12 +139,32 @@ class Params(Trainer):
 
 
 class Timer:
-    """Thread CPU seconds per stage, summed within a period; off while the partners work."""
+    """Thread CPU seconds per stage, summed within a period; off while the partners work.
+
+    `peaks`: for each top-level stage, the most the process's resident memory rose above its level
+    at the stage's start (Linux: the peak is reset through /proc/self/clear_refs), over the periods
+    timed: the temporaries a stage allocates, which the census of what a node keeps cannot see.
+    """
 
     def __init__(self) -> None:
         self.on = False
         self.period: dict[str, float] = defaultdict(float)
+        self.peaks: dict[str, int] = defaultdict(int)
+        self.highest = 0
         self._wrapped: list[tuple[Any, str, Any]] = []
+
+    def peak_of(self, name: str, fn: Callable[[], Any]) -> Any:
+        """fn(), with the rise of resident memory it caused at its peak kept as `peaks[name]`.
+        The process's own peak, which the reset forgets, is kept as `highest`."""
+        self.highest = max(self.highest, proc_status_bytes("VmHWM"))
+        base = rss_peak_reset()
+        try:
+            return fn()
+        finally:
+            top = proc_status_bytes("VmHWM")
+            self.highest = max(self.highest, top)
+            if self.on and base is not None:
+                self.peaks[name] = max(self.peaks[name], top - base)
 
     def stage(self, name: str) -> "_Stage":
         return _Stage(self, name)
@@ -170,6 +191,25 @@ class Timer:
             else:
                 setattr(owner, attr, before)
         self._wrapped.clear()
+
+
+def proc_status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in bytes."""
+    text = Path("/proc/self/status").read_text()
+    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    if match is None:
+        raise RuntimeError(f"/proc/self/status has no {field}")
+    return int(match.group(1)) * 1024
+
+
+def rss_peak_reset() -> int | None:
+    """Reset this process's resident-memory peak to its present level and return that level; None
+    where that cannot be done (not Linux, or not allowed): no stage peaks are taken there."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return proc_status_bytes("VmRSS")
+    except (OSError, RuntimeError):
+        return None
 
 
 class _Stage:
@@ -244,7 +284,7 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
         current[0] = name
         try:
             with timer.stage(name):
-                return fn()
+                return timer.peak_of(name, fn)
         finally:
             current[0] = ""
 
@@ -284,6 +324,8 @@ def measure(numel: int, periods: int, compression: str, add_in_place: bool, held
         out["census"] = census(a, partners)
     out["copies_held"] = len(a.view_slot.current.copies)  # what the averaged weights read when they sample
     out["per_period"] = dict(rows)
+    out["peaks"] = dict(timer.peaks)
+    out["highest_rss"] = timer.highest
     timer.restore()
     return out
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -54,6 +55,8 @@ GPUS = {"H100": 989.0, "RTX 4090": 165.0}
 """Dense bf16 peak TFLOP/s (gossip_tts.train.mfu.PEAK_BF16_TFLOPS)."""
 MFU = 0.4
 SAMPLE = dict(batch=16, frames=512, text_len=128, ref_len=256)
+MMAP_THRESHOLD = 1 << 16
+"""glibc's malloc threshold above which a block is mapped on its own (the child's environment)."""
 STAGES = ("publish", "    codec", "    lz4 + sign", "  averaged weights", "request x2", "ingest x2", "serve x2",
           "boundary", "  mix")
 
@@ -113,7 +116,8 @@ def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str
     # partner steps off: the TTS trainer's Adam steps do not add (Capabilities.additive_steps)
     out = publish_cycle.measure(numel, periods, compression, add_in_place=True, held=held, census=census,
                                 partner_steps=0.0, copy_dtype=copy_dtype)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # the stages' peaks reset the kernel's count (publish_cycle.Timer): the highest seen is kept there
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, out["highest_rss"])
     copy = 4.0 * numel
     trainers = 4  # our parameters, the two partners' and the flat start publish_cycle builds them from
     return {
@@ -122,6 +126,7 @@ def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str
         "census_copies": out["census"]["ours"] / copy,
         "by_attribute": {name: size / copy for name, size in out["census"]["by_attribute"].items()},
         "peak_copies": (peak - base - out["census"]["partners"]) / copy - trainers,
+        "stage_peaks": {name: size / copy for name, size in out["peaks"].items()},
         "wire_bytes": out["wire_bytes"], "update_bytes": out["update_bytes"],
         "cpu_s": out["worker"] + out["training"],
     }
@@ -129,7 +134,10 @@ def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str
 
 def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression, copy_dtype]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # a fixed threshold: every large block is mapped and given back when freed, so each stage's
+    # rise of resident memory is its own temporaries, not what an earlier stage left in the heap
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"scale.py: size {numel:,} with {held} copies failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -165,6 +173,10 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
               + " | ".join(f"{at[n, held]['census_copies']:.2f}" if n in present else "-" for n in sizes) + " |")
         print(f"| node's peak, estimated from RSS ({held} neighbours) | "
               + " | ".join(f"{at[n, held]['peak_copies']:.1f}" if n in present else "-" for n in sizes) + " |")
+    stages = [name for name in at[sizes[0], low]["stage_peaks"]]
+    for name in stages:
+        print(f"| temporaries of {name.strip()}, its peak above its start (copies, RSS) | "
+              + " | ".join(f"{at[n, low]['stage_peaks'].get(name, 0.0):.2f}" for n in sizes) + " |")
     held_by = {k for n in sizes for k, v in at[n, low]["by_attribute"].items() if v >= 0.005}
     for name in sorted(held_by):
         print(f"| · {name} | " + " | ".join(f"{at[n, low]['by_attribute'].get(name, 0.0):.2f}" for n in sizes) + " |")

@@ -1,10 +1,15 @@
 """The publish-period benchmark times each stage on real nodes, holding as many neighbour copies
-as asked (the two it pulls and, with `--held`, more that only the averaged weights read)."""
+as asked (the two it pulls and, with `--held`, more that only the averaged weights read), and
+reports the memory each stage's temporaries take."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.paths import REPO
@@ -35,3 +40,24 @@ def test_past_the_first_few_hundred_steps_the_averaged_weights_count_one_period_
     rest = [t for i, t in enumerate(times) if i not in sampled]
     assert len(times) == 8 and abs(sampled[0] - sampled[1]) == 4 and min(times[i] for i in sampled) > 5 * max(rest)
     assert row["  averaged weights"] == sum(times) / 8
+
+
+@pytest.mark.skipif(pc.rss_peak_reset() is None, reason="needs Linux's /proc/self/clear_refs to reset the peak")
+def test_each_stage_reports_the_temporaries_it_allocates() -> None:
+    """In a process whose large blocks are given back when freed (scale.py's children): the step
+    boundary's parameter copy and a dense publish's residual x − x̂ are each a float32 copy, seen
+    in the stage that allocates it."""
+    n = 2_000_000
+    code = (f"import sys, json; sys.path[:0] = [{str(REPO / 'benchmarks')!r}, {str(REPO)!r}]\n"
+            "import torch, publish_cycle as pc\n"
+            "torch.set_num_threads(1)\n"
+            f"out = pc.measure({n}, 2, 'int8', add_in_place=True, partner_steps=0.0)\n"
+            "print(json.dumps(out['peaks']))")
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    copies = {name: size / (4 * n) for name, size in json.loads(done.stdout.splitlines()[-1]).items()}
+    assert set(copies) == {"boundary", "publish", "request x2", "ingest x2", "serve x2"}
+    assert copies["boundary"] >= 0.95  # the copy of the parameters handed to the publish
+    assert copies["publish"] >= 0.95  # at least the residual x − x̂
+    assert copies["request x2"] < 0.5  # a control frame: no parameter-sized work

@@ -3,7 +3,7 @@
 Pure torch functions and small state objects; no I/O, no clocks, no global randomness.
 Sources: CHOCO-SGD (Koloskova et al. 2019), AD-PSGD (Lian et al. 2018), PipeMare
 (Yang et al. 2021), FedAsync (Xie et al. 2019), ClippedGossip (He, Karimireddy & Jaggi
-2022), DiLoCo (Douillard et al. 2023), linear step-size scaling (Goyal et al. 2017).
+2022), DiLoCo (Douillard et al. 2023), SparseLoCo (Sarfi et al. 2025), linear step-size scaling (Goyal et al. 2017).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .public_copy import Compressor, NeighbourCopy, PublicCopy
     from .staleness import (Constant, Exponential, Hinge, PipeMare, Polynomial, StalenessPolicy, StalenessSchedule,
                             pair_lambda, parse_staleness)
+    from .sparse_loco import ErrorFeedback, SparseMessage, kept, message_bytes, top_k_two_bit
     from .step_scale import SwarmStepScale, effective_models
     from .sync import DiLoCoOuter, allreduce_mean, allreduce_step
 
@@ -28,6 +29,7 @@ _HOME = {
     **dict.fromkeys(("Compressor", "NeighbourCopy", "PublicCopy"), "public_copy"),
     **dict.fromkeys(("Constant", "Exponential", "Hinge", "PipeMare", "Polynomial", "StalenessPolicy",
                      "StalenessSchedule", "pair_lambda", "parse_staleness"), "staleness"),
+    **dict.fromkeys(("ErrorFeedback", "SparseMessage", "kept", "message_bytes", "top_k_two_bit"), "sparse_loco"),
     **dict.fromkeys(("SwarmStepScale", "effective_models"), "step_scale"),
     **dict.fromkeys(("DiLoCoOuter", "allreduce_mean", "allreduce_step"), "sync"),
 }
@@ -49,6 +51,7 @@ __all__ = [
     "Compressor",
     "Constant",
     "DiLoCoOuter",
+    "ErrorFeedback",
     "difference",
     "Exponential",
     "Hinge",
@@ -58,6 +61,7 @@ __all__ = [
     "Polynomial",
     "PublicCopy",
     "StalenessPolicy",
+    "SparseMessage",
     "StalenessSchedule",
     "SwarmStepScale",
     "allreduce_mean",
@@ -74,4 +78,7 @@ __all__ = [
     "pull_scale",
     "safe_distances", "safe_norm",
     "parse_staleness",
+    "top_k_two_bit",
+    "kept",
+    "message_bytes",
 ]

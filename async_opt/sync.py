@@ -84,7 +84,14 @@ class DiLoCoOuter:
 
     def step(self, global_x: Tensor, worker_xs: Sequence[Tensor]) -> Tensor:
         """One outer step; returns the new global parameters (``global_x`` is not modified)."""
-        delta = self.pseudo_gradient(global_x, worker_xs)
+        return self.apply(global_x, self.pseudo_gradient(global_x, worker_xs))
+
+    def apply(self, global_x: Tensor, delta: Tensor) -> Tensor:
+        """The outer step on a pseudo-gradient ``delta`` already reduced (SparseLoCo's mean of
+        compressed messages, Sarfi et al. 2025); returns the new global parameters."""
+        if delta.shape != global_x.shape:
+            raise ValueError(f"pseudo-gradient has shape {tuple(delta.shape)}, global has {tuple(global_x.shape)}")
+        delta = delta.to(global_x.dtype)
         if self.momentum == 0.0:
             direction = delta
         else:

@@ -24,7 +24,7 @@ FORBIDDEN_CALLS = {"manual_seed", "seed", "default_rng", "perf_counter", "monoto
 GLOBAL_RNG = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial"}
 CITATIONS = (
     "Koloskova", "Lian", "Yang et al", "Xie", "Karimireddy", "Liu et al", "Douillard", "Yin",
-    "Baruch", "Li et al", "Goyal",
+    "Baruch", "Li et al", "Goyal", "Sarfi",
 )
 
 

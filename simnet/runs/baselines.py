@@ -11,6 +11,8 @@
   pseudo-gradients are all-reduced (same cost formula) and `async_opt.DiLoCoOuter` takes
   a Nesterov step on the global parameters, which every peer then starts from.
 
+sparseloco and noloco (simnet/runs/low_comm.py) change what a diloco round sends.
+
 A partition that cuts the ring stalls a round until it heals. Packet loss and churn are
 not modelled here (TCP hides small loss; a ring with a crashed member needs a restart
 that these baselines do not attempt), so scenarios with churn or attackers compare gossip
@@ -42,11 +44,16 @@ def ring_allreduce_s(links: SimLinks, order: list[int], nbytes: int) -> float:
 
 
 class SyncSim:
-    """allreduce (H = 1, plain averaging) or diloco (H inner steps, Nesterov outer step)."""
+    """allreduce (H = 1, plain averaging) or diloco (H inner steps, Nesterov outer step).
+
+    Subclasses change what a round sends (`_comm_s`, `_outer`) and how the peers are scored
+    (`_scores`); the rounds, their timing and the inner steps are this class's."""
+
+    METHODS: tuple[str, ...] = ("allreduce", "diloco")
 
     def __init__(self, world: WorldConfig, seed: int, method: str) -> None:
-        if method not in ("allreduce", "diloco"):
-            raise ValueError(f"unknown synchronous method {method!r}")
+        if method not in self.METHODS:
+            raise ValueError(f"{type(self).__name__}: unknown method {method!r}")
         n = world.n_peers
         self.world, self.seed, self.method = world, seed, method
         entry = get_model(world.model)
@@ -58,13 +65,13 @@ class SyncSim:
         self.speed = SpeedModel(world.speed, n, seed)
         topo = Topology(world.topology, n, seed)
         self.partitions = Partitions(world.partitions, topo)
-        links = SimLinks(world.links, topo, self.partitions, Scheduler(), seed)
+        self.links = SimLinks(world.links, topo, self.partitions, Scheduler(), seed)
         self.order = topo.ring_order()
         self.nbytes = 4 * self.x.numel()
-        self.comm_s = ring_allreduce_s(links, self.order, self.nbytes)
-        self.inner = world.diloco.inner_steps if method == "diloco" else 1
+        self.inner = 1 if method == "allreduce" else world.diloco.inner_steps
         d = world.diloco
         self.outer = DiLoCoOuter(d.outer_lr, d.momentum, d.nesterov) if method == "diloco" else None
+        self.comm_s = self._comm_s()
         self.t_ready = 0.0
         self._pending: float | None = None
         self.rounds = 0
@@ -72,7 +79,7 @@ class SyncSim:
         self.bytes_per_peer = 0.0
         self.stalled_s = 0.0
         self._losses = [math.nan] * n
-        self._cache: tuple[int, float] | None = None
+        self._cache: tuple[int, dict[str, float]] | None = None
 
     def _next_end(self) -> float:
         if self._pending is None:
@@ -94,32 +101,40 @@ class SyncSim:
             for _ in range(self.inner):
                 self._losses[i] = tr.step().loss
         self.peer_steps += self.inner * len(self.trainers)
-        xs = [tr.get_flat_params() for tr in self.trainers]
+        self.bytes_per_peer += self._outer([tr.get_flat_params() for tr in self.trainers])
+        self.rounds += 1
+
+    def _comm_s(self) -> float:
+        """Seconds a round's communication takes: here a ring all-reduce of the parameters."""
+        return ring_allreduce_s(self.links, self.order, self.nbytes)
+
+    def _outer(self, xs: list[torch.Tensor]) -> float:
+        """The end of a round: every peer from the reduced parameters; returns the bytes each
+        peer sent (a ring all-reduce's 2(n−1)/n of the parameters)."""
         self.x = self.outer.step(self.x, xs) if self.outer is not None else allreduce_mean(xs)
         for tr in self.trainers:
             tr.set_flat_params(self.x)
         n = len(self.trainers)
-        self.bytes_per_peer += 2 * (n - 1) / n * self.nbytes
-        self.rounds += 1
+        return 2 * (n - 1) / n * self.nbytes
 
     def now(self) -> float:
         return self.t_ready
 
-    def _loss(self) -> float:
-        if self._cache is not None and self._cache[0] == self.rounds:
-            return self._cache[1]
-        if self.evaluate is not None and bool(torch.isfinite(self.x).all()):
-            value = self.evaluate(self.x)
-        else:
-            value = sum(self._losses) / len(self._losses)
-        value = value if math.isfinite(value) else math.inf
-        self._cache = (self.rounds, value)
-        return value
+    def _eval(self, x: torch.Tensor, fallback: float) -> float:
+        value = self.evaluate(x) if self.evaluate is not None and bool(torch.isfinite(x).all()) else fallback
+        return value if math.isfinite(value) else math.inf
+
+    def _scores(self) -> dict[str, float]:
+        """Loss of the peers' own parameters (mean, min, max), of their mean model, and their
+        consensus distance: every peer holds the reduced parameters here."""
+        loss = self._eval(self.x, sum(self._losses) / len(self._losses))
+        return {"loss": loss, "loss_of_mean": loss, "loss_min": loss, "loss_max": loss, "consensus": 0.0}
 
     def sample(self) -> dict:
-        loss = self._loss()
+        if self._cache is None or self._cache[0] != self.rounds:
+            self._cache = (self.rounds, self._scores())
         return {
-            "t": self.t_ready, "loss": loss, "loss_of_mean": loss, "loss_min": loss, "loss_max": loss, "consensus": 0.0,
+            "t": self.t_ready, **self._cache[1],
             "bytes_per_peer": self.bytes_per_peer, "peer_steps": self.peer_steps,
             "online": len(self.trainers), "diverged": 0,
         }

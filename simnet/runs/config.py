@@ -1,8 +1,8 @@
 """Typed, validated configuration of a simulation: the world each run sees, and the runs.
 
 A scenario is a base world plus a list of runs; each run names a method (gossip, allreduce,
-diloco) and may override any part of the world (`set`), e.g. `gossip.clip = false` for
-a control arm. Every run's world is resolved and validated when the config is built, so
+diloco, sparseloco, noloco) and may override any part of the world (`set`), e.g.
+`gossip.clip = false` for a control arm. Every run's world is resolved and validated when the config is built, so
 a typo fails before minutes of simulation, with the offending key named.
 """
 
@@ -25,7 +25,7 @@ from simnet.world.links import LinkConfig, PartitionConfig
 from simnet.world.speed import SpeedConfig
 from simnet.world.topology import TopologyConfig
 
-METHODS = ("gossip", "allreduce", "diloco")
+METHODS = ("gossip", "allreduce", "diloco", "sparseloco", "noloco")
 BOOTSTRAPS = ("topology", "one", "first")
 GOSSIP_DEFAULTS = {"outbox_bytes": 4 * 2**20, "outbox_copies": float("inf"), "gossip_every": 1}
 """simnet keeps hundreds of peers in one process: a smaller outbox than a real peer's, bounded in
@@ -45,6 +45,20 @@ class DiLoCoConfig:
     def __post_init__(self) -> None:
         if self.inner_steps < 1 or not self.outer_lr > 0 or not 0 <= self.momentum < 1:
             raise ValueError("diloco needs inner_steps >= 1, outer_lr > 0, momentum in [0, 1)")
+
+
+@dataclass
+class SparseLoCoConfig:
+    """SparseLoCo's message (Sarfi et al. 2025); its period and outer step are `diloco`'s."""
+
+    topk: float = 0.02
+    """Fraction of each pseudo-gradient's entries sent per outer step (the paper: 1–3%)."""
+    ef_decay: float = 0.95
+    """β of the error-feedback accumulator `a = β a + Δ` (1: classic error feedback)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.topk <= 1 or not 0 <= self.ef_decay <= 1:
+            raise ValueError("sparseloco needs topk in (0, 1] and ef_decay in [0, 1]")
 
 
 @dataclass
@@ -87,6 +101,8 @@ class WorldConfig:
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     diloco: DiLoCoConfig = field(default_factory=DiLoCoConfig)
+    """The period and outer step of diloco, sparseloco and noloco."""
+    sparseloco: SparseLoCoConfig = field(default_factory=SparseLoCoConfig)
     data: DataConfig = field(default_factory=DataConfig)
     """A corpus the peers fetch from each other before they train (`shards = 0`: none)."""
 
@@ -206,7 +222,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 _NESTED = {"speed": SpeedConfig, "links": LinkConfig, "topology": TopologyConfig, "churn": ChurnConfig,
-           "attack": AttackConfig, "diloco": DiLoCoConfig, "cost": CostConfig, "data": DataConfig}
+           "attack": AttackConfig, "diloco": DiLoCoConfig, "sparseloco": SparseLoCoConfig, "cost": CostConfig, "data": DataConfig}
 
 
 def build(cls: type, data: Any, where: str) -> Any:

@@ -18,6 +18,7 @@ import torch
 
 from simnet.runs.baselines import SyncSim
 from simnet.runs.config import SimConfig, WorldConfig
+from simnet.runs.low_comm import NoLoCoSim, SparseLoCoSim
 from simnet.runs.swarm import GossipSim
 
 
@@ -63,6 +64,10 @@ class RunRecord:
 def make_sim(world: WorldConfig, seed: int, method: str) -> Sim:
     if method == "gossip":
         return GossipSim(world, seed)
+    if method == "sparseloco":
+        return SparseLoCoSim(world, seed)
+    if method == "noloco":
+        return NoLoCoSim(world, seed)
     return SyncSim(world, seed, method)
 
 

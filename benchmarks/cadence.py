@@ -3,6 +3,7 @@
     python benchmarks/cadence.py [--scenario single] [--periods 1,4,16,64,256] [--seeds 0,1,2,3,4]
     python benchmarks/cadence.py --periods 64 --seeds 20,21 --arm 'nops=gossip:gossip.partner_steps=0'
     python benchmarks/cadence.py --periods 64 --arm 'local_sgd_lr2=local_sgd:model_args.lr=0.2'
+    python benchmarks/cadence.py --periods 64 --arm 'ddp_lr8=allreduce:model_args.lr=0.8'
 
 A peer of a large model publishes every tens to hundreds of steps (docs/performance.md); the
 methods built for that regime (local SGD, DiLoCo) average exactly every H steps. For each seed the
@@ -12,9 +13,12 @@ target; then, for each period H, every arm trains for `--length` × D from the s
 - ``gossip``: the scenario's gossip run, publishing every H steps (the default rule);
 - ``local_sgd``: an exact all-reduce of the parameters every H steps (DiLoCo, outer lr 1, no momentum);
 - ``diloco``: DiLoCo's published outer step (Nesterov, lr 0.7, momentum 0.9) every H steps;
+- ``sparseloco``: SparseLoCo every H steps: top-k 2-bit pseudo-gradients with error feedback
+  (the scenario's `sparseloco` section), all-gathered, outer lr 1 without momentum;
+- ``noloco``: every H steps each peer averages with one random partner (outer lr 1, no momentum);
 - ``allreduce`` (DDP, one all-reduce per step) and ``alone`` (every link cut) once, whatever H;
-- each ``--arm NAME=BASE:SETTINGS``: BASE (gossip, local_sgd or diloco) at each H with SETTINGS
-  (``SECTION.FIELD=VALUE;…`` as in simnet_seeds.py's --variant).
+- each ``--arm NAME=BASE:SETTINGS``: BASE (any of the above but `alone`) with SETTINGS
+  (``SECTION.FIELD=VALUE;…`` as in simnet_seeds.py's --variant), at each H (allreduce: once).
 
 Printed per arm and H: the time to the target over D (median, range and each seed; inf: never),
 the final loss over the target, and the bytes each peer sent per training step. A time at or
@@ -46,20 +50,27 @@ BASES: dict[str, Callable[[int], dict[str, Any]]] = {
         "inner_steps": h, "outer_lr": 1.0, "momentum": 0.0, "nesterov": False}}},
     "diloco": lambda h: {"method": "diloco", "set": {"diloco": {
         "inner_steps": h, "outer_lr": 0.7, "momentum": 0.9, "nesterov": True}}},
+    "sparseloco": lambda h: {"method": "sparseloco", "set": {"diloco": {
+        "inner_steps": h, "outer_lr": 1.0, "momentum": 0.0, "nesterov": False}}},
+    "noloco": lambda h: {"method": "noloco", "set": {"diloco": {
+        "inner_steps": h, "outer_lr": 1.0, "momentum": 0.0, "nesterov": False}}},
 }
 """The arms that take a period: each H's run (its `method` and `set`) from the base's name."""
 
 ONCE = ("allreduce", "alone")
 """Arms whose figures do not depend on H, run once per seed (DDP; the same peers cut apart)."""
 
+DDP = "allreduce"
+"""The base of an `--arm` run once, whatever H: DDP with the arm's settings (a step size)."""
+
 
 def parse_arm(text: str) -> tuple[str, str, dict[str, Any]]:
     """`'name=base:settings'` -> (name, base, settings table); settings may be empty."""
     name, eq, rest = text.partition("=")
     base, _colon, settings = rest.partition(":")
-    if not (eq and name.isidentifier() and base in BASES):
+    if not (eq and name.isidentifier() and name not in ONCE and (base in BASES or base == DDP)):
         raise ValueError(f"--arm {text!r}: expected NAME=BASE[:SECTION.FIELD=VALUE;…] with BASE one of "
-                         f"{', '.join(BASES)}")
+                         f"{', '.join([*BASES, DDP])}")
     return name, base, parse_variant(settings, "--arm") if settings.strip() else {}
 
 
@@ -90,7 +101,8 @@ def build(name: str, periods: list[int], arms: list[tuple[str, str, dict[str, An
     duration = float(scenario["world"]["duration_s"])
     runs = [r for r in scenario["runs"] if r["name"] == ref]
     runs += once_runs(scenario)
-    runs += [arm_run(scenario, arm, base, settings, h) for h in periods for arm, base, settings in arms]
+    runs += [{"name": arm, "method": DDP, "set": copy.deepcopy(settings)} for arm, base, settings in arms if base == DDP]
+    runs += [arm_run(scenario, arm, base, settings, h) for h in periods for arm, base, settings in arms if base != DDP]
     for run in runs:
         if run["name"] != ref:
             run.setdefault("set", {})["duration_s"] = length * duration
@@ -119,17 +131,18 @@ def med(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def table(results: list[dict], periods: list[int], arms: list[str], key: str) -> str:
-    """A markdown table, one row per arm, one column per H: the median over seeds of `key` (range)."""
+def table(results: list[dict], periods: list[int], arms: list[str], key: str, once: tuple[str, ...] = ONCE) -> str:
+    """A markdown table, one row per arm, one column per H: the median over seeds of `key` (range);
+    an arm of `once` has one figure, whatever H."""
     lines = ["| arm | " + " | ".join(f"H={h}" for h in periods) + " |", "|---|" + "---|" * len(periods)]
-    for arm in [*ONCE, *arms]:
+    for arm in [*once, *arms]:
         cells = []
         for h in periods:
-            run = arm if arm in ONCE else f"{arm}_h{h}"
+            run = arm if arm in once else f"{arm}_h{h}"
             vals = [r.get(run, {}).get(key) for r in results]
             known = [v for v in vals if v is not None]
             cells.append(f"{fmt(med(vals))} ({fmt(min(known)) if known else 'n/a'}–{fmt(max(known)) if known else 'n/a'})"
-                         if arm not in ONCE or h == periods[0] else "″")
+                         if arm not in once or h == periods[0] else "″")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -171,7 +184,8 @@ def main() -> None:
         arms_only["world"]["stop_at_target"] = False
         summary, _t, _r = simulate(arms_only, seed, emit)
         results.append(seed_figures(summary, target, duration, n_peers))
-    names = [a for a, _b, _s in arms]
+    names = [a for a, b, _s in arms if b != DDP]
+    once = (*ONCE, *(a for a, b, _s in arms if b == DDP))
     print(f"machine: {describe()}")
     print(f"scenario {args.scenario}, {n_peers} peers, D = {duration:g} s, each arm {args.length:g} D, seeds "
           f"{args.seeds}; median (range) over seeds")
@@ -179,7 +193,7 @@ def main() -> None:
                        ("final", "final loss / the single process's final loss"),
                        ("final_mean", "the peers' mean model: final loss / the single process's final loss"),
                        ("bytes_per_step", "bytes sent per peer per training step")):
-        print(f"\n{title}\n\n{table(results, periods, names, key)}")
+        print(f"\n{title}\n\n{table(results, periods, names, key, once)}")
     print("ratio: " + json.dumps({f"seed{s}": r for s, r in zip(seeds, results)}, default=str))
 
 

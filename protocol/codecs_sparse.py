@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -46,8 +47,8 @@ _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitio
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
 _TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
 _TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
-_EF_ROWS = 1 << 16  # indices an Elias-Fano piece codes or decodes at a time (a multiple of 8)
-_EF_BITS = 1 << 20  # high bits an Elias-Fano decode scans at a time
+_EF_ROWS = 1 << 20  # indices an Elias-Fano piece codes or decodes at a time (a multiple of 8)
+_EF_BITS = 1 << 22  # high bits an Elias-Fano decode scans at a time
 _ORDER_SAMPLE = 1 << 12  # entries of the candidates that bound the few to drop (see `_order_statistic`)
 
 
@@ -108,8 +109,10 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     found = 0
     for start in range(0, nbits, _EF_BITS):
         pos = np.flatnonzero(flags[start:start + _EF_BITS])
-        # the j-th set bit sits at (index_j >> low) + j
-        idx[found:found + pos.size] = ((pos + start) - np.arange(found, found + pos.size)) << low
+        # the j-th set bit sits at (index_j >> low) + j: written in place, no temporaries
+        high = idx[found:found + pos.size]
+        np.subtract(pos, np.arange(found - start, found - start + pos.size), out=high)
+        np.left_shift(high, low, out=high)
         found += pos.size
     for first in range(0, k, _EF_ROWS):
         rows = min(_EF_ROWS, k - first)
@@ -179,9 +182,18 @@ def _scan_step(n: int) -> int:
     return max(1, n if n <= _TOPK_ONE_PASS_MAX else _TOPK_CHUNK)
 
 
-def _magnitudes_at_or_above(v: np.ndarray, threshold: np.floating) -> list[np.ndarray]:
-    """The |v_i| >= threshold, NaN included, in index order, as one array per chunk scanned:
-    magnitudes only, so the candidates cost 4 bytes each and no index array."""
+class Candidates(NamedTuple):
+    """The entries of one chunk of a vector that passed a threshold: where (from `start`, as int32:
+    a chunk is far shorter than 2^31, a model need not be) and their magnitudes."""
+
+    start: int
+    positions: np.ndarray
+    magnitudes: np.ndarray
+
+
+def candidates_at_or_above(v: np.ndarray, threshold: np.floating) -> list[Candidates]:
+    """The entries with |v_i| >= threshold, NaN included, chunk by chunk in index order: 8 bytes
+    a candidate, and no temporary the size of v."""
     step = _scan_step(v.size)
     mags, passed = np.empty(step, np.float32), np.empty(step, bool)
     found = []
@@ -191,46 +203,37 @@ def _magnitudes_at_or_above(v: np.ndarray, threshold: np.floating) -> list[np.nd
         np.abs(chunk, out=m)
         np.less(m, threshold, out=keep)
         np.logical_not(keep, out=keep)  # NaN is never below: it passes
-        found.append(m[keep])
+        at = np.flatnonzero(keep)
+        found.append(Candidates(start, at.astype(np.int32), m.take(at)))
     return found
 
 
-def _select(v: np.ndarray, k: int, kth: np.floating, above: int) -> np.ndarray:
-    """Sorted positions of the |v_i| strictly above `kth` (`above` of them, NaN counted above a
-    number) and of the first k − above equal to it (NaN where `kth` is NaN), written into one array
-    of k a chunk at a time."""
+def _pick(pieces: list[Candidates], k: int, kth: np.floating, above: int) -> np.ndarray:
+    """Sorted positions of the candidates strictly above `kth` (`above` of them, NaN counted above
+    a number) and of the first k − above equal to it (NaN where `kth` is NaN)."""
     out = np.empty(k, np.int64)
     ties_left, filled = k - above, 0
-    step = _scan_step(v.size)
-    mags, keep, tie = np.empty(step, np.float32), np.empty(step, bool), np.empty(step, bool)
     nan_kth = bool(np.isnan(kth))
-    for start in range(0, v.size, step):
-        chunk = v[start:start + step]
-        m, kp, tp = mags[:chunk.size], keep[:chunk.size], tie[:chunk.size]
-        np.abs(chunk, out=m)
-        if nan_kth:
-            kp[:] = False
-        else:
-            np.less_equal(m, kth, out=kp)
-            np.logical_not(kp, out=kp)  # strictly above, NaN included
-        if ties_left > 0:
-            np.isnan(m, out=tp) if nan_kth else np.equal(m, kth, out=tp)
-            first = np.flatnonzero(tp)[:ties_left]
-            kp[first] = True
-            ties_left -= first.size
-        chosen = np.flatnonzero(kp)
+    for piece in pieces:
+        m = piece.magnitudes
+        chosen = np.flatnonzero(np.isnan(m) if nan_kth else ~(m < kth))  # at or above, NaN included
+        tied = np.arange(chosen.size) if nan_kth else np.flatnonzero(m[chosen] == kth)
+        if tied.size > ties_left:  # ties past the k-th: the lowest positions keep theirs
+            chosen = np.delete(chosen, tied[ties_left:])
+            tied = tied[:ties_left]
+        ties_left -= tied.size
         if filled + chosen.size > k:
-            raise AssertionError("top-k selected more than k entries")  # kth and above disagree: a bug
-        out[filled:filled + chosen.size] = chosen + start
+            raise AssertionError("top-k picked more than k entries")  # kth and above disagree: a bug
+        out[filled:filled + chosen.size] = piece.positions[chosen] + np.int64(piece.start)
         filled += chosen.size
     if filled != k:
-        raise AssertionError(f"top-k selected {filled} of {k} entries")
+        raise AssertionError(f"top-k picked {filled} of {k} entries")
     return out
 
 
-def topk_candidates(v: np.ndarray, k: int) -> list[np.ndarray] | None:
-    """The magnitudes of a set of entries holding every one of the k largest |v_i| (one array per
-    chunk scanned), or None (select over all).
+def topk_candidates(v: np.ndarray, k: int) -> list[Candidates] | None:
+    """A set of entries holding every one of the k largest |v_i| (`Candidates` per chunk
+    scanned), or None (select over all).
 
     The threshold is the r-th largest of a strided sample, r set `_TOPK_MARGIN_SIGMAS`
     binomial sigmas above the sample's share of k, so that on most data slightly more than
@@ -248,29 +251,26 @@ def topk_candidates(v: np.ndarray, k: int) -> list[np.ndarray] | None:
     threshold = np.partition(sample, sample.size - rank)[sample.size - rank]
     if np.isnan(threshold):
         return None
-    candidates = _magnitudes_at_or_above(v, threshold)
-    return candidates if sum(c.size for c in candidates) >= k else None
+    candidates = candidates_at_or_above(v, threshold)
+    return candidates if sum(c.positions.size for c in candidates) >= k else None
 
 
 def topk_indices(v: np.ndarray, k: int) -> np.ndarray:
     """Sorted int64 indices of the k largest |v_i|: ties to the lowest indices, NaN largest.
 
-    The k-th largest magnitude is found among the candidates' magnitudes, then one more pass
-    over v picks the entries above it and the first ties: besides the k indices returned, what
-    is allocated is the candidates' magnitudes (about k floats) and a chunk's scratch, not a
-    vector's worth of magnitudes, masks and candidate indices."""
+    The k-th largest magnitude is found among the candidates' magnitudes and the entries are
+    picked from the candidates: besides the k indices returned, what is allocated is 8 bytes a
+    candidate (about k of them) and a chunk's scratch, not a vector's worth of magnitudes, masks
+    and indices. Where the sampled threshold fails, every entry is a candidate."""
     if k == v.size:
         return np.arange(k, dtype=np.int64)
     if k == 0:
         return np.zeros(0, np.int64)
-    pieces = topk_candidates(v, k)
-    if pieces is None:
-        pieces = [np.abs(v)]
-    total = sum(p.size for p in pieces)
-    kth = _order_statistic(pieces, total - k)
-    above = 0 if np.isnan(kth) else sum(int(np.count_nonzero(~(p <= kth))) for p in pieces)
-    del pieces
-    return _select(v, k, kth, above)
+    pieces = topk_candidates(v, k) or candidates_at_or_above(v, np.float32(0.0))
+    magnitudes = [p.magnitudes for p in pieces]
+    kth = _order_statistic(magnitudes, sum(m.size for m in magnitudes) - k)
+    above = 0 if np.isnan(kth) else sum(int(np.count_nonzero(~(m <= kth))) for m in magnitudes)
+    return _pick(pieces, k, kth, above)
 
 
 def _canonical_fraction(text: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol.codecs_sparse import TOPK_SAMPLED_MIN, _order_statistic, _select
+from protocol.codecs_sparse import TOPK_SAMPLED_MIN, _order_statistic, _pick, candidates_at_or_above
 
 
 def data(kind: str, n: int, seed: int) -> np.ndarray:
@@ -54,4 +54,4 @@ def test_select_keeps_the_positions_above_the_cut_and_the_first_ties(kind: str) 
             keep[np.flatnonzero(a == kth)[: k - int(np.count_nonzero(keep))]] = True
             want = np.flatnonzero(keep)
         above = 0 if np.isnan(kth) else int(np.count_nonzero(~(a <= kth)))
-        np.testing.assert_array_equal(_select(signed, k, kth, above), want)
+        np.testing.assert_array_equal(_pick(candidates_at_or_above(signed, np.float32(0.0)), k, kth, above), want)

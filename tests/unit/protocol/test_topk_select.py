@@ -169,6 +169,8 @@ def test_chunked_scan_selects_exactly_across_chunk_boundaries(chunk: int, monkey
     check(v, 3, sampled=True)
     levels = np.random.default_rng(12).integers(-3, 4, n).astype(np.float32)
     check(levels, n // 10)
-    passed = codecs_sparse._magnitudes_at_or_above(v, np.float32(1.5))
-    assert len(passed) == -(-n // chunk)  # one array per chunk scanned
-    np.testing.assert_array_equal(np.concatenate(passed), np.abs(v)[~(np.abs(v) < 1.5)])
+    passed = codecs_sparse.candidates_at_or_above(v, np.float32(1.5))
+    assert len(passed) == -(-n // chunk)  # one piece per chunk scanned
+    want = np.flatnonzero(~(np.abs(v) < 1.5))
+    np.testing.assert_array_equal(np.concatenate([p.positions + p.start for p in passed]), want)
+    np.testing.assert_array_equal(np.concatenate([p.magnitudes for p in passed]), np.abs(v)[want])

@@ -12,7 +12,12 @@ It prints, per size:
 - what our node holds, in fp32 copies of the model (4 bytes a parameter): a census of every
   tensor storage and byte string reachable from the node, each counted once — the persistent
   cost — and the process's peak RSS turned into the same units after taking out the trainers'
-  own parameters and the partners' holdings (an estimate of our node's peak, temporaries included);
+  own parameters and the partners' holdings (an estimate that also carries the partners'
+  temporaries);
+- the temporaries of each of our stages (the rise of resident memory above its start, in a child
+  whose large blocks are given back when freed), and from them our node's peak: what it holds,
+  the parameter copy the boundary hands the worker, and the largest stage's temporaries (the
+  worker runs one stage at a time); the extrapolation uses this one;
 - the bytes our node sends and receives per period.
 
 Each set of runs is made again with every other `--copy-dtypes` precision (the control: float32
@@ -143,6 +148,15 @@ def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def node_peak_from_parts(row: dict[str, Any]) -> float | None:
+    """What a node holds plus the boundary's parameter copy plus the largest temporaries of one
+    worker stage, in copies; None where the stages' temporaries could not be measured."""
+    stages = row["stage_peaks"]
+    if "boundary" not in stages or len(stages) < 2:
+        return None
+    return row["census_copies"] + stages["boundary"] + max(v for k, v in stages.items() if k != "boundary")
+
+
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares a + b·x (a = 0, b = the mean ratio, when there is one point)."""
     if len(xs) == 1:
@@ -195,8 +209,14 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
         per_neighbour = float(np.mean([(at[n, hi]["census_copies"] - at[n, low]["census_copies"]) / (hi - low)
                                        for n in both]))
     persistent = at[sizes[-1], low]["census_copies"]
-    # the largest size, where the allocator's fixed part matters least; never below what the census counts
-    peak = max(at[sizes[-1], low]["peak_copies"], persistent)
+    # the largest size, where the allocator's fixed part matters least; never below what the census counts.
+    # From its parts where the stages' temporaries were measured: what the node holds, the parameter
+    # copy the boundary hands the worker, and the largest temporaries of one worker stage (they run
+    # one at a time). The RSS estimate also carries the partners' own temporaries.
+    parts = node_peak_from_parts(at[sizes[-1], low])
+    peak = max(parts if parts is not None else at[sizes[-1], low]["peak_copies"], persistent)
+    print(f"| node's peak from its parts ({low} neighbours): held + the boundary's copy + the largest stage's "
+          f"temporaries | " + " | ".join(f"{node_peak_from_parts(at[n, low]) or float('nan'):.2f}" for n in sizes) + " |")
     print(f"\nfit over {', '.join(f'{n / 1e6:g}M' for n in sizes)}: CPU per period = {a:.3f} s + {b * 1e9:.1f} ns × n; "
           f"at {sizes[-1] / 1e6:g}M the node holds {persistent:.2f} copies with {low} neighbours (peak ~{peak:.1f}), "
           f"{per_neighbour:.2f} more per further neighbour")

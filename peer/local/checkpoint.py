@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import load_file
+
+from peer.local.tensor_file import byte_view, write_safetensors
+from protocol.finite import all_finite
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 AVERAGE_PREFIX = "average."
@@ -47,13 +50,15 @@ def digest(tensors: dict[str, torch.Tensor], meta_json: str) -> str:
     for name in sorted(tensors):
         t = tensors[name]
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():
+            h.update(memoryview(byte_view(t.contiguous())))  # read in place: no copy of the tensor
     return h.hexdigest()
 
 
 def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
-    """Names of floating tensors holding NaN or ±inf."""
-    return [k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    """Names of floating tensors holding NaN or ±inf (tested a piece at a time, no mask the size
+    of a tensor)."""
+    return [k for k, t in tensors.items() if t.is_floating_point() and not all_finite(t)]
 
 
 def save_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
@@ -72,10 +77,10 @@ def save_checkpoint(directory: str | Path, tensors: dict[str, torch.Tensor], met
     if bad:
         raise CheckpointError(f"refusing to save a checkpoint with non-finite values in {bad[:3]}")
     meta_json = json.dumps(meta, sort_keys=True)
-    data = save(contiguous, metadata={_META_KEY: meta_json, _DIGEST_KEY: digest(contiguous, meta_json)})
+    metadata = {_META_KEY: meta_json, _DIGEST_KEY: digest(contiguous, meta_json)}
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write_safetensors(f, contiguous, metadata)  # from the tensors' memory: no copy of the state
             f.flush()
             os.fsync(f.fileno())
         for age in range(keep - 1, 0, -1):  # shift older ones down; each rename is atomic

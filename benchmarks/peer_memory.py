@@ -9,7 +9,8 @@ weights run alone too): its peak RSS then is the control. Its peak is reset (Lin
 `/proc/PID/clear_refs`), a second peer starts with `--peer` at it, adopts its state and both mix;
 once both have mixed (its peak while the second joined), reset again, `--gossip` seconds more
 (its peak while both gossip). Printed: each phase's peak (VmHWM) over the control's, in float32
-copies of the model (4 bytes a parameter), and the joiner's own peak. The
+copies of the model (4 bytes a parameter), and the joiner's own peak. Neither peer writes a
+periodic checkpoint during the run (its own spike, not gossip's). The
 issue's target: one neighbour adds at most 2 copies to a peer's peak. Results in
 docs/performance.md.
 """
@@ -29,6 +30,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkou
 from machine import describe  # noqa: E402
 
 GIB = 2**30
+NO_PERIODIC_CHECKPOINT_S = 10**6
+"""`--checkpoint-every` for both peers: a periodic checkpoint (every 300 s by default) holds the
+trainer's state and the averaged weights while it is written, a spike of its own that would land
+in whichever phase its timer hits, alone or gossiping."""
 
 
 def peak_bytes(pid: int) -> int:
@@ -59,7 +64,11 @@ def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: f
     from joiner_first_mix import first_peer, metric_total, peer_args
     from tests.integration.peers import PeerProcess
 
-    args = peer_args(tmp, f"peer-memory-{int(time.time())}", preset)
+    base = peer_args(tmp, f"peer-memory-{int(time.time())}", preset)
+
+    def args(name: str, *extra: str) -> list[str]:  # no periodic checkpoint: see the module docstring
+        return base(name, "--checkpoint-every", str(NO_PERIODIC_CHECKPOINT_S), *extra)
+
     a = first_peer(args, tmp, after_step)
     b = None
     try:

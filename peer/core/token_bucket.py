@@ -2,7 +2,8 @@
 
 Pure: every call is given the time. Used for snapshots in answers (`peer.core.snapshots`), and for
 exchanges (`peer.net.http_guard`): those that spend no ticket of ours, and the work of every
-exchange per key and per address. Keys are any strings: an address, or a peer id.
+exchange per key and per address. Keys are any strings: an address, or a peer id; `BlockBuckets`
+keeps an address's budget beside its IPv6 block's (`peer.core.budget_key.Blocks`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from peer.core.budget_key import Blocks
 
 
 @dataclass
@@ -84,3 +87,40 @@ class AddressBuckets:
 
     def __len__(self) -> int:
         return len(self._by_address)
+
+
+class BlockBuckets:
+    """`AddressBuckets` per budget key, and beside them per IPv6 block (`Blocks`) at `share` times
+    the rate and burst: a request passes only where both have room, and is charged to both, so
+    the /64s of one allocation together get `share` /64s' budgets. Both maps are bounded alike;
+    a key with no block (IPv4, "?") has its own bucket alone."""
+
+    def __init__(self, rate: float, burst: float, max_addresses: int, blocks: Blocks) -> None:
+        self.blocks = blocks
+        self.addresses = AddressBuckets(rate, burst, max_addresses)
+        self.wide = AddressBuckets(rate * blocks.share, burst * blocks.share, max_addresses)
+        """One bucket per block."""
+
+    def _levels(self, address: str) -> list[tuple[AddressBuckets, str]]:
+        block = self.blocks.of(address)
+        return [(self.addresses, address)] + ([(self.wide, block)] if block is not None else [])
+
+    def has(self, address: str, now: float) -> bool:
+        """Whether `address` and its block each have a token left (taking none)."""
+        return all(buckets.has(key, now) for buckets, key in self._levels(address))
+
+    def take(self, address: str, now: float, cost: float = 1.0) -> bool:
+        """Take `cost` from `address` and its block if each has a whole token (`TokenBucket.take`)."""
+        if not self.has(address, now):
+            return False
+        self.charge(address, now, cost)
+        return True
+
+    def wait(self, address: str, now: float) -> float:
+        """Seconds from `now` until `address` and its block each have a whole token again."""
+        return max(buckets.wait(key, now) for buckets, key in self._levels(address))
+
+    def charge(self, address: str, now: float, cost: float) -> None:
+        """Take `cost` from `address` and its block whatever they have left (`TokenBucket.charge`)."""
+        for buckets, key in self._levels(address):
+            buckets.charge(key, now, cost)

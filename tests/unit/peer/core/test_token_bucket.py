@@ -1,10 +1,12 @@
-"""Token buckets: exact refills, a bound on the addresses remembered."""
+"""Token buckets: exact refills, a bound on the addresses remembered, an address's bucket kept beside
+its IPv6 block's."""
 
 from __future__ import annotations
 
 import pytest
 
-from peer.core.token_bucket import AddressBuckets, TokenBucket
+from peer.core.budget_key import Blocks, budget_key
+from peer.core.token_bucket import AddressBuckets, BlockBuckets, TokenBucket
 
 
 def test_a_bucket_refills_at_its_rate_up_to_its_burst() -> None:
@@ -39,3 +41,15 @@ def test_the_least_recently_used_address_is_forgotten_past_the_bound() -> None:
 def test_nonsense_settings_are_refused(args) -> None:
     with pytest.raises(ValueError):
         AddressBuckets(*args)
+
+
+def test_block_buckets_pass_where_the_address_and_its_block_both_have_room() -> None:
+    buckets = BlockBuckets(rate=1.0, burst=2, max_addresses=3, blocks=Blocks(48, 2))
+    a, b, c = (budget_key(f"2001:db8:1:{i}::1") for i in (1, 2, 3))  # one /48, its burst 4
+    assert [buckets.take(a, 0.0) for _ in range(3)] == [True, True, False]  # a's own burst
+    assert buckets.take(b, 0.0) and buckets.take(b, 0.0)  # the /48's 4 spent
+    assert not buckets.has(c, 0.0) and buckets.wait(c, 0.0) == 0.5  # c's own bucket is full; the /48 refills at 2/s
+    assert buckets.take("203.0.113.7", 0.0) and buckets.take(budget_key("2001:db8:2::1"), 0.0)  # no block; another
+    for i in range(10):  # both maps stay bounded
+        buckets.take(budget_key(f"2001:db8:{i + 10:x}::1"), 0.0)
+    assert len(buckets.addresses) == 3 and len(buckets.wide) == 3

@@ -3,13 +3,15 @@
 Timeouts, cadences and joining are the session's (`peer.core.config.SessionConfig`), shared
 with simnet; only what exists for real sockets lives here. A remote address, in the limits per
 address below, is an IPv4 address or an IPv6 /64 (`peer.core.budget_key`): one IPv6 host
-commonly holds a whole /64.
+commonly holds a whole /64. The limits strangers can flood are also kept per wider IPv6 block
+(`ipv6_block_prefix`), at `ipv6_block_share` /64s' worth.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from peer.core.budget_key import Blocks
 from peer.net.discovery import parse_address
 
 
@@ -103,6 +105,15 @@ class NetConfig:
     once), past which accepting pauses until half of that is back: each wakes the event loop,
     which then takes the interpreter lock from training. New connections wait in the kernel
     meanwhile (a newcomer's connect is retried); connections already held go on. `inf`: never."""
+    ipv6_block_prefix: int = 48
+    """The IPv6 block (a /48: a site's allocation, and a home's /56 within it) whose /64s share
+    budgets beside their own: refusals and benching, stranger exchanges, address work, full
+    states, open requests and connections (`peer.core.budget_key.Blocks`). One allocation is
+    65,536 /64s, each otherwise budgeted as one address. 64 keeps no block budgets."""
+    ipv6_block_share: int = 4
+    """Each block's budgets, in /64s' (or IPv4 addresses') budgets: a flood from one block gets
+    this many addresses' worth however many /64s it speaks from, while a site with a few honest
+    hosts (each of which may itself be a few peers) still fits."""
 
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
@@ -135,4 +146,9 @@ class NetConfig:
                              f"{self.refusal_burst} and {self.refusal_strikes}")
         if not (self.body_read_timeout_s > 0 and self.state_every_s >= 0):
             raise ValueError("body_read_timeout_s must be > 0 and state_every_s >= 0")
+        self.blocks()  # validates the block settings
+
+    def blocks(self) -> Blocks:
+        """The IPv6 blocks budgeted beside their /64s."""
+        return Blocks(self.ipv6_block_prefix, self.ipv6_block_share)
 

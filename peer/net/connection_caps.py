@@ -1,7 +1,9 @@
 """How many connections the server holds open: per remote address, in all, and a reserve.
 
 An address here is a budget key (`peer.core.budget_key`): an IPv4 address, or an IPv6 /64,
-which one host commonly holds whole.
+which one host commonly holds whole. An IPv6 block (`NetConfig.ipv6_block_prefix`, a /48: one
+site's allocation, 65,536 /64s) holds at most `ipv6_block_share` /64s' connections together, or
+one allocation would fill every slot and the reserve from fresh /64s.
 
 One global cap alone let one address take every slot: 128 idle sockets from it, reopened as
 they closed, kept the status page, `gossip-tts status` and newcomers out while pooled peers went
@@ -25,9 +27,10 @@ import struct
 
 from aiohttp import web
 
-from peer.core.budget_key import budget_key
+from peer.core.budget_key import NO_BLOCKS, Blocks, budget_key
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
+from peer.net.http_guard import count_down
 from peer.net.refusal_bench import RefusalBench
 
 log = logging.getLogger(__name__)
@@ -40,28 +43,38 @@ ACCEPT_RETRY_S = 1.0
 class ConnectionCaps:
     """Open connections by address; `admit` says whether one more from an address may be held."""
 
-    def __init__(self, max_connections: int, per_address: int, reserved: int) -> None:
+    def __init__(self, max_connections: int, per_address: int, reserved: int, blocks: Blocks = NO_BLOCKS) -> None:
+        """`blocks`: IPv6 blocks that hold at most `blocks.share` times `per_address` together."""
         self.max_connections, self.per_address, self.reserved = max_connections, per_address, reserved
+        self.blocks = blocks
         self.open: dict[str, int] = {}
         """Connections held per address; an address with none has no entry."""
+        self.open_blocks: dict[str, int] = {}
+        """Connections held per IPv6 block; a block with none has no entry."""
         self.total = 0
 
     def admit(self, address: str) -> bool:
-        """Count one more connection from `address` if the caps allow it."""
+        """Count one more connection from `address` if the caps allow it. The reserve is for an address
+        that holds none, within its block's cap, so one block takes it only up to that cap."""
         held = self.open.get(address, 0)
         room = self.max_connections + (self.reserved if held == 0 else 0)
         if held >= self.per_address or self.total >= room:
             return False
+        block = self.blocks.of(address)
+        if block is not None:
+            in_block = self.open_blocks.get(block, 0)
+            if in_block >= self.per_address * self.blocks.share:
+                return False
+            self.open_blocks[block] = in_block + 1
         self.open[address], self.total = held + 1, self.total + 1
         return True
 
     def release(self, address: str) -> None:
         """A connection `admit` counted has closed."""
-        left = self.open.get(address, 0) - 1
-        if left > 0:
-            self.open[address] = left
-        else:
-            self.open.pop(address, None)
+        count_down(self.open, address)
+        block = self.blocks.of(address)
+        if block is not None:
+            count_down(self.open_blocks, block)
         self.total -= 1
 
 
@@ -72,7 +85,8 @@ class CappedSite(web.TCPSite):
     def __init__(self, runner: web.AppRunner, host: str, port: int, *, cfg: NetConfig, metrics: Metrics,
                  bench: RefusalBench | None = None) -> None:
         super().__init__(runner, host, port)
-        self.caps = ConnectionCaps(cfg.max_connections, cfg.max_connections_per_address, cfg.reserved_connections)
+        self.caps = ConnectionCaps(cfg.max_connections, cfg.max_connections_per_address, cfg.reserved_connections,
+                                   cfg.blocks())
         self.metrics = metrics
         self.bench = bench if bench is not None else RefusalBench(math.inf, 1)
         self._listening: list[socket.socket] = []

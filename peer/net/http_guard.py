@@ -10,7 +10,10 @@ connections pile up, and a stranger can make us sign and stream full snapshots i
 Limits per address (`max_requests_per_address`, `state_every_s`, and a token bucket for
 exchanges that spend no ticket of ours: `stranger_exchanges_per_s`) keep one address from
 taking the peer's whole share; limits in all (`max_connections`, the body budget, the node
-worker's queue in `peer.net.node_worker`) hold however many addresses there are. Refusals are
+worker's queue in `peer.net.node_worker`) hold however many addresses there are. Each of these
+per-address limits is also kept per IPv6 block (`NetConfig.ipv6_block_prefix`, a /48), at
+`ipv6_block_share` times a /64's: one allocation is 65,536 /64s, and a flood spread over them
+gets that many addresses' budgets otherwise (`peer.core.budget_key.Blocks`). Refusals are
 counted by reason (`http_refused_total{reason=...}`), and every answer by status
 (`http_responses_total{code=...}`), malformed HTTP included.
 """
@@ -30,7 +33,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from peer.core.budget_key import budget_key
 from peer.core.ingest import HEAD_BYTES, bundle_sender, exchange_work
-from peer.core.token_bucket import AddressBuckets
+from peer.core.token_bucket import AddressBuckets, BlockBuckets
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.refusal_bench import RefusalBench
@@ -78,11 +81,13 @@ class RequestGuard:
         """Body bytes held at once by all requests together (received, not merely declared)."""
         self.held = 0
         self._open: dict[str, int] = {}
-        """Requests open per address; an address with none has no entry (refusals add none)."""
+        """Requests open per address, and per IPv6 block; one with none has no entry (refusals add none)."""
+        self.blocks = blocks = cfg.blocks()
         state_rate = 1.0 / cfg.state_every_s if cfg.state_every_s > 0 else math.inf
-        self._states = AddressBuckets(state_rate, 1, MAX_GUARDED_ADDRESSES)
-        self._strangers = AddressBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_GUARDED_ADDRESSES)
-        self._address_work = AddressBuckets(cfg.address_work_per_s, cfg.address_work_burst, MAX_GUARDED_ADDRESSES)
+        self._states = BlockBuckets(state_rate, 1, MAX_GUARDED_ADDRESSES, blocks)
+        self._strangers = BlockBuckets(cfg.stranger_exchanges_per_s, cfg.stranger_exchange_burst, MAX_GUARDED_ADDRESSES,
+                                       blocks)
+        self._address_work = BlockBuckets(cfg.address_work_per_s, cfg.address_work_burst, MAX_GUARDED_ADDRESSES, blocks)
         self._key_work = AddressBuckets(cfg.key_work_per_s, cfg.key_work_burst, MAX_GUARDED_ADDRESSES)
 
     def _refuse(self, status: int, reason: str, text: str, retry_after_s: float | None = None) -> web.Response:
@@ -117,9 +122,12 @@ class RequestGuard:
         declared = request.content_length
         if declared is not None and declared > self.max_body_bytes:
             return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
-        if self._open.get(remote, 0) >= self.cfg.max_requests_per_address:
-            return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per address",
-                                1.0)
+        block = self.blocks.of(remote)
+        if self._open.get(remote, 0) >= self.cfg.max_requests_per_address or (
+                block is not None and self._open.get(block, 0) >= self.cfg.max_requests_per_address * self.blocks.share):
+            return self._refuse(429, "too_many_open", f"at most {self.cfg.max_requests_per_address} open requests per "
+                                f"address, {self.cfg.max_requests_per_address * self.blocks.share} per IPv6 "
+                                f"/{self.blocks.prefix}", 1.0)
         if request.path == "/v1/state" and request.method in ("GET", "HEAD") and not self._states.take(remote, self.clock()):
             return self._refuse(429, "state_rate", f"one /v1/state per {self.cfg.state_every_s:g} s per address",
                                 self._states.wait(remote, self.clock()))
@@ -131,7 +139,9 @@ class RequestGuard:
             return self._refuse(429, "address_work", f"exchanges from one address may cost at most "
                                 f"{self.cfg.address_work_per_s:g} applied updates' work a second",
                                 self._address_work.wait(remote, self.clock()))
-        self._open[remote] = self._open.get(remote, 0) + 1
+        opened = [remote] + ([block] if block is not None else [])  # a /64 and a block never share a key
+        for key in opened:
+            self._open[key] = self._open.get(key, 0) + 1
         held = [0]
         try:
             if request.body_exists:
@@ -147,7 +157,8 @@ class RequestGuard:
             return response
         finally:
             self.held -= held[0]
-            count_down(self._open, remote)
+            for key in opened:
+                count_down(self._open, key)
 
     def _key_refusal(self, head: bytearray) -> web.Response | None:
         """A 429 where the key a body's first bytes name (`peer.core.ingest.bundle_sender`) is out of

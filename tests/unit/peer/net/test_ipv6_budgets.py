@@ -35,8 +35,9 @@ def one_64(n: int) -> list[str]:
 
 
 def many_64s(n: int) -> list[str]:
-    """`n` addresses, each of its own /64."""
-    return [f"2001:db8:1:{i:x}::1" for i in range(1, n + 1)]
+    """`n` addresses, each of its own /64, in /48s of their own (test_ipv6_blocks: /64s of one /48
+    share its budgets too)."""
+    return [f"2001:db8:{i:x}::1" for i in range(1, n + 1)]
 
 
 def guard(bench: RefusalBench | None = None, **cfg: float) -> RequestGuard:

@@ -24,7 +24,8 @@ One IPv6 allocation (a /48) is 65,536 such addresses, so each /64's block (`NetC
 is also an address here, with `ipv6_block_share` times a /64's burst, rate and strikes, and the
 same rules: every refusal counts against both, and a /64 is benched while either is. A flood
 from all of a /48 gets the block's strikes once, then about one request each time the block's
-bench ends, as one address with a few times the budget would.
+bench ends, as one address with a few times the budget would; the /64s of a /48 share its
+bench, as the hosts of one /64 share theirs.
 
 Turning a connection away is cheaper than answering it, but each still wakes the event loop,
 which then takes the interpreter lock from training: a flood of ~1,300 connections a second

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 
 IPV6_BUDGET_PREFIX = 64
 """The IPv6 prefix one budget covers: the block one host is commonly assigned."""
+IPV6_SITE_PREFIX = 48
+"""The IPv6 block a site is commonly assigned (a home's /56 lies in one): the default block of the
+per-block budgets (`NetConfig.ipv6_block_prefix`) and an IPv6 address's subnet where choices are
+spread (`peer.core.diversity.subnet_of`), as an IPv4 address's /24 is."""
 
 
 def budget_key(address: str) -> str:

@@ -48,7 +48,7 @@ class PartnerConfig:
     """Partners on one host (IP) while partners elsewhere can be found: one machine's many
     listeners fill the rest of the slots only when nobody else is there."""
     per_subnet: int = 4
-    """As `per_host`, per /24 (IPv4) or /64 (IPv6)."""
+    """As `per_host`, per /24 (IPv4) or /48 (IPv6; `peer.core.diversity.subnet_of`)."""
     barren_answers: int = 3
     """Consecutive answers that owed news and carried nothing after which a partner is replaced
     like a failed one, and taken again only when we have no partner at all: a prompt but useless

@@ -1,10 +1,10 @@
 """Where peers live, as far as spreading our choices goes: their host and their subnet.
 
 Keys are free to make and listeners cheap to run, but addresses are not: one machine running
-many listeners shares one IP, and a rented block shares a /24 (an IPv6 site a /64). So the
-choices a stranger could otherwise fill with many identities of one machine (our partners, the
-peers our hello names) are spread over hosts and subnets first, as libp2p caps peers per IP
-and GossipSub's mesh spreads them. A host given by name (simnet's, a DNS name) is its own subnet.
+many listeners shares one IP (an IPv6 host a /64), and a rented block shares a /24 (an IPv6 site
+a /48). So the choices a stranger could otherwise fill with many identities of one machine (our
+partners, the peers our hello names) are spread over hosts and subnets first, as libp2p caps
+peers per IP and GossipSub's mesh spreads them. A host given by name (simnet's, a DNS name) is its own subnet.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from peer.core.addresses import PeerInfo, parse_address
-from peer.core.budget_key import budget_key
+from peer.core.budget_key import IPV6_SITE_PREFIX, budget_key
 
 T = TypeVar("T", str, PeerInfo)
 
@@ -27,13 +27,14 @@ def host_of(address: str) -> str:
 
 
 def subnet_of(address: str) -> str:
-    """An IPv4 address's /24, an IPv6 address's /64, a host name itself."""
+    """An IPv4 address's /24, an IPv6 address's /48 (a site's allocation, 65,536 /64s: as a rented
+    IPv4 block shares a /24), a host name itself."""
     host = host_of(address)
     try:
-        ip = ipaddress.ip_address(host)
+        net = ipaddress.ip_network(host, strict=False)
     except ValueError:
         return host
-    return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 64}", strict=False))
+    return str(net.supernet(new_prefix=24 if net.version == 4 else IPV6_SITE_PREFIX))
 
 
 def _address(item: str | PeerInfo) -> str:

@@ -49,7 +49,7 @@ class NeighbourConfig:
     """Peers on one host (IP) that one hello of ours names: many listeners on one machine that
     answer us are not handed on to the swarm as many peers."""
     hello_per_subnet: int = 8
-    """As `hello_per_host`, per /24 (IPv4) or /64 (IPv6)."""
+    """As `hello_per_host`, per /24 (IPv4) or /48 (IPv6; `peer.core.diversity.subnet_of`)."""
 
     def __post_init__(self) -> None:
         if self.max_peers < 1:

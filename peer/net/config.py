@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer.core.budget_key import Blocks
+from peer.core.budget_key import IPV6_SITE_PREFIX, Blocks
 from peer.net.discovery import parse_address
 
 
@@ -105,7 +105,7 @@ class NetConfig:
     once), past which accepting pauses until half of that is back: each wakes the event loop,
     which then takes the interpreter lock from training. New connections wait in the kernel
     meanwhile (a newcomer's connect is retried); connections already held go on. `inf`: never."""
-    ipv6_block_prefix: int = 48
+    ipv6_block_prefix: int = IPV6_SITE_PREFIX
     """The IPv6 block (a /48: a site's allocation, and a home's /56 within it) whose /64s share
     budgets beside their own: refusals and benching, stranger exchanges, address work, full
     states, open requests and connections (`peer.core.budget_key.Blocks`). One allocation is

@@ -179,36 +179,32 @@ class Int8Codec(CodecBase):
                 "s": (np.dtype(np.float32), -(-numel // self.block))}
 
     def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-        """Block scales and codes, written a piece of whole blocks at a time into the two arrays
-        sent: the float32 temporaries of a pass are a piece's, not the vector's (at a dense
+        """Block scales and codes, a piece of whole blocks at a time, each written into the two
+        arrays sent: the float32 temporaries of a pass are a piece's, not the vector's (at a dense
         publish of a large model they were three copies of it)."""
         n, b = v.size, self.block
-        nblocks = -(-n // b)
-        q, scale = np.empty(n, np.int8), np.empty(nblocks, np.float32)
-        source = torch.from_numpy(v)
         step = max(1, _INT8_PIECE // b) * b
+        source = torch.from_numpy(v)
+        if n <= step:
+            q, scale = self._pack_piece(source)
+            return {"q": q, "s": scale}
+        q, scale = np.empty(n, np.int8), np.empty(-(-n // b), np.float32)
         for start in range(0, n, step):
-            piece = source[start:start + step]
-            whole = piece.numel() // b * b
-            lo = start // b
-            if whole:
-                self._pack_blocks(piece[:whole].view(-1, b), q[start:start + whole],
-                                  scale[lo:lo + whole // b])
-            if whole < piece.numel():  # the last, partial block: zero-padded, as a full one
-                tail = torch.nn.functional.pad(piece[whole:], (0, b - (piece.numel() - whole)))
-                codes = np.empty(b, np.int8)
-                self._pack_blocks(tail.view(1, b), codes, scale[nblocks - 1:])
-                q[start + whole:] = codes[:piece.numel() - whole]
+            codes, scales = self._pack_piece(source[start:start + step])
+            q[start:start + codes.size] = codes
+            scale[start // b:start // b + scales.size] = scales
         return {"q": q, "s": scale}
 
-    @staticmethod
-    def _pack_blocks(blocks: torch.Tensor, q_out: np.ndarray, scale_out: np.ndarray) -> None:
-        """Scales (max |x| / 127) and codes (x / scale, rounded half to even) of whole blocks."""
-        scale = blocks.abs().amax(dim=1) / 127.0
+    def _pack_piece(self, piece: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, scales) of a piece that starts on a block: scale = max |x| / 127 per block,
+        code = x / scale rounded half to even; a partial last block is zero-padded, as a full one."""
+        n, b = piece.numel(), self.block
+        nblocks = -(-n // b)
+        blocks = torch.nn.functional.pad(piece, (0, nblocks * b - n)).view(nblocks, b)
+        scale = blocks.abs().amax(dim=1) / 127.0 if n else torch.zeros(0)
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        codes = torch.round(blocks / safe[:, None]).clamp_(-127, 127).to(torch.int8)
-        q_out[:] = codes.view(-1).numpy()
-        scale_out[:] = scale.numpy()
+        q = torch.round(blocks / safe[:, None]).clamp_(-127, 127).to(torch.int8)  # half to even
+        return q.view(-1)[:n].numpy().copy(), scale.numpy()
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         q, s = packed["q"], packed["s"]

@@ -231,6 +231,18 @@ def _pick(pieces: list[Candidates], k: int, kth: np.floating, above: int) -> np.
     return out
 
 
+def _select_largest(mags: np.ndarray, k: int) -> np.ndarray:
+    """Sorted int64 positions of the k largest of `mags` (0 < k < size) in one pass over all of
+    them; ties to the lowest positions, NaN above every number."""
+    kth = np.partition(mags, mags.size - k)[mags.size - k]
+    if np.isnan(kth):  # k or more NaNs: the first k of them
+        return np.flatnonzero(np.isnan(mags))[:k]
+    keep = ~(mags <= kth)  # strictly above the k-th value, NaN included
+    ties = np.flatnonzero(mags == kth)
+    keep[ties[:k - int(np.count_nonzero(keep))]] = True
+    return np.flatnonzero(keep)
+
+
 def topk_candidates(v: np.ndarray, k: int) -> list[Candidates] | None:
     """A set of entries holding every one of the k largest |v_i| (`Candidates` per chunk
     scanned), or None (select over all).
@@ -266,6 +278,8 @@ def topk_indices(v: np.ndarray, k: int) -> np.ndarray:
         return np.arange(k, dtype=np.int64)
     if k == 0:
         return np.zeros(0, np.int64)
+    if v.size < TOPK_SAMPLED_MIN:  # short: one partition of all, the fewest numpy calls
+        return _select_largest(np.abs(v), k)
     pieces = topk_candidates(v, k) or candidates_at_or_above(v, np.float32(0.0))
     magnitudes = [p.magnitudes for p in pieces]
     kth = _order_statistic(magnitudes, sum(m.size for m in magnitudes) - k)

@@ -21,10 +21,14 @@ _PIECE = 1 << 18
 
 def all_finite(x: torch.Tensor) -> bool:
     """Whether no entry of `x` is NaN or infinite (integer tensors always are finite)."""
+    if x.numel() <= _PIECE:
+        if x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES:
+            return bool(np.isfinite(x.detach().numpy()).all())
+        return bool(torch.isfinite(x).all())
     flat = x.detach().reshape(-1)
     if flat.device.type == "cpu" and flat.dtype in _NUMPY_DTYPES:
         values = flat.numpy()
-        flags = np.empty(min(values.size, _PIECE), bool)
+        flags = np.empty(_PIECE, bool)
         for start in range(0, values.size, _PIECE):
             piece = values[start:start + _PIECE]
             if not np.isfinite(piece, out=flags[:piece.size]).all():

@@ -150,8 +150,9 @@ class PublicCopy:
     @staticmethod
     def restore(residual: Tensor, x_hat: Tensor) -> Tensor:
         """``residual + x_hat`` written into ``residual``: the parameters a ``publish(in_place=True)``
-        spent, from the x̂ it started from. Equal to them up to the rounding of the subtraction
-        (exact where x̂ is within a factor two of x; at most a unit in the last place elsewhere)."""
+        spent, from the x̂ it started from. Equal to them up to the rounding of the subtraction:
+        exact where x̂ is within a factor two of x (Sterbenz), elsewhere within a unit in the last
+        place of the larger of the two."""
         _check_same_shape("restore: x_hat", x_hat, residual)
         _in_pieces(Tensor.add_, residual.detach(), x_hat)
         return residual

@@ -39,9 +39,29 @@ def test_byzantine_clipping_and_its_control():
     assert s["runs"]["nan"]["totals"]["frames_refused"]["non_finite"] > 0
 
 
-def test_scale_cost_per_peer_step_does_not_grow():
-    s = quiet("scale")
-    assert s["timing"]["cost_ratio"]["n256/n16"] <= 1.3
+@pytest.mark.timeout(1500)  # 256 peers for 20 simulated s: about 10 CPU-minutes here
+def test_scale_events_per_peer_step_do_not_grow():
+    """The `scale` scenario's claim, counted rather than timed (its timing line measures the CPU):
+    past the first 10 simulated seconds (the discovery burst), the simulator's events per peer-step
+    at 256 peers stay within 1.3× those at 16 (each event touches one peer and its few neighbours).
+    Measured: 6.93 at 16 peers, 6.41 at 256."""
+    import copy
+    import tomllib
+
+    from simnet.runs.config import merge, world_from_dict
+    from simnet.runs.scenario import read_scenario_text
+    from simnet.runs.swarm import GossipSim
+
+    data = tomllib.loads(read_scenario_text("scale")[0])
+    per_step = {}
+    for run_table in data["runs"]:
+        world = merge(copy.deepcopy(data["world"]), copy.deepcopy(run_table.get("set", {})))
+        sim = GossipSim(world_from_dict(world), seed=0)
+        sim.advance_to(float(world["cost_warmup_s"]))
+        events, steps = sim.sched.events_run, sim.peer_steps
+        sim.advance_to(float(world["duration_s"]))
+        per_step[run_table["name"]] = (sim.sched.events_run - events) / (sim.peer_steps - steps)
+    assert per_step["n256"] <= 1.3 * per_step["n16"], per_step
 
 
 def test_tts_tiny_swarm_trains():

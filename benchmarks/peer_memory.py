@@ -28,28 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]  # this checkout's code
 from machine import describe  # noqa: E402
+from proc_memory import reset_peak, status_bytes  # noqa: E402
 
 GIB = 2**30
 NO_PERIODIC_CHECKPOINT_S = 10**6
 """`--checkpoint-every` for both peers: a periodic checkpoint (every 300 s by default) holds the
 trainer's state and the averaged weights while it is written, a spike of its own that would land
 in whichever phase its timer hits, alone or gossiping."""
-
-
-def peak_bytes(pid: int) -> int:
-    """The process's peak resident set since it started or since `reset_peak` (VmHWM)."""
-    text = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^VmHWM:\s+(\d+) kB", text, re.M).group(1)) * 1024  # type: ignore[union-attr]
-
-
-def reset_peak(pid: int) -> bool:
-    """Start counting the process's peak afresh (Linux: 5 to clear_refs); False where that is not
-    allowed (the gossiping phase's peak then covers the whole run, an upper bound)."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def parameters(log: str) -> int:
@@ -75,7 +60,7 @@ def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: f
         print(f"alone past step {after_step}: {alone_s:g} s more…", file=sys.stderr)
         time.sleep(alone_s)
         copy = 4 * parameters(a.text())
-        alone = peak_bytes(a.proc.pid)
+        alone = status_bytes("VmHWM", a.proc.pid)
         if not reset_peak(a.proc.pid):
             print("cannot reset the peak here: the gossiping peak covers the whole run", file=sys.stderr)
         b = PeerProcess(args("b", "--peer", a.address), tmp / "b.log")
@@ -85,17 +70,17 @@ def measure(tmp: Path, preset: str, after_step: int, alone_s: float, gossip_s: f
             if time.monotonic() > deadline:
                 raise RuntimeError("the two peers did not both mix:\n" + b.text()[-2000:])
             time.sleep(1.0)
-        joining = peak_bytes(a.proc.pid)
+        joining = status_bytes("VmHWM", a.proc.pid)
         separate = reset_peak(a.proc.pid)
         print(f"both mixed: {gossip_s:g} s more…", file=sys.stderr)
         time.sleep(gossip_s)
-        steady = peak_bytes(a.proc.pid)
+        steady = status_bytes("VmHWM", a.proc.pid)
         gossiping = max(joining, steady)
         return {"parameters": copy // 4, "alone_peak_gib": alone / GIB, "gossiping_peak_gib": gossiping / GIB,
                 "added_copies": (gossiping - alone) / copy, "alone_peak_copies": alone / copy,
                 "joining_added_copies": (joining - alone) / copy,
                 "steady_added_copies": (steady - alone) / copy if separate else None,
-                "joiner_peak_copies": peak_bytes(b.proc.pid) / copy,
+                "joiner_peak_copies": status_bytes("VmHWM", b.proc.pid) / copy,
                 "exchanges": metric_total(a.address, "exchanges_total")}
     finally:
         for p in (a, b):

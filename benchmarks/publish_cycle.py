@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import statistics
 import sys
 import time
@@ -43,6 +42,7 @@ from typing import Any, Callable
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # this checkout's code
 import torch  # noqa: E402
 from machine import describe  # noqa: E402
+from proc_memory import reset_peak, status_bytes  # noqa: E402
 from vs_workloads import MLPWorkload  # noqa: E402
 
 from async_opt.mix_change import MixChange  # noqa: E402
@@ -156,12 +156,12 @@ class Timer:
     def peak_of(self, name: str, fn: Callable[[], Any]) -> Any:
         """fn(), with the rise of resident memory it caused at its peak kept as `peaks[name]`.
         The process's own peak, which the reset forgets, is kept as `highest`."""
-        self.highest = max(self.highest, proc_status_bytes("VmHWM"))
+        self.highest = max(self.highest, status_bytes("VmHWM"))
         base = rss_peak_reset()
         try:
             return fn()
         finally:
-            top = proc_status_bytes("VmHWM")
+            top = status_bytes("VmHWM")
             self.highest = max(self.highest, top)
             if self.on and base is not None:
                 self.peaks[name] = max(self.peaks[name], top - base)
@@ -193,23 +193,12 @@ class Timer:
         self._wrapped.clear()
 
 
-def proc_status_bytes(field: str) -> int:
-    """A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in bytes."""
-    text = Path("/proc/self/status").read_text()
-    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
-    if match is None:
-        raise RuntimeError(f"/proc/self/status has no {field}")
-    return int(match.group(1)) * 1024
-
-
 def rss_peak_reset() -> int | None:
     """Reset this process's resident-memory peak to its present level and return that level; None
     where that cannot be done (not Linux, or not allowed): no stage peaks are taken there."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return proc_status_bytes("VmRSS")
-    except (OSError, RuntimeError):
+    if not reset_peak():
         return None
+    return status_bytes("VmRSS")
 
 
 class _Stage:

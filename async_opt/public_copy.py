@@ -19,7 +19,7 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from .mixing import HALF_WIDTH, safe_norm
+from .mixing import HALF_WIDTH, PIECE, safe_norm
 
 __all__ = ["Compressor", "Increment", "PublicCopy", "NeighbourCopy"]
 
@@ -83,16 +83,12 @@ def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
         raise ValueError(f"{name}: shape {tuple(got.shape)} does not match {tuple(want.shape)}")
 
 
-_PIECE = 1 << 17
-"""Entries per piece of an in-place pass with a narrower operand: its widened piece, not a
-widened copy of the whole, is the temporary."""
-
-
 def _in_pieces(op: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
-    """``op(x, y)`` in place (``Tensor.sub_``, ``Tensor.add_``), a piece at a time."""
+    """``op(x, y)`` in place (``Tensor.sub_``, ``Tensor.add_``), a `PIECE` at a time: with a narrower
+    ``y`` the widened piece, not a widened copy of the whole, is the temporary."""
     fx, fy = x.reshape(-1), y.detach().reshape(-1)
-    for start in range(0, fx.numel(), _PIECE):
-        op(fx[start:start + _PIECE], fy[start:start + _PIECE])
+    for start in range(0, fx.numel(), PIECE):
+        op(fx[start:start + PIECE], fy[start:start + PIECE])
     return x
 
 

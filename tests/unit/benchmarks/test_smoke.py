@@ -83,7 +83,7 @@ SLOW_MORE: dict[str, tuple[str, list[str], str]] = {
 # vs_report and vs_workloads; simnet_seeds runs simnet_figures and simnet_variants; codec runs codec_selection;
 # lockstep_peers runs lockstep_arms
 LIBRARIES = {"machine", "vs_common", "vs_gossip_peer", "vs_load", "vs_report", "vs_workloads", "simnet_figures",
-             "simnet_variants", "codec_selection", "lockstep_arms"}
+             "simnet_variants", "codec_selection", "lockstep_arms", "proc_memory"}
 # the two with a test of their own below
 OWN = {"echo_faithful", "vs_hivemind"}
 VOICE = REPO.parent / "shared" / "data" / "ljspeech-mini"

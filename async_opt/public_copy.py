@@ -35,6 +35,10 @@ class Increment(Protocol):
         """x + the update as a new tensor; x is not written."""
         ...
 
+    def add_into(self, x: Tensor) -> Tensor:
+        """x += the update, in place, each entry rounded as `added_to` rounds it; returns x."""
+        ...
+
     def norm(self) -> float:
         """Its Euclidean norm (finite for finite entries)."""
         ...
@@ -60,6 +64,23 @@ def _add(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
     if q.numel != x.numel():
         raise ValueError(f"{name}: {q.numel} entries do not match {x.numel()}")
     return q.added_to(x)
+
+
+def _add_into(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
+    """x += q in place, bit for bit as `_add` computes it (a half-width x a piece at a time)."""
+    if isinstance(q, Tensor):
+        _check_same_shape(name, q, x)
+        q = q.detach().to(device=x.device)
+        if x.dtype not in HALF_WIDTH:
+            return x.add_(q.to(dtype=x.dtype))
+        fx, fq = x.view(-1), q.reshape(-1)
+        for start in range(0, fx.numel(), PIECE):
+            part = slice(start, start + PIECE)
+            fx[part] = (fx[part].to(torch.float32) + fq[part]).to(x.dtype)
+        return x
+    if q.numel != x.numel():
+        raise ValueError(f"{name}: {q.numel} entries do not match {x.numel()}")
+    return q.add_into(x)
 
 
 def _norm(q: "Tensor | Increment") -> float:
@@ -102,8 +123,8 @@ class PublicCopy:
 
     ``x̂_i`` starts equal to ``x0``: every peer starts from the same initialisation or from
     a snapshot, so neighbours can start from the same value. ``seq`` counts publications.
-    ``publish`` replaces ``x_hat`` instead of writing into it, so a snapshot of it handed to
-    another thread stays valid.
+    ``publish`` replaces ``x_hat`` instead of writing into it, so a tensor handed to another
+    thread stays valid, unless its caller says when the tensor may be written (`before_write`).
 
     ``moves`` holds ``||q_rec||``, how far ``x̂`` moved, at each of the last ``moves_window``
     publications: how far an honest copy moves in one publish period, known without any
@@ -125,18 +146,27 @@ class PublicCopy:
         self.seq: int = 0
         self.moves: deque[float] = deque(maxlen=moves_window)
 
-    def publish(self, x: Tensor, compress: Compressor, in_place: bool = False) -> "tuple[int, Tensor | Increment]":
+    def publish(self, x: Tensor, compress: Compressor, in_place: bool = False, restore: bool = False,
+                before_write: Callable[[], None] | None = None) -> "tuple[int, Tensor | Increment]":
         """Publish one compressed update: ``q_rec = compress(x - x̂)``; ``x̂ += q_rec``; ``seq += 1``.
 
         ``compress`` must return exactly what receivers will reconstruct (encode then
         decode). Returns ``(seq, q_rec)`` with the new sequence number. ``in_place``: ``x`` is
         the caller's to spend and holds the residual ``x − x̂`` (of the x̂ before this call)
-        afterwards, instead of a new vector the size of the model (`restore` undoes it).
+        afterwards, instead of a new vector the size of the model; with ``restore`` it holds the
+        parameters again once compressed (`restore`, from the x̂ it started from).
+        ``before_write``: x̂ is written in place, once this returns (it makes sure no one reads
+        x̂ meanwhile); None replaces x̂ by a new tensor, so readers of the old one are unaffected.
         """
         _check_same_shape("publish: x", x, self.x_hat)
         q_rec = compress(_in_pieces(Tensor.sub_, x.detach(), self.x_hat) if in_place else self.residual(x))
-        # a new tensor: readers of the old one are unaffected
-        self.x_hat = _add(self.x_hat, q_rec, "publish: compress(x - x_hat)")
+        if in_place and restore:
+            self.restore(x, self.x_hat)
+        if before_write is None:
+            self.x_hat = _add(self.x_hat, q_rec, "publish: compress(x - x_hat)")
+        else:
+            before_write()
+            _add_into(self.x_hat, q_rec, "publish: compress(x - x_hat)")
         self.seq += 1
         move = _norm(q_rec)
         if math.isfinite(move):
@@ -177,9 +207,10 @@ class NeighbourCopy:
 
     Updates are applied strictly in order: ``apply_update`` accepts ``seq == self.seq + 1``
     only. Before the first snapshot, ``x_hat`` is ``None`` and every update is a gap.
-    Like :class:`PublicCopy` it never writes into a tensor it has handed out: each change
-    makes a new ``x_hat``, so a reader holding the old one (the training thread mixing from
-    a snapshot) never sees a half-applied update.
+    Like :class:`PublicCopy` it writes into ``x_hat`` only when its caller says the tensor may
+    be written (``apply_update(in_place=True)``) and the sum cannot overflow; otherwise each
+    change makes a new ``x_hat``, so a reader holding the old one never sees a half-applied
+    update.
 
     Attributes:
         x_hat: the reconstruction, or ``None`` until a snapshot arrives.
@@ -218,7 +249,7 @@ class NeighbourCopy:
         return self.x_hat is not None
 
     def apply_update(self, seq: int, q_rec: "Tensor | Increment", step: int,
-                     steps: "Tensor | Increment | None" = None) -> bool:
+                     steps: "Tensor | Increment | None" = None, in_place: bool = False) -> bool:
         """Apply ``x̂_j ← x̂_j + q_rec`` if ``seq == self.seq + 1`` (in-order CHOCO-SGD update).
 
         Returns ``True`` when the copy is consistent afterwards: the update was applied, or
@@ -226,13 +257,20 @@ class NeighbourCopy:
         (``seq > self.seq + 1``) or when no snapshot has been set; the caller should then
         fetch a snapshot and call :meth:`set_snapshot`. ``steps``: the publication's own
         training steps, added to ``steps_hat`` (an update without them leaves it as it is).
+        ``in_place``: no one reads ``x_hat`` now, so the update may be added into it, which it is
+        where the sum is certainly finite (`certainly_finite` after it); one that might overflow
+        makes a new tensor, and the caller that finds it so drops it with the old one intact.
         """
         if self.x_hat is None or seq > self.seq + 1:
             return False
         if seq <= self.seq:
             return True
-        self.x_hat = _add(self.x_hat, q_rec, "apply_update: q_rec")
-        self.magnitude = (self.magnitude + _max_abs(q_rec)) * (1 + torch.finfo(self.x_hat.dtype).eps)
+        magnitude = (self.magnitude + _max_abs(q_rec)) * (1 + torch.finfo(self.x_hat.dtype).eps)
+        if in_place and magnitude < torch.finfo(self.x_hat.dtype).max / 2:
+            _add_into(self.x_hat, q_rec, "apply_update: q_rec")
+        else:
+            self.x_hat = _add(self.x_hat, q_rec, "apply_update: q_rec")
+        self.magnitude = magnitude
         if self.steps_hat is not None and steps is not None:
             self.steps_hat = _finite_or_none(_add(self.steps_hat, steps, "apply_update: steps"))
         self.seq = int(seq)

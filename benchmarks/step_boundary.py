@@ -98,7 +98,7 @@ def measure(numel: int, boundaries: int, gossip_every: int, step_s: float, compr
     tr = FlatTrainer(numel, step_s)
     x0 = tr.get_flat_params()
     spec = {"w": ((numel,), "float32")}
-    me = GossipNode(cfg, Identity.generate(b"\x01" * 32), spec, x0, now=time.time())
+    me = GossipNode(cfg, Identity.generate(b"\x01" * 32), spec, x0, now=time.time(), view_gate=threading.Lock())
     them = GossipNode(cfg, Identity.generate(b"\x02" * 32), spec, x0, now=time.time())
     worker = NodeWorker(me, time.time)
     # The neighbour's side is prepared beforehand (on a real network it runs on another

@@ -2,7 +2,7 @@
 
 A real peer runs `BoundaryHook` on its training thread after every local step; simnet runs
 the same object on its event loop after every simulated step. It mixes news from the
-newest immutable view of the neighbour copies (`peer.core.mixer.Mixer`), hands a copy of
+newest view of the neighbour copies (`peer.core.mixer.Mixer`, inside `ViewSlot.reading`), hands a copy of
 the parameters to `PendingPublish` when a publish is due, and tells the session. See
 docs/architecture.md.
 """
@@ -17,7 +17,7 @@ import torch
 
 from peer import cadence_gauges
 from peer.core.cadence import PublishCadence
-from peer.core.mixer import Mixer
+from peer.core.mixer import Mixer, MixReport
 from peer.core.partner_steps import StepInbox
 from peer.core.view import MixView, ViewSlot
 from peer.metrics import Metrics
@@ -95,9 +95,10 @@ class PendingPublish:
 class BoundaryHook:
     """The training thread's step-boundary work: mix from the view, hand over a publish copy.
 
-    Called on the training thread only. It reads the node's `view_slot` (immutable views),
-    drains `steps` (partners' steps the node took) and writes `pending`, each under a lock
-    that guards a reference swap or one add: none can block behind node work.
+    Called on the training thread only. It reads the node's `view_slot` (the copies' tensors
+    inside `ViewSlot.reading`, which the worker waits out before writing one), drains `steps`
+    (partners' steps the node took) and writes `pending`, each under a lock that guards a
+    reference swap or one add: none can block behind node work.
     `notify(step, publish_due)` tells the driver's session.
     """
 
@@ -148,28 +149,16 @@ class BoundaryHook:
     def _gossip(self, trainer: Trainer, stats: StepStats, view: MixView, k: int, now: float, period: int) -> bool:
         """Partners' steps, the mix and the publish hand-over (the training thread's protocol
         time); whether a publish was handed over."""
-        add = trainer.add_to_flat_params if trainer.capabilities.add_in_place else None  # no parameter copy
         if self.steps is not None and (partner := self.steps.take()) is not None:
-            if add is not None:
-                add(partner)
+            if trainer.capabilities.add_in_place:  # no parameter copy
+                trainer.add_to_flat_params(partner)
             else:
                 trainer.set_flat_params(trainer.get_flat_params().add_(partner))
             self._count_outside(partner, 0, partner.numel())
             self.metrics.inc("partner_steps_applied_total")
         if self.mixer.has_news(view):
-            if add is not None:  # the change a span of whole tensors at a time: never built whole
-                change, report = self.mixer.change(view, k, now, period)
-                if report.mixed and change is not None:
-                    for start, n in self._spans(trainer):
-                        piece = change.piece(slice(start, start + n))
-                        add(piece, start)
-                        self._count_outside(piece, start, change.numel())
-            else:
-                x = trainer.get_flat_params()
-                mixed, report = self.mixer.mix(x, view, k, now, period)
-                if report.mixed:
-                    trainer.set_flat_params(mixed)
-                    self._count_outside(mixed - x, 0, x.numel())
+            with self.view_slot.reading() as newest:  # the copies stay as they are while we read them
+                report = self._mix(trainer, newest, k, now, period)
             if report.mixed:
                 self.last_mixed = report.mixed
                 self.metrics.inc("mixes_total", report.mixed)
@@ -193,6 +182,23 @@ class BoundaryHook:
             self.pending.put(x, stats.step, outside)
             self._outside = None
         return due
+
+    def _mix(self, trainer: Trainer, view: MixView, k: int, now: float, period: int) -> MixReport:
+        """Mix the news of `view` into the trainer's parameters (inside `ViewSlot.reading`)."""
+        if trainer.capabilities.add_in_place:  # the change a span of whole tensors at a time: never built whole
+            change, report = self.mixer.change(view, k, now, period)
+            if report.mixed and change is not None:
+                for start, n in self._spans(trainer):
+                    piece = change.piece(slice(start, start + n))
+                    trainer.add_to_flat_params(piece, start)
+                    self._count_outside(piece, start, change.numel())
+            return report
+        x = trainer.get_flat_params()
+        mixed, report = self.mixer.mix(x, view, k, now, period)
+        if report.mixed:
+            trainer.set_flat_params(mixed)
+            self._count_outside(mixed - x, 0, x.numel())
+        return report
 
     def _count_outside(self, delta: torch.Tensor, start: int, numel: int) -> None:
         """Add `delta`, entries `start` on of a change not of our own steps (already applied), to

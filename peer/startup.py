@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 import time
 from typing import Callable
 
@@ -55,7 +56,7 @@ def build_parts(trainer: Trainer, loop_cfg: LoopConfig, gossip_cfg: GossipConfig
     resumed = resume_if_asked(trainer, loop_cfg, emit)
     gossip_cfg, session_cfg = final_configs(gossip_cfg, session_cfg or SessionConfig(), net_cfg, identity, trainer, emit)
     node = GossipNode(gossip_cfg, identity, trainer.param_spec(), trainer.get_flat_params(), now=time.time(),
-                      metrics=metrics, entropy=secrets.token_bytes(16))
+                      metrics=metrics, entropy=secrets.token_bytes(16), view_gate=threading.Lock())  # training mixes on its own thread
     if resumed is not None:  # before the node worker runs: this thread still owns the node
         averaged_weights.restore(node.average, trainer.param_spec(), *resumed)
         history.restore(resumed[1].get(LOSS_HISTORY_KEY))  # the page's curve spans the run before --resume too

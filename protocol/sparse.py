@@ -81,30 +81,32 @@ class SparseVector:
         once: sender and receivers of a copy then round alike, bit for bit, on any device."""
         if x.numel() != self.numel:
             raise ValueError(f"cannot add a vector of {self.numel} entries to one of {x.numel()}")
-        values = self.values.to(device=x.device)
-        if x.dtype in _HALF:
-            return self._rounded_sum(x, values)
-        if self.indices is None:
-            return x + values.to(dtype=x.dtype)
-        out = x.clone()
-        out.index_add_(0, self.indices.to(x.device), values.to(dtype=x.dtype))
-        return out
+        if x.dtype not in _HALF and self.indices is None:
+            return x + self.values.to(device=x.device, dtype=x.dtype)
+        return self.add_into(x.clone())
 
-    def _rounded_sum(self, x: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """`added_to` for a half-width x: float32 sums, rounded once, a piece at a time (no
-        float32 temporary the size of x, nor of the kept entries: at a dense top-k those are
-        nearly as many)."""
-        out = x.clone()
+    def add_into(self, out: torch.Tensor) -> torch.Tensor:
+        """out += this vector, in place, rounded as `added_to` rounds: into a half-width `out` each
+        entry is summed in float32 and rounded once, a piece at a time (no float32 temporary the
+        size of `out`, nor of the kept entries: at a dense top-k those are nearly as many)."""
+        if out.numel() != self.numel:
+            raise ValueError(f"cannot add a vector of {self.numel} entries to one of {out.numel()}")
+        values = self.values.to(device=out.device)
+        if out.dtype not in _HALF:
+            if self.indices is None:
+                return out.add_(values.to(dtype=out.dtype).view_as(out))
+            out.view(-1).index_add_(0, self.indices.to(out.device), values.to(dtype=out.dtype))
+            return out
         if self.indices is not None:
-            flat_out, at_all = out.view(-1), self.indices.to(x.device)
+            flat_out, at_all = out.view(-1), self.indices.to(out.device)
             for start in range(0, self.kept, _PIECE):
                 at = at_all[start:start + _PIECE]
-                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + _PIECE]).to(x.dtype)
+                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + _PIECE]).to(out.dtype)
             return out
         flat_out, flat_values = out.view(-1), values.view(-1)
         for start in range(0, self.numel, _PIECE):
             part = slice(start, start + _PIECE)
-            flat_out[part] = (flat_out[part].to(torch.float32) + flat_values[part]).to(x.dtype)
+            flat_out[part] = (flat_out[part].to(torch.float32) + flat_values[part]).to(out.dtype)
         return out
 
     def norm(self) -> float:

@@ -127,10 +127,11 @@ def dropped_unread(n: Neighbour, raw: bytes, header: FrameHeader, metrics: Metri
 
 
 def apply_frame(n: Neighbour, frame: Frame, signature: bytes, now: float, keep_steps: bool,
-                metrics: MetricsSink) -> bool:
+                metrics: MetricsSink, in_place: bool = False) -> bool:
     """Apply one verified frame that `dropped_unread` let through (`signature`: its last bytes) to
     `n`'s copy; True when the copy changed. `keep_steps`: whether a frame's steps sum is kept (a
-    parameter-sized vector beside the copy, held only where we take partners' steps)."""
+    parameter-sized vector beside the copy, held only where we take partners' steps). `in_place`:
+    no one reads the copy now, so an update may be added into it (`NeighbourCopy.apply_update`)."""
     h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
     steps = parts.get(STEP_TENSOR) if keep_steps else None
     stamped = published_at(h.timestamp, now)
@@ -141,7 +142,7 @@ def apply_frame(n: Neighbour, frame: Frame, signature: bytes, now: float, keep_s
         metrics.inc("snapshots_received_total")
         return True
     update = parts[UPDATE_TENSOR]
-    n.copy.apply_update(h.seq, update, h.step, steps)  # the next in order: no other got through
+    n.copy.apply_update(h.seq, update, h.step, steps, in_place)  # the next in order: no other got through
     n.applied.append(signature)
     n.published_at = max(n.published_at, stamped)
     metrics.inc("updates_applied_total")

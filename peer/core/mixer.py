@@ -1,9 +1,10 @@
 """The training thread's half of gossip: mix news into the parameters at a step boundary.
 
-Owned by the training thread alone. It reads an immutable `MixView` (see `peer.core.view`),
-so it never waits for the node worker, which may be compressing, signing or decoding at
-the same moment. What it keeps (the step-time estimate, the clipping radius, which copy
-versions it has mixed) is touched by no other thread.
+Owned by the training thread alone. It reads a `MixView` (see `peer.core.view`: the caller
+holds `ViewSlot.reading` while tensors are read) and mixes no copy the view marks busy, so it
+never waits for the node worker's compressing, signing or decoding. What it keeps (the
+step-time estimate, the clipping radius, which copy versions it has mixed) is touched by no
+other thread.
 
 The step is CHOCO-SGD's consensus step on public copies (Koloskova et al. 2019) with
 PipeMare-annealed staleness weights (Yang et al. 2021) and ClippedGossip's self-centred
@@ -60,9 +61,10 @@ class Mixer:
         """EMA of wall time per local step: turns a copy's age in seconds into local steps."""
         self._last_boundary: float | None = None
         self._mixed_version: dict[bytes, int] = {}
-        self._period_of: weakref.ref | None = None
-        """Our public copy x̂_i of the current publish period (`_spent` is within it), weakly: a
-        strong reference would keep an old parameter-sized copy alive for a whole period."""
+        self._period_of: tuple[weakref.ref, int] | None = None
+        """Our public copy x̂_i of the current publish period (`_spent` is within it) and its
+        version (it is written in place at a publish), weakly: a strong reference would keep an old
+        parameter-sized copy alive for a whole period."""
         self._spent: dict[bytes, float] = {}
         """Weight already given to each neighbour since our last publish."""
         self._spent_total = 0.0
@@ -85,15 +87,20 @@ class Mixer:
         """When we published since the last call (`view` holds a new x̂_i), start a new period and
         return the weights each neighbour's pulls got in the one that ended (clipping included):
         the mixing row the step-size rule measures (`async_opt.step_scale`). None otherwise."""
-        if self._period_of is not None and self._period_of() is view.public:
+        if self._period_of is not None and self._period_of[0]() is view.public and self._period_of[1] == view.public_version:
             return None
         ended = None if self._period_of is None else list(self._weights.values())
-        self._period_of, self._spent, self._spent_total, self._weights = weakref.ref(view.public), {}, 0.0, {}
+        self._period_of = (weakref.ref(view.public), view.public_version)
+        self._spent, self._spent_total, self._weights = {}, 0.0, {}
         return ended
 
     def has_news(self, view: MixView) -> bool:
-        """Whether `view` holds a copy version not mixed yet (cheap: no tensor work)."""
-        return any(self._version(c) and self._mixed_version.get(c.key) != self._version(c) for c in view.copies)
+        """Whether `view` holds a copy version not mixed yet that may be read now (cheap: no tensor work)."""
+        return any(self._fresh(view, c) for c in view.copies)
+
+    def _fresh(self, view: MixView, c: CopyView) -> bool:
+        """`c` carries a version not mixed yet, and neither it nor x̂_i is being written."""
+        return bool(self._version(c)) and self._mixed_version.get(c.key) != self._version(c) and view.mixable(c)
 
     def staleness_steps(self, published_at: float, reference: float) -> float:
         """Our local steps from the copy's publication to `reference`, as PipeMare measures delay.
@@ -143,7 +150,7 @@ class Mixer:
         """The copies this boundary pulls, (x̂_j, λ_j, distance), the radius and the report."""
         report = MixReport()
         live = {c.key for c in view.copies}
-        fresh = [c for c in view.copies if self._version(c) and self._mixed_version.get(c.key) != self._version(c)]
+        fresh = [c for c in view.copies if self._fresh(view, c)]
         news = list(zip(fresh, self._distances(view, fresh)))
         for c, distance in news:
             self.radius.observe(c.key, distance)

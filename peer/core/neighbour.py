@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from async_opt import NeighbourCopy
+from peer.core.view import CopyView
 
 
 APPLIED_REMEMBERED = 8
@@ -74,3 +75,17 @@ class ExchangeResult:
     """The sender's step is past the copy we hold of it (`Neighbour.owes`): an answer without news
     then withheld what it had. An honest partner between two of its publishes owes nothing, however
     long its publish period and however often we ask (`Session.exchange_done(owed=...)`)."""
+
+
+def copy_views(neighbours: dict[bytes, Neighbour]) -> list[CopyView]:
+    """What a view shows of each neighbour we hold a copy of."""
+    return [CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step, n.pulled)
+            for key, n in neighbours.items() if n.copy.x_hat is not None]
+
+
+def evict(neighbours: dict[bytes, Neighbour]) -> bytes:
+    """Drop one neighbour to make room and return its key: copies only pushed at us go first,
+    then the longest unheard."""
+    gone = min(neighbours, key=lambda k: (neighbours[k].pulled > 0, neighbours[k].last_heard))
+    del neighbours[gone]
+    return gone

@@ -2,9 +2,9 @@
 
 Thread contract: a `GossipNode` belongs to exactly one thread, its owner (the node worker
 of a real peer, `peer.net.node_worker.NodeWorker`; simnet's event loop). Every method mutates
-state and must be called from the owner only; none takes a lock. The training thread never
-calls it: it reads the `view_slot` and `average.current` (immutable snapshots, see
-`peer.core.view`, `peer.core.average`) and hands parameter copies to the owner to `publish`.
+state and must be called from the owner only. The training thread never calls it: it reads
+the `view_slot` (whose copies the owner writes only once no mix reads them, `peer.core.view`)
+and `average.current`, and hands parameter copies to the owner to `publish`.
 
 An exchange is push-pull in one request. Each side sends a control frame (its epoch, step, listen
 address, the last seq it holds of the *other* side's public copy, tickets; see `peer.core.control`)
@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from collections import Counter
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -35,13 +36,13 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.ingest import MAX_GAP_UPDATES, apply_frame, check_frame, dropped_unread, limits_for, screen
 from peer.core.join import read_state, sign_state
 from peer.core.metrics_sink import MetricsSink, NoMetrics
-from peer.core.neighbour import ExchangeResult, Neighbour
+from peer.core.neighbour import ExchangeResult, Neighbour, copy_views, evict
 from peer.core.outbox import Outbox
 from peer.core.partner_steps import PartnerSteps
 from peer.core.period_codec import PeriodCodecs
 from peer.core.snapshots import AnswerBudget, SnapshotCache, snapshot_bytes
 from peer.core.state_seed import OfferedStates, seed
-from peer.core.view import CopyView, ViewBuilder, ViewSlot
+from peer.core.view import ViewBuilder, ViewSlot
 from protocol import (
     Frame, FrameHeader, FrameRefused, Identity, Limits, RefusalReason, TicketBook, VerifyPolicy, bundle_digest,
     decode_frame, epoch_from, flat_model_spec, make_step_update_frame, make_update_frame, SparseVector,
@@ -66,6 +67,7 @@ class GossipNode:
         metrics: MetricsSink | None = None,
         limits: Limits | None = None,
         entropy: bytes | None = None,
+        view_gate: AbstractContextManager[object] | None = None,  # `peer.core.view.ViewSlot`'s
     ) -> None:
         self.cfg = cfg
         self.identity = identity
@@ -92,7 +94,8 @@ class GossipNode:
         self.tickets = TicketBook(identity.public_key, epoch_from(seed))
         self.held_tickets = HeldTickets()
         """Tickets others issued us: without one, a request to that peer pushes nothing."""
-        self._control_seq = self._versions = self.step = 0
+        self._control_seq = self._versions = self._public_version = self.step = 0
+        self._writing: Neighbour | None = None  # whose copy `_ingest` may write in place now (busy in the view)
         self._state_cache: bytes | None = None
         self._snapshots = SnapshotCache()
         self.answers = AnswerBudget(cfg.answer_snapshot_every_s, cfg.answer_snapshots_per_min, cfg.max_neighbours, now)
@@ -100,7 +103,7 @@ class GossipNode:
         """Size of the newest published update frame (simnet charges its signing)."""
         self._published_at: float | None = None
         self._views, self._offered = ViewBuilder(), OfferedStates()
-        self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()))
+        self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()), view_gate)
         self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
         self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window, cfg.max_neighbours,
                                           cfg.clip_power, self.codecs.period if cfg.per_period else None)
@@ -127,12 +130,9 @@ class GossipNode:
 
         `outside`: what mixing and partners' steps added to the parameters since the previous
         publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
-        steps (peer.core.partner_steps).
-
-        `x` is handed over (`peer.boundary.PendingPublish` makes a copy for it): the node may keep
-        it as `last_x`, and neither it nor the caller may write it afterwards. `scratch`: `x` is the
-        node's to write (that copy); where the node keeps no parameters, the residual x − x̂ is
-        taken in it rather than in a new vector the size of the model.
+        steps (peer.core.partner_steps). `x` is handed over (`peer.boundary.PendingPublish` copies
+        it): the node may keep it as `last_x`; no one may write it afterwards. `scratch`: `x` is
+        the node's to write; where it keeps no parameters, the residual x − x̂ is taken in it.
 
         Raises ValueError (changing nothing) when `x` is not finite: the caller decides what that means.
         """
@@ -156,10 +156,10 @@ class GossipNode:
             return recon
 
         spend = scratch and not self.cfg.keeps_parameters and self.cfg.error_feedback and carried is None
-        before = self.public.x_hat
-        self.public.publish(x, compress, in_place=spend)
-        if spend and self.average.due(self.step):
-            PublicCopy.restore(x, before)  # the averaged weights sample the parameters themselves
+        # x̂ is written in place once no mix reads it; a spent x holds the parameters again for the average
+        self.public.publish(x, compress, in_place=spend, restore=self.average.due(self.step),
+                            before_write=lambda: self._publish_view(public_busy=True))
+        self._versions = self._public_version = self._versions + 1
         if not self.cfg.error_feedback:
             # Control arm: forget the residual. Receivers' copies drift from our x, and
             # our mixing reference becomes x itself.
@@ -181,6 +181,7 @@ class GossipNode:
         source = self._offered.take(x)
         x, self.step = x.detach().to(torch.float32).clone(), int(step)
         self.public.reset(x, 0)
+        self._versions = self._public_version = self._versions + 1
         self.last_x = x if self.cfg.keeps_parameters else None
         self._published_at = None
         self._state_cache = None
@@ -287,10 +288,12 @@ class GossipNode:
         return x, step
 
     # ------------------------------------------------------------------ internals
-    def _publish_view(self) -> None:
-        copies = [CopyView(key, n.version, n.copy.x_hat, n.published_at, n.copy.seq, n.copy.step, n.pulled)
-                  for key, n in self.neighbours.items() if n.copy.x_hat is not None]
-        self.view_slot.publish(self._views.build(self.public.x_hat, copies, self._published_at, tuple(self.public.moves)))
+    def _publish_view(self, busy: frozenset[bytes] = frozenset(), public_busy: bool = False) -> None:
+        """Publish a view of what we hold. One that marks copies `busy` (or x̂_i) returns once no mix
+        reads an older view (`ViewSlot.settle`): those copies may then be written in place."""
+        view = self._views.build(self.public.x_hat, copy_views(self.neighbours), self._published_at, tuple(self.public.moves),
+                                 self._public_version, busy, public_busy)
+        (self.view_slot.settle if busy or public_busy else self.view_slot.publish)(view)
 
     def _control_frame(self, peer_key: bytes | None, now: float, *, to_epoch: int, ticket: int, reply: int,
                        offer: int, frames: list[bytes]) -> bytes:
@@ -357,6 +360,9 @@ class GossipNode:
         for reason, count in Counter(refusals).items():
             self.metrics.inc("frames_refused_total", count, reason=reason)
         refused, news = len(refusals), 0
+        if frames and n.copy.x_hat is not None:  # updates are added into the copy: no mix may read it meanwhile
+            self._publish_view(busy=frozenset({sender}))
+            self._writing = n
         for raw in frames:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
@@ -370,6 +376,7 @@ class GossipNode:
         if pulled and (taken := self.partner_steps.take_from(sender, n.copy.steps_hat, self.public.seq))[0]:
             self.metrics.inc("partner_steps_taken_total")
             self.metrics.inc("partner_steps_clipped_total", int(taken[1]))
+        self._writing = None
         if news:
             self._versions += 1
             n.version = self._versions
@@ -381,15 +388,13 @@ class GossipNode:
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame to `n`'s copy (`peer.core.ingest.apply_frame`); True when it changed.
         A method so that simnet's control arms can believe what the core does not."""
-        return apply_frame(n, frame, signature, now, self.partner_steps.enabled, self.metrics)
+        return apply_frame(n, frame, signature, now, self.partner_steps.enabled, self.metrics, in_place=n is self._writing)
 
     def _neighbour(self, key: bytes) -> Neighbour:
         n = self.neighbours.get(key)
         if n is None:
-            if len(self.neighbours) >= self.cfg.max_neighbours:  # copies only pushed at us go first
-                gone = min(self.neighbours, key=lambda k: (self.neighbours[k].pulled > 0, self.neighbours[k].last_heard))
-                del self.neighbours[gone]
-                self.partner_steps.forget(gone)
+            if len(self.neighbours) >= self.cfg.max_neighbours:
+                self.partner_steps.forget(evict(self.neighbours))
             n = self.neighbours[key] = Neighbour()
         self.metrics.set("neighbours", len(self.neighbours))
         return n

@@ -1,19 +1,26 @@
-"""What the training thread mixes from: an immutable snapshot of the gossip state.
+"""What the training thread mixes from: a snapshot of the gossip state, and who may read it when.
 
 The node worker is the only writer of the gossip state (`peer.core.node.GossipNode`). After
 every change it builds a new `MixView` and stores it in a `ViewSlot`; the training thread
-reads the slot at a step boundary and mixes from what it got. Nothing in a view is ever
-written to after it is published (`PublicCopy` and `NeighbourCopy` replace their tensors
-instead of updating them in place), so the reader needs no lock and never waits for the
-writer, and the writer never waits for the reader. Replacing the reference is one
-attribute store, which Python makes atomic. See docs/architecture.md.
+reads the slot at a step boundary and mixes from what it got. A view's fields never change.
+Its tensors are the copies themselves, and the worker adds updates into them in place (a
+new copy at every update would be one more half of the model alive at each ingest and
+publish), so a copy is written only while no mix can read it: the worker first publishes a
+view that marks the copy busy (`MixView.busy`, `MixView.public_busy`), waits out a mix that
+may have started from an older view (`ViewSlot.settle`: the mixer holds the slot's lock
+while it reads tensors, `ViewSlot.reading`), writes, and then publishes a view with the new
+version and distances. The training thread never waits on the writer's work, only for that
+hand-over of the lock; a copy being written is mixed at a later boundary. See
+docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import weakref
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -59,22 +66,50 @@ class MixView:
     public_moves: tuple[float, ...] | None = None
     """How far x̂_i moved at each of its recent publishes (`PublicCopy.moves`; the node always
     fills it): bounds the clip radius before enough neighbours are known (`NeighbourRadius`)."""
+    public_version: int = 0
+    """Changes whenever x̂_i changes (a publish, a reset): what a measurement against it is keyed by."""
+    busy: frozenset[bytes] = frozenset()
+    """Keys of the copies the worker is writing now: their tensors must not be read, nor mixed."""
+    public_busy: bool = False
+    """The worker is writing x̂_i now: nothing may be mixed from this view."""
+
+    def mixable(self, c: CopyView) -> bool:
+        """Whether `c`'s tensor may be read under `ViewSlot.reading` (neither it nor x̂_i is being written)."""
+        return not self.public_busy and c.key not in self.busy
 
 
 class ViewSlot:
     """The one hand-over point between the node worker (writer) and the training thread (reader)."""
 
-    def __init__(self, view: MixView) -> None:
+    def __init__(self, view: MixView, gate: AbstractContextManager[object] | None = None) -> None:
+        """`gate`: held by a mix while it reads tensors and taken by `settle` to wait one out: a
+        lock where the mix runs on another thread than the writer (`threading.Lock()`); None
+        where one thread runs both (simnet), which then never overlap."""
         self._view = view
+        self._readers: AbstractContextManager[object] = gate if gate is not None else nullcontext()
 
     def publish(self, view: MixView) -> None:
         """Writer side: replace the current view (never mutate one already published)."""
         self._view = view
 
+    def settle(self, view: MixView) -> None:
+        """Writer side: publish `view` (which marks what is about to be written busy) and return once
+        no mix still reads tensors through an older one. Waits at most one mix."""
+        self._view = view
+        with self._readers:
+            pass
+
     @property
     def current(self) -> MixView:
-        """Reader side: the newest view; keep using the object you got, it never changes."""
+        """The newest view, for its fields: tensors are read only inside `reading`."""
         return self._view
+
+    @contextmanager
+    def reading(self) -> Iterator[MixView]:
+        """Reader side: the newest view, whose tensors not marked busy stay as they are until the
+        block ends (keep the block to the mix: the worker waits for it before writing a copy)."""
+        with self._readers:
+            yield self._view
 
 
 class ViewBuilder:
@@ -89,25 +124,31 @@ class ViewBuilder:
     """
 
     def __init__(self) -> None:
-        self._norm: tuple[weakref.ref, float] | None = None
-        self._distances: dict[bytes, tuple[weakref.ref, weakref.ref, float]] = {}
+        self._norm: tuple[weakref.ref, int, float] | None = None
+        self._distances: dict[bytes, tuple[weakref.ref, int, weakref.ref, int, float]] = {}
 
     def build(self, public: torch.Tensor, copies: list[CopyView], published_at: float | None,
-              moves: tuple[float, ...]) -> MixView:
-        """A view of `public` and `copies` (their `distance` left None), with the distances filled in."""
-        if self._norm is None or self._norm[0]() is not public:
-            self._norm = (weakref.ref(public), safe_norm(public))
+              moves: tuple[float, ...], public_version: int = 0, busy: frozenset[bytes] = frozenset(),
+              public_busy: bool = False) -> MixView:
+        """A view of `public` and `copies` (their `distance` left None), with the distances filled in.
+        A tensor is known by its identity and its version together (copies are written in place
+        under a new version); a busy one is not read, nor is anything while x̂_i is busy."""
+        if not public_busy and (self._norm is None or self._norm[0]() is not public or self._norm[1] != public_version):
+            self._norm = (weakref.ref(public), public_version, safe_norm(public))
         known: dict[bytes, float] = {}
         changed = []
         for c in copies:
             m = self._distances.get(c.key)
-            if m is None or m[0]() is not c.x_hat:
+            if m is None or m[0]() is not c.x_hat or m[1] != c.version:
                 changed.append(c)
-            elif m[1]() is public:
-                known[c.key] = m[2]
-        measured = safe_distances([c.x_hat for c in changed], public) if changed else []
-        fresh = {c.key: (weakref.ref(c.x_hat), weakref.ref(public), d) for c, d in zip(changed, measured)}
-        self._distances = {c.key: fresh.get(c.key) or self._distances[c.key] for c in copies}
-        known.update((key, m[2]) for key, m in fresh.items())
-        measured = tuple(dataclasses.replace(c, distance=known.get(c.key)) for c in copies)
-        return MixView(public, measured, self._norm[1], published_at, moves)
+            elif m[2]() is public and m[3] == public_version:
+                known[c.key] = m[4]
+        readable = [] if public_busy else [c for c in changed if c.key not in busy]
+        measured = safe_distances([c.x_hat for c in readable], public) if readable else []
+        fresh = {c.key: (weakref.ref(c.x_hat), c.version, weakref.ref(public), public_version, d)
+                 for c, d in zip(readable, measured)}
+        self._distances = {c.key: m for c in copies if (m := fresh.get(c.key) or self._distances.get(c.key))}
+        known.update((key, m[4]) for key, m in fresh.items())
+        measured = tuple(dataclasses.replace(c, distance=None if c.key in busy else known.get(c.key)) for c in copies)
+        norm = self._norm[2] if self._norm is not None else 0.0
+        return MixView(public, measured, norm, published_at, moves, public_version, frozenset(busy), public_busy)

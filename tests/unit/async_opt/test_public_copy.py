@@ -107,6 +107,54 @@ def test_copies_never_write_into_a_tensor_they_handed_out() -> None:
     assert torch.equal(held, t(0, 0)) and torch.equal(pc.x_hat, t(4, 4))
 
 
+def test_copies_written_in_place_hold_the_same_bits_as_new_ones() -> None:
+    """Where the caller says no one reads x̂ (`before_write`, `in_place`), the update is added into
+    the held tensor, bit for bit as into a new one: bfloat16 copies round each float32 sum once."""
+    g = torch.Generator().manual_seed(3)
+    x0, x1 = torch.randn(1000, generator=g), torch.randn(1000, generator=g)
+    fresh, inplace = PublicCopy(x0, dtype=torch.bfloat16), PublicCopy(x0, dtype=torch.bfloat16)
+    held, calls = inplace.x_hat, []
+
+    def halve(d: torch.Tensor) -> torch.Tensor:
+        calls.append("compress")
+        return d * 0.5
+
+    fresh.publish(x1, halve)
+    inplace.publish(x1, halve, before_write=lambda: calls.append("before_write"))
+    assert calls == ["compress", "compress", "before_write"]  # told after compressing, before writing
+    assert inplace.x_hat is held and torch.equal(held, fresh.x_hat) and inplace.seq == fresh.seq == 1
+    copies = [NeighbourCopy(), NeighbourCopy()]
+    for c in copies:
+        c.set_snapshot(0, x0.to(torch.bfloat16), step=0)
+    held = copies[1].x_hat
+    for seq in (1, 2):
+        q = torch.randn(1000, generator=g)
+        copies[0].apply_update(seq, q, step=seq)
+        copies[1].apply_update(seq, q, step=seq, in_place=True)
+    assert copies[1].x_hat is held and torch.equal(held, copies[0].x_hat)
+    assert copies[1].magnitude == copies[0].magnitude
+
+
+def test_an_update_that_might_overflow_is_never_written_in_place() -> None:
+    """A sum the magnitude bound cannot prove finite makes a new tensor even when writing in place
+    is allowed: the caller that finds it overflowed drops it, and the held copy is untouched."""
+    nc = NeighbourCopy()
+    big = torch.tensor([3e38, 1.0], dtype=torch.float32)
+    nc.set_snapshot(0, big, step=0)
+    held = nc.x_hat
+    assert nc.apply_update(1, torch.tensor([3e38, 0.0], dtype=torch.float32), step=1, in_place=True)
+    assert nc.x_hat is not held and torch.equal(held, big) and not bool(torch.isfinite(nc.x_hat).all())
+
+
+def test_a_spent_x_is_restored_before_the_public_copy_moves() -> None:
+    """`in_place` with `restore`: x holds the parameters again (from the x̂ it started from), and
+    x̂ still moves by what was sent, written in place."""
+    pc, x = PublicCopy(t(1.0, 2.0)), t(2.0, 6.0)
+    held = pc.x_hat
+    pc.publish(x, lambda d: d * 0.5, in_place=True, restore=True, before_write=lambda: None)
+    assert torch.equal(x, t(2.0, 6.0)) and pc.x_hat is held and torch.equal(held, t(1.5, 4.0))
+
+
 def test_neighbour_snapshot_is_copied() -> None:
     snap = t(1, 2)
     nc = NeighbourCopy()
@@ -167,7 +215,10 @@ class Kept:
         self.numel, self.at, self.values = numel, torch.tensor(at), torch.tensor(values)
 
     def added_to(self, x: torch.Tensor) -> torch.Tensor:
-        return x.clone().index_add_(0, self.at, self.values.to(x.dtype))
+        return self.add_into(x.clone())
+
+    def add_into(self, x: torch.Tensor) -> torch.Tensor:
+        return x.index_add_(0, self.at, self.values.to(x.dtype))
 
     def norm(self) -> float:
         return float(torch.linalg.vector_norm(self.values))

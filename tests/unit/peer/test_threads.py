@@ -30,7 +30,8 @@ def trainer(i: int = 0) -> LeastSquaresTrainer:
 
 def node(i: int, x: torch.Tensor, now: float = NOW, **cfg) -> GossipNode:
     cfg = GossipConfig(**{"swarm": "t", "gossip_every": 1, "compression": "int8", "staleness": "constant", **cfg})
-    return GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), {"w": ((x.numel(),), "float32")}, x, now=now)
+    return GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), {"w": ((x.numel(),), "float32")}, x, now=now,
+                      view_gate=threading.Lock())  # the worker's thread writes copies the training thread mixes
 
 
 def test_a_neighbour_restart_during_a_mix_cannot_crash_the_training_thread():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from peer.core.budget_key import IPV6_SITE_PREFIX, Blocks
+from peer.core.budget_key import SITE_BLOCKS, Blocks
 from peer.net.discovery import parse_address
 
 
@@ -105,12 +105,12 @@ class NetConfig:
     once), past which accepting pauses until half of that is back: each wakes the event loop,
     which then takes the interpreter lock from training. New connections wait in the kernel
     meanwhile (a newcomer's connect is retried); connections already held go on. `inf`: never."""
-    ipv6_block_prefix: int = IPV6_SITE_PREFIX
+    ipv6_block_prefix: int = SITE_BLOCKS.prefix
     """The IPv6 block (a /48: a site's allocation, and a home's /56 within it) whose /64s share
     budgets beside their own: refusals and benching, stranger exchanges, address work, full
-    states, open requests and connections (`peer.core.budget_key.Blocks`). One allocation is
-    65,536 /64s, each otherwise budgeted as one address. 64 keeps no block budgets."""
-    ipv6_block_share: int = 4
+    states, open requests, connections and shard uploads (`peer.core.budget_key.Blocks`). One
+    allocation is 65,536 /64s, each otherwise budgeted as one address. 64 keeps no block budgets."""
+    ipv6_block_share: int = SITE_BLOCKS.share
     """Each block's budgets, in /64s' (or IPv4 addresses') budgets: a flood from one block gets
     this many addresses' worth however many /64s it speaks from, while a site with a few honest
     hosts (each of which may itself be a few peers) still fits."""

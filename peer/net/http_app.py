@@ -130,7 +130,7 @@ def build_app(face: PeerFace, worker: "NodeWorker", net_cfg: "NetConfig", metric
     app.router.add_get("/v1/state", routes.state)
     app.router.add_get("/v1/hello", routes.hello)
     app.router.add_get("/metrics", routes.render_metrics)
-    add_shard_routes(app, shards)
+    add_shard_routes(app, shards, blocks=net_cfg.blocks())
     status = StatusService(face, worker, metrics, history)
     app.router.add_get("/v1/status", status.serve_status)
     app.router.add_get("/", status.serve_page)

@@ -10,19 +10,22 @@ bytes=A-B` (or `A-`, `-N`) answers 206, which lets a fetcher resume a transfer c
 another peer. Limits beside the RequestGuard's per-address ones (an IPv6 /64 is one address:
 `peer.net.http_guard.remote_key`): at most `max_uploads_per_address` uploads to one address
 (429), one per address once half the slots are in use (429, `peer.shards.plan.upload_refusal`),
-and `max_uploads` in all (503). A reader that stops, or reads slower than `min_upload_kb_s`, is
+and `max_uploads` in all (503). An IPv6 block (`NetConfig.ipv6_block_prefix`, a /48) holds what
+`ipv6_block_share` addresses may (429, `block_upload_refusal`): its 65,536 /64s otherwise took
+every slot, one each. A reader that stops, or reads slower than `min_upload_kb_s`, is
 cut off when a piece is not taken within `upload_stall_s` (`shard_upload_stalled`), and any
 upload that outlasts `upload_deadline_s` (`slow_shard_reader`), so a slow reader holds a slot no
 longer. Refusals are counted in `http_refused_total{reason=...}`.
 
-`add_shard_routes(app, server)` adds the routes; they serve the `ShardServer` of the peer's
-corpus service (`peer.runtime.CorpusService`, handed to `peer.startup.build_peer`), and answer
-404 when there is none.
+`add_shard_routes(app, server, blocks=...)` adds the routes; they serve the `ShardServer` of the
+peer's corpus service (`peer.runtime.CorpusService`, handed to `peer.startup.build_peer`), and
+answer 404 when there is none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from pathlib import Path
@@ -30,6 +33,7 @@ from typing import BinaryIO
 
 from aiohttp import web
 
+from peer.core.budget_key import NO_BLOCKS, Blocks
 from peer.net.http_guard import count_down, remote_key
 from peer.metrics import Metrics
 from peer.shards.advert import SignedOffer, advert_body
@@ -80,6 +84,14 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
+def block_upload_refusal(open_to_block: int, open_total: int, per_address: int, total: int,
+                         share: int) -> tuple[int, str] | None:
+    """(429, reason) where an IPv6 block already holds what `share` addresses may (`upload_refusal`'s
+    per-address caps: `per_address` each, one each once half of the `total` are in use)."""
+    cap = share * (1 if open_total >= total // 2 else per_address)
+    return (429, "shard_uploads_block") if open_to_block >= cap else None
+
+
 class _Stalled(Exception):
     """The reader took no piece within `upload_stall_s` (stopped, or below `min_upload_kb_s`)."""
 
@@ -90,7 +102,7 @@ class ShardServer:
     def __init__(self, store: ShardStore, cfg: SwarmDataConfig, metrics: Metrics) -> None:
         self.store, self.cfg, self.metrics = store, cfg, metrics
         self._open: dict[str, int] = {}
-        """Uploads open per address; an address with none has no entry (refusals add none)."""
+        """Uploads open per address, and per IPv6 block; one with none has no entry (refusals add none)."""
         self.uploads = 0
         self._sendfile = SENDFILE
         rate = cfg.max_upload_mb_s * 1e6
@@ -105,7 +117,9 @@ class ShardServer:
         offer = None if signed is None else SignedOffer(signed.hash, signed.signer, signed.version)
         return web.json_response(advert_body(manifest.hash, [s.sha256 for s in manifest.shards], self.store.held(), offer))
 
-    async def serve(self, request: web.Request) -> web.StreamResponse:
+    async def serve(self, request: web.Request, blocks: Blocks = NO_BLOCKS) -> web.StreamResponse:
+        """GET /v1/shards/HASH. `blocks`: the IPv6 blocks whose /64s share upload slots (`NetConfig.blocks`,
+        bound by `add_shard_routes`: the corpus service that makes this server reads no network settings)."""
         digest = request.match_info["digest"]
         if not _DIGEST_RE.fullmatch(digest):
             return self._refuse(400, "bad_shard_hash", "a shard is named by its SHA-256: 64 lowercase hex digits")
@@ -113,22 +127,30 @@ class ShardServer:
         if path is None:
             return web.json_response({"missing": digest}, status=404)
         remote = remote_key(request)
-        refusal = upload_refusal(self._open.get(remote, 0), self.uploads, self.cfg.max_uploads_per_address,
-                                 self.cfg.max_uploads)
+        block = blocks.of(remote)
+        cfg = self.cfg
+        refusal = upload_refusal(self._open.get(remote, 0), self.uploads, cfg.max_uploads_per_address, cfg.max_uploads)
+        if refusal is None and block is not None:
+            refusal = block_upload_refusal(self._open.get(block, 0), self.uploads, cfg.max_uploads_per_address,
+                                           cfg.max_uploads, blocks.share)
         if refusal is not None:
             status, reason = refusal
-            text = {"shard_uploads": f"at most {self.cfg.max_uploads_per_address} shard uploads per address",
+            text = {"shard_uploads": f"at most {cfg.max_uploads_per_address} shard uploads per address",
                     "shard_uploads_shared": "one shard upload per address while half the slots are in use",
-                    }.get(reason, f"{self.cfg.max_uploads} shard uploads under way; try another peer")
+                    "shard_uploads_block": f"at most {blocks.share} addresses' shard uploads per IPv6 /{blocks.prefix}",
+                    }.get(reason, f"{cfg.max_uploads} shard uploads under way; try another peer")
             return self._refuse(status, reason, text)
-        self._open[remote] = self._open.get(remote, 0) + 1
+        opened = [remote] + ([block] if block is not None else [])  # a /64 and a block never share a key
+        for key in opened:
+            self._open[key] = self._open.get(key, 0) + 1
         self.uploads += 1
         try:
             with self.store.using(digest):
                 return await self._send(request, path, digest)
         finally:
             self.uploads -= 1
-            count_down(self._open, remote)
+            for key in opened:
+                count_down(self._open, key)
 
     async def _send(self, request: web.Request, path: Path, digest: str) -> web.StreamResponse:
         try:
@@ -213,12 +235,12 @@ async def _no_shards(request: web.Request) -> web.Response:
     return web.json_response({"missing": "this peer shares no corpus"}, status=404)
 
 
-def add_shard_routes(app: web.Application, server: ShardServer | None) -> None:
+def add_shard_routes(app: web.Application, server: ShardServer | None, *, blocks: Blocks) -> None:
     """Add GET /v1/shards and GET /v1/shards/{digest}, served by `server` (None: this peer shares
-    no corpus, and both answer 404)."""
+    no corpus, and both answer 404) with `blocks` sharing upload slots (`NetConfig.blocks`)."""
     if server is None:
         app.router.add_get("/v1/shards", _no_shards)
         app.router.add_get("/v1/shards/{digest}", _no_shards)
         return
     app.router.add_get("/v1/shards", server.list_shards)
-    app.router.add_get("/v1/shards/{digest}", server.serve)
+    app.router.add_get("/v1/shards/{digest}", functools.partial(server.serve, blocks=blocks))

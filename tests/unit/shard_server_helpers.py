@@ -11,6 +11,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from peer.metrics import Metrics
+from peer.net.config import NetConfig
 from peer.net.shard_routes import ShardServer, add_shard_routes
 from peer.shards.advert import advert_body
 from peer.shards.config import SwarmDataConfig
@@ -63,7 +64,7 @@ class Served:
 def serve_store(store: ShardStore, cfg: SwarmDataConfig | None = None, metrics: Metrics | None = None) -> tuple[Served, ShardServer]:
     server = ShardServer(store, cfg or SwarmDataConfig(), metrics or Metrics(process=False))
     app = web.Application()
-    add_shard_routes(app, server)
+    add_shard_routes(app, server, blocks=NetConfig().blocks())  # as a peer's app adds them
     return Served(app), server
 
 

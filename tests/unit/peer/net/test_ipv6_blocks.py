@@ -3,25 +3,30 @@ NetConfig.ipv6_block_prefix, ipv6_block_share).
 
 One site is commonly given a /48, 65,536 /64s, and every /64 had budgets of its own: a flood
 spread over 64 /64s of one /48 got 64 /64s' refusals before it was benched, 64 stranger
-exchanges, 64 addresses' work and open requests, and every connection slot and the reserve. Now
-the /48 gets `share` (4) /64s' worth of each. Each test floods from 64 /64s of one /48; its
-control from 64 /64s in as many /48s, which still get a budget each; and a /64 of another /48
-keeps its own whole budget beside the flood."""
+exchanges, 64 addresses' work and open requests, every connection slot and the reserve, and
+every shard upload slot. Now the /48 gets `share` (4) /64s' worth
+of each. Each test floods from /64s of one /48 (64, fewer where there are fewer slots); its
+control from as many /64s in as many /48s, which still get a budget each; and a /64 of another
+/48 keeps its own whole budget beside the flood."""
 
 from __future__ import annotations
 
 import asyncio
+from unittest import mock
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+import peer.net.shard_routes as routes
 from peer.core.budget_key import Blocks, budget_key
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.connection_caps import ConnectionCaps
 from peer.net.http_guard import TICKETED_KEY, RequestGuard
 from peer.net.refusal_bench import RefusalBench
+from peer.shards.config import SwarmDataConfig
+from tests.unit.shard_server_helpers import own_store
 
 SHARE = 4
 BLOCKS = Blocks(48, SHARE)
@@ -152,3 +157,66 @@ def test_defaults_keep_a_budget_per_48_at_four_64s() -> None:
         NetConfig(ipv6_block_prefix=65)
     with pytest.raises(ValueError):
         NetConfig(ipv6_block_share=0)
+
+
+def address(key: str) -> str:
+    """An address of budget key `key` ("2001:db8:1:2::/64" -> 2001:db8:1:2::1)."""
+    return key.partition("/")[0] + "1"
+
+
+def uploads_held(tmp_path, monkeypatch, sources: list[str], cfg: SwarmDataConfig) -> tuple[int, int]:
+    """Uploads of one shard that `sources` (then HONEST) hold at once, each asked for by each /64 once
+    and none read: (how many of the sources' were held, HONEST's status: 200 held, else refused)."""
+    monkeypatch.setattr(routes, "SENDFILE", False)  # written piece by piece, into a writer that holds them
+    store = own_store(tmp_path, {"a.tar": bytes(range(256)) * 64})
+    digest = store.manifest.shards[0].sha256
+    server = routes.ShardServer(store, cfg, Metrics(process=False))
+    app = web.Application()
+    routes.add_shard_routes(app, server, blocks=BLOCKS)
+    serve = next(r.handler for r in app.router.routes() if r.resource is not None
+                 and r.resource.canonical == "/v1/shards/{digest}")
+
+    async def main() -> tuple[int, int]:
+        release = asyncio.Event()
+        writer = mock.Mock()
+        writer.write_headers = writer.write_eof = writer.drain = mock.AsyncMock()
+
+        async def write(data: bytes) -> None:
+            await release.wait()
+
+        writer.write = write
+
+        def get(key: str) -> asyncio.Task[web.StreamResponse]:
+            request = make_mocked_request("GET", f"/v1/shards/{digest}", match_info={"digest": digest}, writer=writer)
+            return asyncio.create_task(serve(request.clone(remote=address(key))))
+
+        flood = [get(s) for s in sources]
+        await asyncio.sleep(0.05)
+        held = server.uploads
+        honest = get(HONEST)
+        await asyncio.sleep(0.05)
+        honest_held = server.uploads - held
+        release.set()
+        await asyncio.gather(*flood, honest)
+        return held, 200 if honest_held else honest.result().status
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("sources, held", [(ONE_48[:16], SHARE), (MANY_48S[:16], 16)],
+                         ids=["one /48", "control: 16 /48s"])
+def test_shard_uploads_of_one_48_are_held_to_its_share(tmp_path, monkeypatch, sources: list[str], held: int) -> None:
+    """One upload a /64, 24 in all: 16 /64s of one /48 held 16; now 4 (4 /64s' worth), while 16 /48s
+    hold one each, and another /48's /64 gets its own."""
+    cfg = SwarmDataConfig(max_uploads=24, max_uploads_per_address=1)
+    assert uploads_held(tmp_path, monkeypatch, sources, cfg) == (held, 200)
+
+
+@pytest.mark.parametrize("sources, held", [(ONE_48[:8] * 2, SHARE), (MANY_48S[:8], 8)],
+                         ids=["one /48", "control: 8 /48s"])
+def test_once_half_the_upload_slots_are_in_use_one_48_holds_share_of_them(tmp_path, monkeypatch,
+                                                                          sources: list[str], held: int) -> None:
+    """The defaults (8 uploads, 2 a /64, one a /64 once 4 are in use): 8 /64s of one /48, each asking
+    twice, held all 8 slots and another /48's /64 was told 503; now the /48 holds 4 (4 /64s' one
+    each), and that /64 gets one of the rest."""
+    assert uploads_held(tmp_path, monkeypatch, sources, SwarmDataConfig()) == (held, 200 if held < 8 else 503)

@@ -192,11 +192,12 @@ def test_a_source_that_dies_leaves_the_part_for_the_next(tmp_path: Path) -> None
 
 
 def test_no_store_answers_404(tmp_path: Path) -> None:
+    from peer.core.budget_key import NO_BLOCKS
     from peer.net.shard_routes import add_shard_routes
     from tests.unit.shard_server_helpers import Served
 
     app = web.Application()
-    add_shard_routes(app, None)
+    add_shard_routes(app, None, blocks=NO_BLOCKS)
     srv = Served(app)
     try:
         with pytest.raises(SourceFailed, match="http_404"):

@@ -12,11 +12,12 @@ same whichever socket it reached.
 A /64 is not what an IPv6 allocation costs either: a home is commonly given a /56 (256 /64s), a
 site a /48 (65,536), for the price of one connection. So the limits that strangers can flood
 (refusals and benching, stranger exchanges, address work, full states, open requests,
-connections, shard uploads) also keep a budget per block (`Blocks`, a /48 by default), `share`
-/64s' worth, checked beside each /64's: a flood spread over a /48 gets `share` /64s' budgets,
-not 65,536, while a site with a few honest hosts still fits. IPv4 has no such aggregate: an
-IPv4 address is already paid for one by one, and a /24 is often many unrelated customers (a
-provider's carrier-grade NAT, a cloud's range), who would be benched together for one of them.
+connections, shard uploads, snapshots in answers) also keep a budget per block (`Blocks`, a /48
+by default), `share` /64s' worth, checked beside each /64's: a flood spread over a /48 gets
+`share` /64s' budgets, not 65,536, while a site with a few honest hosts still fits. IPv4 has no
+such aggregate: an IPv4 address is already paid for one by one, and a /24 is often many
+unrelated customers (a provider's carrier-grade NAT, a cloud's range), who would be benched
+together for one of them.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def _block_of(key: str, prefix: int) -> str | None:
 
 
 SITE_BLOCKS = Blocks(IPV6_SITE_PREFIX, 4)
-"""The default blocks (`NetConfig.ipv6_block_prefix`, `ipv6_block_share`)."""
+"""The default blocks (`NetConfig.ipv6_block_prefix`, `ipv6_block_share`), and those where network settings
+are not read (snapshots in answers: `peer.core.snapshots`)."""
 NO_BLOCKS = Blocks(IPV6_BUDGET_PREFIX, 1)
 """No budgets kept per block: every budget is per /64 (or IPv4 address) alone."""

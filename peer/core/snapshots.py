@@ -6,8 +6,10 @@ one wherever the gap calls for it. An answer (to a request another peer started)
 only where (`AnswerBudget.withheld`): the request spent a ticket of ours (a first contact gets
 a ticket and no frames), the asker's key is one whose listen address our session verified
 (dialled, and a hello signed by that key over our nonce came back: `peer.core.session`), and
-two token buckets have a snapshot left, one per asking address (the driver's budget key for it:
-an IPv6 /64 is one address, `peer.core.budget_key`) and one for all together.
+token buckets have a snapshot left: one per asking address (the driver's budget key for it: an
+IPv6 /64 is one address, `peer.core.budget_key`), one per IPv6 block it lies in (a /48, at a few
+/64s' worth: `budget_key.SITE_BLOCKS`; one allocation is 65,536 /64s, each drawing a snapshot
+otherwise), and one for all together.
 Withheld snapshots are counted by reason (`snapshots_withheld_total{reason}`); the asker
 learns nothing but that its copy of ours is still missing, and asks again next exchange.
 """
@@ -18,8 +20,9 @@ from collections.abc import Collection
 
 import torch
 
+from peer.core.budget_key import SITE_BLOCKS, Blocks
 from peer.core.ingest import FRAME_OVERHEAD
-from peer.core.token_bucket import AddressBuckets, TokenBucket
+from peer.core.token_bucket import BlockBuckets, TokenBucket
 from protocol import Identity, make_snapshot_frame
 
 
@@ -36,7 +39,8 @@ def snapshot_bytes(numel: int, with_steps: bool, dtype: torch.dtype = torch.floa
 SNAPSHOT_REUSE_S = 60.0
 """How long one signed snapshot of a public copy is sent again (well inside the clock-skew limit)."""
 MAX_ASKING_ADDRESSES = 4096
-"""Addresses whose snapshot bucket is remembered; the least recent goes first (and starts full again)."""
+"""Addresses, and blocks, whose snapshot buckets are remembered; the least recent goes first (and starts
+full again)."""
 
 
 class SnapshotCache:
@@ -73,10 +77,12 @@ class AnswerBudget:
     """Whether an answer may carry our snapshot; see the module docstring. Pure: the caller passes
     the time. Buckets count snapshots (each the model's size), so bytes are bounded by the count."""
 
-    def __init__(self, every_s: float, per_min: float, burst: int, now: float) -> None:
+    def __init__(self, every_s: float, per_min: float, burst: int, now: float, *, blocks: Blocks = SITE_BLOCKS) -> None:
+        """`blocks`: the IPv6 blocks rationed beside their /64s; the node reads no network settings, so
+        it keeps the default ones (`NetConfig.ipv6_block_prefix` does not reach them)."""
         self.rate, self.burst = per_min / 60.0, float(burst)
         self._total = TokenBucket(self.burst, now)
-        self._by_address = AddressBuckets(1.0 / every_s, 1.0, MAX_ASKING_ADDRESSES)
+        self._by_address = BlockBuckets(1.0 / every_s, 1.0, MAX_ASKING_ADDRESSES, blocks)
 
     def withheld(self, sender: bytes, *, ticketed: bool, verified: Collection[bytes], address: str,
                  now: float, gap_fill: bool = False) -> str | None:
@@ -92,10 +98,9 @@ class AnswerBudget:
             return "unverified"
         if gap_fill:
             return None
-        bucket = self._by_address.bucket(address, now)  # taken below, once the total has one too
-        if bucket.tokens < 1:
+        if not self._by_address.has(address, now):  # the address, or its block: taken once the total has one too
             return "address_budget"
         if not self._total.take(self.rate, self.burst, now):
             return "budget"
-        bucket.tokens -= 1
+        self._by_address.charge(address, now, 1.0)
         return None

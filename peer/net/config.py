@@ -109,7 +109,9 @@ class NetConfig:
     """The IPv6 block (a /48: a site's allocation, and a home's /56 within it) whose /64s share
     budgets beside their own: refusals and benching, stranger exchanges, address work, full
     states, open requests, connections and shard uploads (`peer.core.budget_key.Blocks`). One
-    allocation is 65,536 /64s, each otherwise budgeted as one address. 64 keeps no block budgets."""
+    allocation is 65,536 /64s, each otherwise budgeted as one address. 64 keeps no block budgets.
+    The snapshots our answers carry keep the default blocks (`peer.core.budget_key.SITE_BLOCKS`)
+    whatever this says: the node reads no network settings."""
     ipv6_block_share: int = SITE_BLOCKS.share
     """Each block's budgets, in /64s' (or IPv4 addresses') budgets: a flood from one block gets
     this many addresses' worth however many /64s it speaks from, while a site with a few honest

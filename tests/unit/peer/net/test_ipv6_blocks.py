@@ -3,8 +3,8 @@ NetConfig.ipv6_block_prefix, ipv6_block_share).
 
 One site is commonly given a /48, 65,536 /64s, and every /64 had budgets of its own: a flood
 spread over 64 /64s of one /48 got 64 /64s' refusals before it was benched, 64 stranger
-exchanges, 64 addresses' work and open requests, every connection slot and the reserve, and
-every shard upload slot. Now the /48 gets `share` (4) /64s' worth
+exchanges, 64 addresses' work and open requests, every connection slot and the reserve, every
+shard upload slot, and 64 snapshots in answers at once. Now the /48 gets `share` (4) /64s' worth
 of each. Each test floods from /64s of one /48 (64, fewer where there are fewer slots); its
 control from as many /64s in as many /48s, which still get a budget each; and a /64 of another
 /48 keeps its own whole budget beside the flood."""
@@ -20,6 +20,7 @@ from aiohttp.test_utils import make_mocked_request
 
 import peer.net.shard_routes as routes
 from peer.core.budget_key import Blocks, budget_key
+from peer.core.snapshots import AnswerBudget
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.connection_caps import ConnectionCaps
@@ -220,3 +221,16 @@ def test_once_half_the_upload_slots_are_in_use_one_48_holds_share_of_them(tmp_pa
     twice, held all 8 slots and another /48's /64 was told 503; now the /48 holds 4 (4 /64s' one
     each), and that /64 gets one of the rest."""
     assert uploads_held(tmp_path, monkeypatch, sources, SwarmDataConfig()) == (held, 200 if held < 8 else 503)
+
+
+@pytest.mark.parametrize("sources, sent", [(ONE_48, SHARE), (MANY_48S, FLOOD)], ids=["one /48", "control: 64 /48s"])
+def test_snapshots_in_answers_to_one_48_are_held_to_its_budget(sources: list[str], sent: int) -> None:
+    """A snapshot a /64 each 10 s, 256 in all at once, as the node makes the budget (its default
+    blocks): 64 /64s of one /48 drew 64 at once and 64 more 10 s later; now 4 and 4, as 4 /64s
+    would. Another /48's /64 draws its own."""
+    budget = AnswerBudget(every_s=10.0, per_min=60.0, burst=256, now=0.0)
+
+    def drawn(asking: list[str], now: float) -> int:
+        return [budget.withheld(b"k", ticketed=True, verified={b"k"}, address=a, now=now) for a in asking].count(None)
+
+    assert (drawn(sources, 0.0), drawn([HONEST] * 2, 0.0), drawn(sources, 10.0)) == (sent, 1, sent)

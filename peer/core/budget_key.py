@@ -87,6 +87,6 @@ def _block_of(key: str, prefix: int) -> str | None:
 
 SITE_BLOCKS = Blocks(IPV6_SITE_PREFIX, 4)
 """The default blocks (`NetConfig.ipv6_block_prefix`, `ipv6_block_share`), and those where network settings
-are not read (snapshots in answers: `peer.core.snapshots`)."""
+are not read: snapshots in answers (`peer.core.snapshots`) and candidate slots (`peer.core.candidates`)."""
 NO_BLOCKS = Blocks(IPV6_BUDGET_PREFIX, 1)
 """No budgets kept per block: every budget is per /64 (or IPv4 address) alone."""

@@ -29,14 +29,22 @@ class CandidateConfig:
     per_host: int = 4
     """Unverified candidates at one host (the IP of their address) at once: room for a few peers
     on one machine or behind one address, while one address's claims cannot fill every slot."""
+    per_block: int = 8
+    """Unverified candidates in one IPv6 /48 at once (`peer.core.budget_key.SITE_BLOCKS`): one
+    allocation is 65,536 /64s, each a host of its own, so without it one /48's claims filled every
+    slot hearsay may take. Two hosts' worth: a site's peers are verified a few at a time, and one
+    allocation leaves the rest of hearsay's slots (`SessionConfig.max_candidates` less `reserved`)
+    to others. An IPv4 address has no block: a /24 is often unrelated customers (a provider's
+    carrier-grade NAT)."""
     reserved: int = 4
     """Candidate slots hearsay cannot take, kept for addresses found by mDNS."""
 
     def __post_init__(self) -> None:
         if not (self.dial_deadline_s > 0 and math.isfinite(self.dial_deadline_s)):
             raise ValueError(f"dial_deadline_s must be a finite number > 0, got {self.dial_deadline_s!r}")
-        if self.per_host < 1 or self.reserved < 0:
-            raise ValueError(f"per_host must be >= 1 and reserved >= 0, got {self.per_host}, {self.reserved}")
+        if self.per_host < 1 or self.per_block < 1 or self.reserved < 0:
+            raise ValueError(f"per_host and per_block must be >= 1 and reserved >= 0, got {self.per_host}, "
+                             f"{self.per_block}, {self.reserved}")
 
 
 

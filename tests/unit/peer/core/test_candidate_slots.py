@@ -3,12 +3,14 @@
 An attacker made first contacts claiming addresses that accept a connection and never answer;
 each held one of the candidate slots for three request timeouts, and a newcomer that contacted the
 victim stayed unverified (so never a partner, and without a snapshot) for as long as the flood
-went on. Now a candidate's dial has a short deadline, one host holds a few slots at most, hearsay
-leaves a reserve for mDNS, and a `--peer` address always gets in."""
+went on. Now a candidate's dial has a short deadline, one host holds a few slots at most (one IPv6
+/48 two hosts' worth), hearsay leaves a reserve for mDNS, and a `--peer` address always gets in."""
 
 from __future__ import annotations
 
 import random
+
+import pytest
 
 from peer.core.actions import Count, SendHello
 from peer.core.addresses import PeerInfo
@@ -94,3 +96,29 @@ def test_one_ipv6_host_is_its_whole_slash_64() -> None:
     assert len(dials(out)) == len(unverified(s)) == SLOTS.per_host
     beside = dials(s.inbound_exchange("[2001:db8:0:7::1]:7000", key(1), 1.0))
     assert [d.address for d in beside] == ["[2001:db8:0:7::1]:7000"]
+
+
+@pytest.mark.parametrize("block, held", [(lambda i: "2001:db8:6", 8), (lambda i: f"2001:db8:{0x100 + i:x}", 12)],
+                         ids=["one /48", "control: 20 /48s"])
+def test_the_slash_64s_of_one_ipv6_48_hold_its_share_of_the_slots(block, held: int) -> None:
+    """20 /64s of one /48 (a site's allocation), each claiming 4 listen addresses, took every slot
+    hearsay may take (12): each /64 was a host of its own. Now the /48 holds `per_block` (8), a /64
+    of another /48 gets in at once, and 20 /64s in as many /48s still take all 12."""
+    s = session()
+    out = []
+    for i in range(20):
+        for p in range(4):
+            out += s.inbound_exchange(f"[{block(i)}:{i:x}::{p + 1:x}]:7000", key(3000 + 10 * i + p), 0.0)
+    assert len(dials(out)) == len(unverified(s)) == held
+    elsewhere = dials(s.inbound_exchange("[2001:db8:ffff:1::1]:7000", key(1), 1.0))
+    assert [d.address for d in elsewhere] == (["[2001:db8:ffff:1::1]:7000"] if held < 12 else [])
+
+
+def test_ipv4_has_no_block_beyond_its_hosts() -> None:
+    """A /24 is often unrelated customers behind one provider's NAT: 20 hosts of one /24 still take
+    every slot hearsay may take, as 20 hosts anywhere would."""
+    s = session()
+    out = []
+    for h in range(20):
+        out += s.inbound_exchange(f"10.6.0.{h + 1}:7000", key(4000 + h), 0.0)
+    assert len(dials(out)) == len(unverified(s)) == 16 - SLOTS.reserved

@@ -256,15 +256,16 @@ class TTSTrainer(Trainer):
         return loss
 
     def _apply(self) -> float:
-        """Clip and step (on the CPU masters when offloaded); the gradient norm, NaN without clipping."""
+        """Clip and step (on the CPU masters when offloaded, a chunk of them at a time, so no whole
+        fp32 gradient is held in host memory); the gradient norm, NaN without clipping."""
         if self._offload:
-            self._offload.grads_to_masters()
+            grad_norm = self._offload.step(self.optimizer, self.cfg.grad_clip)
+            self._offload.push_to_device()
+            return grad_norm
         grad_norm = float("nan")
         if self.cfg.grad_clip > 0:
             grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(self._master, self.cfg.grad_clip)))
         self.optimizer.step()
-        if self._offload:
-            self._offload.push_to_device()
         return grad_norm
 
     def param_spec(self) -> ParamSpec:

@@ -45,6 +45,7 @@ FAST: dict[str, tuple[list[str], str]] = {
     "device_check": (["--device", "cpu", "--presets", "tiny", "--steps", "1", "--judge-clips", "0",
                       "--budget-s", "0"], "summary: "),
     "lockstep_peers": (["--peers", "2", "--steps", "8", "--seeds", "0", "--no-late"], "result: "),
+    "offload_step": (["--preset", "tiny", "--adamw", "for-loop", "--chunk-mib", "0.25", "--repeats", "2"], "summary: "),
     "protocol_cost": (["--sizes", "1000,10000", "--repeats", "1"], "[world.cost]"),
     "protocol_digest": (["--sizes", "676", "--codecs", "int8"], "676"),
     "publish_cycle": (["--sizes", "10000", "--periods", "2", "--train-steps", "2"], "worker"),

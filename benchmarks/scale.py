@@ -55,7 +55,9 @@ PRESETS = {"800m": 811_757_824, "echo-2.4b": 2_381_270_912}
 """Parameters of the presets users train (gossip_tts.model, counted on the meta device)."""
 OFFLOAD_COPIES = 3.5
 """CPU memory `--offload` adds, in fp32 copies: master weights and AdamW's two moments (12 bytes a
-parameter) and the bf16 staging of gradients (2 bytes): gossip_tts/train/offload.py."""
+parameter) and the bf16 staging of gradients (2 bytes): gossip_tts/train/offload.py, whose step
+takes its fp32 gradients a chunk at a time (`CHUNK_BYTES`, a fixed 64 MiB:
+benchmarks/offload_step.py measures it)."""
 GPUS = {"H100": 989.0, "RTX 4090": 165.0}
 """Dense bf16 peak TFLOP/s (gossip_tts.train.mfu.PEAK_BF16_TFLOPS)."""
 MFU = 0.4

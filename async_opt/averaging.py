@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .mixing import PIECE, pull_scale
+from .mixing import HALF_WIDTH, PIECE, pull_scale
 from .packed_float import PackedFloats
 
 SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
@@ -218,7 +218,8 @@ class SwarmEstimate:
             shares.append(pull_scale(norm, rho, power) * progress / (1.0 + m * progress))
         total, self.carry = sum(shares), min(1.0, 1.0 / progress) if progress > 0 else 1.0
         self.total = max(0.0, total)
-        self.x = x.detach().to(torch.float32)
+        # a half-width x (a bfloat16 parameter copy) is widened a piece at a time, never whole
+        self.x = x.detach() if x.dtype in HALF_WIDTH else x.detach().to(torch.float32)
         self.scale = 1.0 - (1.0 - self.carry) * self.total  # x·(1 − S) + carry·S·(x − x̂_i), one scaling of x
         self._flat_x, self._public = self.x.reshape(-1), public.detach().reshape(-1)
         self._pulls = [(c.detach().reshape(-1), share) for (c, _), share in zip(copies, shares) if share > 0.0]
@@ -229,8 +230,8 @@ class SwarmEstimate:
     def piece(self, part: slice, out: Tensor | None = None) -> Tensor:
         """The estimate's values in `part` of the flattened parameters (into `out` when given)."""
         if self.total <= 0.0:
-            return self._flat_x[part].clone() if out is None else out.copy_(self._flat_x[part])
-        piece = torch.mul(self._flat_x[part], self.scale, out=out)
+            return self._flat_x[part].to(torch.float32, copy=True) if out is None else out.copy_(self._flat_x[part])
+        piece = torch.mul(self._flat_x[part].to(torch.float32), self.scale, out=out)
         for c, share in self._pulls:
             piece.add_(c[part], alpha=share)
         return piece.add_(self._public[part], alpha=-self.carry * self.total)

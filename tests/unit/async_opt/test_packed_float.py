@@ -127,3 +127,15 @@ def test_a_reader_that_pauses_gets_the_values_once_the_write_ends() -> None:
 
     out = packed.read(attempts=50, pause=pause)
     assert out is not None and torch.allclose(out, torch.full((10,), 0.5)) and len(pauses) == 3
+
+
+def test_an_estimate_of_bfloat16_parameters_is_that_of_their_float32_widening() -> None:
+    """A bfloat16 parameter copy (what a publish is handed where the node keeps none) is widened a
+    piece at a time: the same estimate, bit for bit, as from the widened copy."""
+    g = torch.Generator().manual_seed(5)
+    n = 2 * (1 << 18) + 3
+    x, public = torch.randn(n, generator=g).to(torch.bfloat16), torch.randn(n, generator=g).to(torch.bfloat16)
+    copies = [((public.float() + 0.1 * torch.randn(n, generator=g)).to(torch.bfloat16), 1.0)]
+    for rho in (None, 0.5):
+        assert torch.equal(swarm_estimate(x, public, copies, rho), swarm_estimate(x.float(), public, copies, rho))
+    assert SwarmEstimate(x, public, copies, None).x.dtype == torch.bfloat16  # held as given, not widened whole

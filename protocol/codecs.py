@@ -25,8 +25,9 @@ __all__ = ["TensorCodec", "parse_codec", "IdentityCodec", "FP16Codec", "BF16Code
 
 @runtime_checkable
 class TensorCodec(Protocol):
-    """Compress a 1-D float32 tensor into named arrays; `compress` also returns exactly
-    what `decompress` will rebuild, so the sender's error feedback is exact."""
+    """Compress a 1-D float32 or bfloat16 tensor (read as its exact float32 widening) into named
+    arrays; `compress` also returns exactly what `decompress` will rebuild, so the sender's error
+    feedback is exact."""
 
     spec: str
 

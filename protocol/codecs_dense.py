@@ -1,6 +1,7 @@
 """Dense tensor codecs: fp32 (identity), fp16, bf16, int8 with per-block scales.
 
-Each codec maps a 1-D float32 vector to named numpy arrays for the wire and back.
+Each codec maps a 1-D float32 or bfloat16 vector (`protocol.codec_input`) to named numpy arrays
+for the wire and back; a bfloat16 vector gives the arrays its float32 widening gives.
 `compress` returns the reconstruction by running `decompress` on the very arrays it
 packed (the sparse codecs skip decoding the indices they just chose), so the sender's
 error feedback (CHOCO-SGD public copy, Koloskova et al. 2019) matches what receivers
@@ -13,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .codec_input import CodecInput
 from .errors import CodecError
 from .sparse import SparseVector
 
 __all__ = ["CodecBase", "IdentityCodec", "FP16Codec", "BF16Codec", "Int8Codec",
-           "Layout", "as_input_array", "check_layout", "check_numel"]
+           "Layout", "codec_input", "check_layout", "check_numel"]
 
 Layout = dict[str, tuple[np.dtype, int]]  # packed array name -> (dtype, length)
 
@@ -27,14 +29,11 @@ _INT8_PIECE = 1 << 18
 """Entries int8 encodes at a time (whole blocks): 1 MiB of float32, in a core's cache."""
 
 
-def as_input_array(x: torch.Tensor) -> np.ndarray:
-    """The numpy view of a 1-D float32 CPU tensor; anything else is a caller bug."""
+def codec_input(x: torch.Tensor) -> CodecInput:
+    """A 1-D float32 or bfloat16 CPU tensor as the codecs read it; anything else is a caller bug."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"codec input must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32 or x.dim() != 1 or x.device.type != "cpu":
-        raise ValueError(f"codec input must be a 1-D float32 CPU tensor, got "
-                         f"{x.dtype} shape {tuple(x.shape)} on {x.device}")
-    return x.detach().contiguous().numpy()
+    return CodecInput(x)
 
 
 def check_layout(packed: dict[str, np.ndarray], layout: Layout) -> dict[str, np.ndarray]:
@@ -57,15 +56,27 @@ def check_numel(numel: int) -> int:
     return int(numel)
 
 
+def _to_fp16(t: torch.Tensor) -> torch.Tensor:
+    return t.clamp(-_FP16_MAX, _FP16_MAX).to(torch.float16)
+
+
+def _to_bf16_bits(t: torch.Tensor) -> torch.Tensor:
+    return t.clamp(-_BF16_MAX, _BF16_MAX).to(torch.bfloat16).view(torch.int16)
+
+
 class CodecBase:
-    """Shared driver of every codec: subclasses define `layout`, `_pack` and `_unpack`."""
+    """Shared driver of every codec: subclasses define `layout`, `_encode` and `_unpack`."""
 
     spec: str = ""
 
     def layout(self, numel: int) -> Layout:
         raise NotImplementedError
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _pack(self, v: "CodecInput | np.ndarray", seed: int) -> dict[str, np.ndarray]:
+        """The packed arrays of `v` (a float32 array is read as it is)."""
+        return self._encode(CodecInput.of(v), seed)
+
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
@@ -79,8 +90,8 @@ class CodecBase:
 
     def compress_sparse(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]:
         """`compress`, with the reconstruction as the entries it keeps (all of them here)."""
-        v = as_input_array(x)
-        packed = self._pack(v, seed)
+        v = codec_input(x)
+        packed = self._encode(v, seed)
         return packed, self.decompress_sparse(packed, v.size, seed)
 
     def decompress(self, packed: dict[str, np.ndarray], numel: int, seed: int = 0) -> torch.Tensor:
@@ -113,8 +124,8 @@ class IdentityCodec(CodecBase):
     def layout(self, numel: int) -> Layout:
         return {"v": (np.dtype(np.float32), numel)}
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-        return {"v": v.astype(np.float32, copy=True)}
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
+        return {"v": v.mapped(torch.clone, torch.float32).numpy()}
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         return packed["v"].astype(np.float32, copy=True)
@@ -131,9 +142,9 @@ class FP16Codec(CodecBase):
     def layout(self, numel: int) -> Layout:
         return {"v": (np.dtype(np.float16), numel)}
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
         # torch's vectorised cast is several times faster than numpy's astype(float16)
-        return {"v": torch.from_numpy(v).clamp(-_FP16_MAX, _FP16_MAX).to(torch.float16).numpy()}
+        return {"v": v.mapped(_to_fp16, torch.float16).numpy()}
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         return packed["v"].astype(np.float32)
@@ -150,9 +161,8 @@ class BF16Codec(CodecBase):
     def layout(self, numel: int) -> Layout:
         return {"v": (np.dtype(np.uint16), numel)}
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-        t = torch.from_numpy(v).clamp(-_BF16_MAX, _BF16_MAX).to(torch.bfloat16)
-        return {"v": t.view(torch.int16).numpy().view(np.uint16).copy()}
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
+        return {"v": v.mapped(_to_bf16_bits, torch.int16).numpy().view(np.uint16).copy()}
 
     def _unpack(self, packed: dict[str, np.ndarray], numel: int, seed: int) -> np.ndarray:
         return (packed["v"].astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -178,19 +188,18 @@ class Int8Codec(CodecBase):
         return {"q": (np.dtype(np.int8), numel),
                 "s": (np.dtype(np.float32), -(-numel // self.block))}
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
         """Block scales and codes, a piece of whole blocks at a time, each written into the two
         arrays sent: the float32 temporaries of a pass are a piece's, not the vector's (at a dense
         publish of a large model they were three copies of it)."""
         n, b = v.size, self.block
         step = max(1, _INT8_PIECE // b) * b
-        source = torch.from_numpy(v)
         if n <= step:
-            q, scale = self._pack_piece(source)
+            q, scale = self._pack_piece(torch.from_numpy(v.whole()))
             return {"q": q, "s": scale}
         q, scale = np.empty(n, np.int8), np.empty(-(-n // b), np.float32)
-        for start in range(0, n, step):
-            codes, scales = self._pack_piece(source[start:start + step])
+        for start, piece in v.pieces(step):
+            codes, scales = self._pack_piece(torch.from_numpy(piece))
             q[start:start + codes.size] = codes
             scale[start // b:start // b + scales.size] = scales
         return {"q": q, "s": scale}

@@ -33,7 +33,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .codecs_dense import CodecBase, Layout, as_input_array, check_layout, check_numel
+from .codec_input import CodecInput
+from .codecs_dense import CodecBase, Layout, check_layout, check_numel, codec_input
 from .errors import CodecError
 from .sparse import SparseVector
 
@@ -191,14 +192,16 @@ class Candidates(NamedTuple):
     magnitudes: np.ndarray
 
 
-def candidates_at_or_above(v: np.ndarray, threshold: np.floating) -> list[Candidates]:
+def candidates_at_or_above(v: "np.ndarray | CodecInput", threshold: np.floating) -> list[Candidates]:
     """The entries with |v_i| >= threshold, NaN included, chunk by chunk in index order: 8 bytes
-    a candidate, and no temporary the size of v."""
-    step = _scan_step(v.size)
+    a candidate, and no temporary the size of v. A bfloat16 v is widened a chunk at a time, into
+    the chunk's magnitudes, however short it is: a whole-vector pass would widen all of it."""
+    v = CodecInput.of(v)
+    step = max(1, min(_TOPK_CHUNK, v.size)) if v.widened else _scan_step(v.size)
     mags, passed = np.empty(step, np.float32), np.empty(step, bool)
     found = []
     for start in range(0, v.size, step):
-        chunk = v[start:start + step]
+        chunk = v.piece_into(start, start + step, mags)
         m, keep = mags[:chunk.size], passed[:chunk.size]
         np.abs(chunk, out=m)
         np.less(m, threshold, out=keep)
@@ -243,7 +246,7 @@ def _select_largest(mags: np.ndarray, k: int) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def topk_candidates(v: np.ndarray, k: int) -> list[Candidates] | None:
+def topk_candidates(v: "np.ndarray | CodecInput", k: int) -> list[Candidates] | None:
     """A set of entries holding every one of the k largest |v_i| (`Candidates` per chunk
     scanned), or None (select over all).
 
@@ -252,10 +255,11 @@ def topk_candidates(v: np.ndarray, k: int) -> list[Candidates] | None:
     k entries pass. The sample is deterministic, so skewed data can defeat it: fewer than
     k entries pass and the caller falls back (correct, at the full selection's cost).
     """
+    v = CodecInput.of(v)
     n = v.size
     if n < TOPK_SAMPLED_MIN:
         return None
-    sample = np.abs(v[::n // _TOPK_SAMPLE])
+    sample = np.abs(v.strided(n // _TOPK_SAMPLE))
     expected = k * sample.size / n
     rank = math.ceil(expected + _TOPK_MARGIN_SIGMAS * math.sqrt(expected) + 1)
     if rank >= sample.size:
@@ -267,19 +271,20 @@ def topk_candidates(v: np.ndarray, k: int) -> list[Candidates] | None:
     return candidates if sum(c.positions.size for c in candidates) >= k else None
 
 
-def topk_indices(v: np.ndarray, k: int) -> np.ndarray:
+def topk_indices(v: "np.ndarray | CodecInput", k: int) -> np.ndarray:
     """Sorted int64 indices of the k largest |v_i|: ties to the lowest indices, NaN largest.
 
     The k-th largest magnitude is found among the candidates' magnitudes and the entries are
     picked from the candidates: besides the k indices returned, what is allocated is 8 bytes a
     candidate (about k of them) and a chunk's scratch, not a vector's worth of magnitudes, masks
     and indices. Where the sampled threshold fails, every entry is a candidate."""
+    v = CodecInput.of(v)
     if k == v.size:
         return np.arange(k, dtype=np.int64)
     if k == 0:
         return np.zeros(0, np.int64)
     if v.size < TOPK_SAMPLED_MIN:  # short: one partition of all, the fewest numpy calls
-        return _select_largest(np.abs(v), k)
+        return _select_largest(np.abs(v.whole()), k)
     pieces = topk_candidates(v, k) or candidates_at_or_above(v, np.float32(0.0))
     magnitudes = [p.magnitudes for p in pieces]
     kth = _order_statistic(magnitudes, sum(m.size for m in magnitudes) - k)
@@ -319,21 +324,21 @@ class SparseCodec(CodecBase):
             out.update(ihi=(np.dtype(np.uint8), hi), ilo=(np.dtype(np.uint8), lo))
         return out
 
-    def _indices(self, v: np.ndarray, k: int, seed: int) -> np.ndarray:
+    def _indices(self, v: CodecInput, k: int, seed: int) -> np.ndarray:
         if self.kind == "randk":
             return randk_indices(v.size, k, seed)
         return topk_indices(v, k)
 
-    def _pack_indexed(self, v: np.ndarray, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _pack_indexed(self, v: CodecInput, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(packed arrays, the sorted indices they keep)."""
         k = self.k(v.size)
         idx = self._indices(v, k, seed)
-        packed = self.values._pack(np.ascontiguousarray(v[idx], dtype=np.float32), seed)
+        packed = self.values._encode(v.take(idx), seed)
         if self.kind == "topk":
             packed["ihi"], packed["ilo"] = ef_encode(idx, v.size)
         return packed, idx
 
-    def _pack(self, v: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
         return self._pack_indexed(v, seed)[0]
 
     def compress_sparse(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]:
@@ -344,7 +349,7 @@ class SparseCodec(CodecBase):
         `ef_encode` exactly and random-k's indices are a function of the seed, so the result
         is the receivers' bit for bit at a fraction of a decode's cost.
         """
-        v = as_input_array(x)
+        v = codec_input(x)
         packed, idx = self._pack_indexed(v, seed)
         return packed, SparseVector.of_arrays(v.size, self._kept(packed, idx.size, seed), idx)
 

@@ -42,9 +42,14 @@ _COUNT = struct.Struct(">4sI")
 _LENGTH = struct.Struct(">Q")
 
 
+_VECTOR_DTYPES = (torch.float32, torch.bfloat16)
+"""What a frame's vector may be held in: the codecs read bfloat16 as its exact float32 widening
+(`protocol.codec_input`), so a frame does not say which it was."""
+
+
 def _check_vector(name: str, x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D float32 tensor")
+    if not isinstance(x, torch.Tensor) or x.dtype not in _VECTOR_DTYPES or x.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D float32 or bfloat16 tensor")
     if not all_finite(x):
         raise ValueError(f"{name} has non-finite values; receivers would refuse it")
 
@@ -74,7 +79,9 @@ def make_update_frame(identity: Identity, *, swarm: str, fingerprint: str, seq: 
     """(frame bytes, the reconstruction every receiver will decode, bit for bit, as the entries the
     codec kept: `.added_to(x̂)` adds it, `.dense()` expands it).
 
-    The codec seed comes from (sender, seq), so random-k sends no index bytes.
+    The codec seed comes from (sender, seq), so random-k sends no index bytes. `delta` may be
+    float32 or bfloat16: a bfloat16 one gives the frame its float32 widening would, without
+    widening it whole.
     """
     codec = parse_codec(codec) if isinstance(codec, str) else codec
     frame, recons = _vector_frame(identity, FrameKind.UPDATE, {UPDATE_TENSOR: delta}, codec, swarm=swarm,
@@ -106,7 +113,6 @@ def make_snapshot_frame(identity: Identity, *, swarm: str, fingerprint: str, seq
     vectors = {SNAPSHOT_TENSOR: vector} if steps is None else {SNAPSHOT_TENSOR: vector, STEP_TENSOR: steps}
     half = vector.dtype == torch.bfloat16
     codec = "bf16" if half and steps is None else "identity"
-    vectors = {name: v.to(torch.float32) if v.dtype == torch.bfloat16 else v for name, v in vectors.items()}
     extra = {**(extra or {}), HELD_DTYPE: "bfloat16"} if half else extra
     return _vector_frame(identity, FrameKind.SNAPSHOT, vectors, parse_codec(codec),
                          swarm=swarm, fingerprint=fingerprint, seq=seq, step=step,

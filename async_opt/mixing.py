@@ -39,6 +39,10 @@ def safe_norm(v: Tensor) -> float:
         n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in HALF_WIDTH else torch.linalg.vector_norm(v))
     if math.isfinite(n):
         return n
+    if v.dtype in HALF_WIDTH and v.numel() > PIECE:  # a float64 copy would be four of the vector
+        flat = v.detach().reshape(-1)
+        return math.sqrt(sum(float(torch.linalg.vector_norm(flat[i:i + PIECE], dtype=torch.float64)) ** 2
+                             for i in range(0, flat.numel(), PIECE)))
     return float(torch.linalg.vector_norm(v.double()))
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distances
+from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distances, safe_norm
 
 
 def t(*xs: float) -> torch.Tensor:
@@ -212,3 +212,15 @@ def test_the_distances_are_the_norms_of_the_differences_without_building_them(n:
     assert safe_distances([a], ref)[0] == pytest.approx(3e38 * math.sqrt(n), rel=1e-6)
     with pytest.raises(ValueError, match="shapes"):
         safe_distances([a, b[1:]], ref)
+
+
+@pytest.mark.parametrize("n", [5, (1 << 17) + 3])
+def test_a_half_width_norm_past_float32s_range_is_finite_and_nan_stays_nan(n: int) -> None:
+    """A bfloat16 vector whose float32 sum of squares overflows is summed again in float64 (a piece
+    at a time past a `PIECE`); a NaN or ±inf entry still gives a non-finite norm."""
+    x = torch.full((n,), 2e38).to(torch.bfloat16)
+    assert safe_norm(x) == pytest.approx(float(x[0]) * math.sqrt(n), rel=1e-12)
+    for bad in (float("nan"), float("inf")):
+        y = x.clone()
+        y[n // 2] = bad
+        assert not math.isfinite(safe_norm(y))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
                             pair_lambda, parse_staleness)
     from .sparse_loco import ErrorFeedback, SparseMessage, kept, message_bytes, top_k_two_bit
     from .step_scale import SwarmStepScale, effective_models
+    from .stochastic_round import stochastic_round_bf16
     from .sync import DiLoCoOuter, allreduce_mean, allreduce_step
 
 _HOME = {
@@ -31,6 +32,7 @@ _HOME = {
                      "StalenessSchedule", "pair_lambda", "parse_staleness"), "staleness"),
     **dict.fromkeys(("ErrorFeedback", "SparseMessage", "kept", "message_bytes", "top_k_two_bit"), "sparse_loco"),
     **dict.fromkeys(("SwarmStepScale", "effective_models"), "step_scale"),
+    "stochastic_round_bf16": "stochastic_round",
     **dict.fromkeys(("DiLoCoOuter", "allreduce_mean", "allreduce_step"), "sync"),
 }
 """Each public name and the module of this package defining it, imported when first asked for
@@ -77,6 +79,7 @@ __all__ = [
     "pair_lambda",
     "pull_scale",
     "safe_distances", "safe_norm",
+    "stochastic_round_bf16",
     "parse_staleness",
     "top_k_two_bit",
     "kept",

@@ -8,8 +8,9 @@ feedback still carries every small move, spread over several publishes.
 
 How: add 16 uniform random bits to the float32 bit pattern, below the 16 bits bfloat16 keeps,
 and keep the top 16. The magnitude bits go up by one bfloat16 unit with probability (dropped
-bits) / 2^16, which is the distance to the lower neighbour over their spacing: both neighbours
-share the lower one's exponent, so this holds across binades and for subnormals alike. The sign
+bits) / 2^16, which is the distance to the lower neighbour over their spacing: x shares the lower
+neighbour's exponent and the upper one lies one unit of it above (also where that starts the next
+binade), so this holds in every binade and for subnormals alike. The sign
 bit never changes (the sum of finite magnitude bits stays below it), so rounding is symmetric.
 Exact bfloat16 values drop nothing and stay; ±inf stays ±inf; a finite value becomes ±inf only
 from above bfloat16's largest, with the probability that rounding up there gives. NaN is set to

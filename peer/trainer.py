@@ -10,10 +10,11 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
+from async_opt.stochastic_round import stochastic_round_bf16
 from protocol.header import ParamSpec
 
 
@@ -76,6 +77,16 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def get_flat_params(self) -> torch.Tensor:
         """A float32 CPU copy of all gossiped parameters as one 1-D vector."""
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """`get_flat_params` as a new bfloat16 CPU vector, stochastically rounded (unbiased: the
+        rounding of x is x on average, `async_opt.stochastic_round_bf16`) with random bits from
+        `generator` (a CPU one): half the bytes of the float32 copy, for a publish to take its
+        residual in. This default rounds `get_flat_params()` a piece at a time, so that float32
+        copy is still made for a moment; a trainer that can round its own tensors overrides it
+        (`flatten_bf16`) to make none."""
+        flat = self.get_flat_params()
+        return flatten_bf16([flat], flat.numel(), generator)
 
     @abc.abstractmethod
     def set_flat_params(self, flat: torch.Tensor) -> None:
@@ -145,6 +156,10 @@ class WrappedTrainer(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         return self.inner.get_flat_params()
 
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """The inner trainer's: a wrapper that changes `get_flat_params` overrides this too."""
+        return self.inner.flat_params_bf16(generator)
+
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.inner.set_flat_params(flat)
 
@@ -178,6 +193,38 @@ def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     if not tensors:
         return torch.zeros(0, dtype=torch.float32)
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
+
+
+def flatten_bf16(tensors: Iterable[torch.Tensor], numel: int, generator: torch.Generator) -> torch.Tensor:
+    """`flatten` of tensors of `numel` entries in all, stochastically rounded to bfloat16
+    (`async_opt.stochastic_round_bf16`) into a new CPU vector, one tensor at a time: no float32
+    copy of them all is made. A tensor on a device is rounded there and its bfloat16 result copied
+    to the host, half the bytes of its float32 copy; its random bits come from a generator on that
+    device seeded from `generator` (a CPU one), so the result is a function of `generator`'s state.
+    float32 and bfloat16 tensors are read as they are; any other dtype is widened to float32 first."""
+    if generator.device.type != "cpu":
+        raise ValueError(f"flatten_bf16 takes a CPU generator, got one on {generator.device}")
+    out, offset = torch.empty(numel, dtype=torch.bfloat16), 0
+    on_device: dict[torch.device, torch.Generator] = {}
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        if flat.dtype not in (torch.float32, torch.bfloat16):
+            flat = flat.to(torch.float32)
+        part = out[offset : offset + flat.numel()]
+        if part.numel() != flat.numel():
+            raise ValueError(f"the tensors hold more than the {numel} values they were said to")
+        if flat.device.type == "cpu":
+            stochastic_round_bf16(flat, part, generator)
+        else:
+            if flat.device not in on_device:
+                seed = int(torch.randint(0, 1 << 62, (), generator=generator))
+                on_device[flat.device] = torch.Generator(device=flat.device).manual_seed(seed)
+            staged = torch.empty_like(flat, dtype=torch.bfloat16)
+            part.copy_(stochastic_round_bf16(flat, staged, on_device[flat.device]))
+        offset += flat.numel()
+    if offset != numel:
+        raise ValueError(f"the tensors hold {offset} values, {numel} were said")
+    return out
 
 
 def _parts_of(flat: torch.Tensor, tensors: list[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -27,7 +27,7 @@ from gossip_tts.train.parallel import Group, add_full_into, compile_problem, cop
 from gossip_tts.train.probe import probe_better
 from gossip_tts.train.schedule import warmup_cosine
 from peer.local.checkpoint import load_checkpoint
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, spanned
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten, flatten_bf16, spanned
 
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim."
@@ -273,6 +273,14 @@ class TTSTrainer(Trainer):
 
     def get_flat_params(self) -> torch.Tensor:
         return flatten([full_tensor(p) for p in self._master])
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """The master weights stochastically rounded to bfloat16 (the Trainer seam), a tensor at a
+        time where each lives: from a GPU only the bfloat16 result crosses, half of
+        `get_flat_params`' transfer, and no float32 copy of the model is made. With FSDP2 a
+        collective, gathering the tensors in `get_flat_params`' order."""
+        numel = sum(p.numel() for p in self._master)
+        return flatten_bf16((full_tensor(p) for p in self._master), numel, generator)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         total = sum(p.numel() for p in self._master)

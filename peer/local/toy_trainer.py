@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten_bf16
 
 
 @dataclass
@@ -104,6 +104,10 @@ class LeastSquaresTrainer(Trainer):
 
     def get_flat_params(self) -> torch.Tensor:
         return self.w.clone()
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """The weights rounded straight from where they are held (the Trainer seam): no float32 copy."""
+        return flatten_bf16([self.w], self.w.numel(), generator)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         if flat.shape != self.w.shape:

@@ -134,6 +134,11 @@ class AttackTrainer(WrappedTrainer):
         self._shown = self._attack(x)
         return self._shown.clone()
 
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """The vector `get_flat_params` shows (the attack, once armed), rounded as `Trainer`'s default
+        does, from its float32 copy: the lie is built in float32, and so no faster path exists."""
+        return Trainer.flat_params_bf16(self, generator)
+
     def set_flat_params(self, flat: torch.Tensor) -> None:
         """Apply the mixing delta (new − what we showed) to the honest parameters (unless it does not mix)."""
         if self._shown is None:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, flatten_bf16
 
 TASKS = ("classify", "regress")
 
@@ -209,6 +209,10 @@ class MLPTrainer(Trainer):
 
     def get_flat_params(self) -> torch.Tensor:
         return self.flat.clone()
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """The parameters rounded straight from where they are held (the Trainer seam): no float32 copy."""
+        return flatten_bf16([self.flat], self.flat.numel(), generator)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         if flat.shape != self.flat.shape:

@@ -71,6 +71,19 @@ def test_every_trainer_declares_exactly_the_optional_methods_it_implements() -> 
     assert classes["TTSTrainer"].add_to_flat_params is not Trainer.add_to_flat_params
 
 
+def _owner(cls: type, method: str) -> type:
+    return next(base for base in cls.__mro__ if method in vars(base))
+
+
+def test_every_bfloat16_copy_rounds_the_parameters_get_flat_params_shows() -> None:
+    """`flat_params_bf16` is `Trainer`'s default (which rounds `get_flat_params()`) or defined with
+    or below the `get_flat_params` it stands for: a subclass or wrapper that shows other parameters
+    (an attacker's lie) cannot inherit a fast path that rounds the ones underneath."""
+    for cls in _all_trainer_classes():
+        rounds, reads = _owner(cls, "flat_params_bf16"), _owner(cls, "get_flat_params")
+        assert rounds is Trainer or issubclass(rounds, reads), cls.__name__
+
+
 class _Quadratic(Trainer):
     """The smallest trainer: every required method, no optional one."""
 

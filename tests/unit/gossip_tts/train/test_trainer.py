@@ -151,3 +151,15 @@ def test_a_mix_added_a_span_of_whole_tensors_at_a_time_reaches_the_device_weight
         assert torch.equal(t.get_flat_params(), expected)
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_the_bfloat16_copy_of_the_masters_is_a_rounding_of_get_flat_params(corpus, offload):
+    from tests.unit.peer.test_flat_params_bf16 import check
+
+    t = make(corpus, offload=offload)
+    try:
+        t.step()
+        check(t)  # within a bfloat16 step everywhere, exact where representable, the same bits again
+    finally:
+        t.close()

@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from async_opt import AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distances, safe_norm
+from async_opt import (AdaptiveRadius, clip, consensus_distance, mix_delta, mix_diffs, mix_step, safe_distances,
+                       safe_norm)
 
 
 def t(*xs: float) -> torch.Tensor:

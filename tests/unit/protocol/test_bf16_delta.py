@@ -99,7 +99,8 @@ def test_full_size_pieces_agree(spec: str, n: int) -> None:
 
 def test_step_update_frames_agree(small_pieces: None) -> None:
     d = deltas(5003, seed=1)
-    frame, recon, steps = make_step_update_frame(A, codec="topk:0.1+int8", delta=d["wide"], own_step=d["gauss"], **FRAME)
+    frame, recon, steps = make_step_update_frame(A, codec="topk:0.1+int8", delta=d["wide"], own_step=d["gauss"],
+                                                 **FRAME)
     want_frame, want, want_steps = make_step_update_frame(A, codec="topk:0.1+int8", delta=d["wide"].float(),
                                                           own_step=d["gauss"].float(), **FRAME)
     assert frame == want_frame and same_recon(recon, want) and same_recon(steps, want_steps)

@@ -201,7 +201,7 @@ def flatten_bf16(tensors: Iterable[torch.Tensor], numel: int, generator: torch.G
     copy of them all is made. A tensor on a device is rounded there and its bfloat16 result copied
     to the host, half the bytes of its float32 copy; its random bits come from a generator on that
     device seeded from `generator` (a CPU one), so the result is a function of `generator`'s state.
-    float32 and bfloat16 tensors are read as they are; any other dtype is widened to float32 first."""
+    float32 and bfloat16 tensors are read as they are; any other dtype is converted to float32 first."""
     if generator.device.type != "cpu":
         raise ValueError(f"flatten_bf16 takes a CPU generator, got one on {generator.device}")
     out, offset = torch.empty(numel, dtype=torch.bfloat16), 0

@@ -55,7 +55,7 @@ from peer.core.mixer import Mixer  # noqa: E402
 from peer.core.node import GossipNode  # noqa: E402
 from peer.metrics import Metrics  # noqa: E402
 from peer.net.node_worker import NodeWorker  # noqa: E402
-from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, unflatten_into  # noqa: E402
+from peer.trainer import Capabilities, ParamSpec, StepStats, Trainer, add_flat_into, flatten, flatten_bf16, unflatten_into  # noqa: E402
 from protocol import CodecBase, Identity, SparseCodec, VerifiedFrame  # noqa: E402
 
 NOW = 1.7e9
@@ -113,6 +113,12 @@ class Params(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         with self.timer.stage("  get_flat_params"):
             return flatten(self.params)
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        """As the TTS trainer hands a publish its parameters where the node keeps none: rounded a
+        tensor at a time, no float32 copy of them all."""
+        with self.timer.stage("  get_flat_params"):
+            return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         with self.timer.stage("  set_flat_params"):

@@ -105,7 +105,7 @@ class BoundaryHook:
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
                  notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
                  clock: Callable[[], float], steps: StepInbox | None = None,
-                 protocol: ProtocolTime | None = None) -> None:
+                 protocol: ProtocolTime | None = None, rounding_seed: int = 0) -> None:
         """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`);
         `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps);
         `protocol`: what gossip costs this peer, which a budgeted cadence weighs at each publish
@@ -113,6 +113,9 @@ class BoundaryHook:
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
         self.metrics, self.cadence, self.clock, self.steps = metrics, cadence, clock, steps
         self.protocol = protocol or ProtocolTime.free()
+        self._rounding = torch.Generator().manual_seed(rounding_seed)
+        """Random bits of a bfloat16 hand-over's rounding (`GossipConfig.handover_bfloat16`): peers
+        seed it apart, so their roundings are independent."""
         cadence_gauges.record(metrics, cadence.reading())
         self._outside: torch.Tensor | None = None
         """What mixing and partners' steps added since the last hand-over (tracked with `steps`)."""
@@ -175,7 +178,8 @@ class BoundaryHook:
             self.cadence.published(k, now, self.protocol.take())
             self.metrics.set("publish_period_steps", self.cadence.period.steps())
             cadence_gauges.record(self.metrics, self.cadence.reading())
-            x = trainer.get_flat_params()
+            bf16 = self.mixer.cfg.handover_bfloat16
+            x = trainer.flat_params_bf16(self._rounding) if bf16 else trainer.get_flat_params()
             outside = None
             if self.steps is not None:
                 outside = self._outside if self._outside is not None else torch.zeros_like(x)

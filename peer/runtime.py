@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -105,7 +106,8 @@ class GossipPeer:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""
         return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time,
-                            self.node.partner_steps.taken(), ProtocolTime(time.perf_counter, self.worker.protocol_cpu_s))
+                            self.node.partner_steps.taken(), ProtocolTime(time.perf_counter, self.worker.protocol_cpu_s),
+                            rounding_seed=secrets.randbits(63))
 
     @property
     def address(self) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 COPY_DTYPES = ("bfloat16", "float32")
-"""What `GossipConfig.copy_dtype` may name."""
+"""What `GossipConfig.copy_dtype` and `handover_dtype` may name."""
 OUTBOX_FLOOR_BYTES = 2**20
 """The least `outbox_copies` bounds the outbox to: below a few million parameters a frame's header
 and signature are a large part of it, and a share of the model would keep only the newest two."""
@@ -54,6 +54,14 @@ class GossipConfig:
     and receivers round each update alike, and error feedback sends the rounding later
     (async_opt.PublicCopy). "float32" holds exact copies, and keeps the exact parameters of the
     last publish for /v1/state (with bfloat16 a joiner gets the public copy)."""
+    handover_dtype: str = "bfloat16"
+    """Precision of the parameter copy the step boundary hands a publish where the node keeps no
+    parameters (`keeps_parameters` false: x̂ in bfloat16, no partner steps): "bfloat16",
+    stochastically rounded (`peer.trainer.Trainer.flat_params_bf16`), is half a float32 copy of
+    CPU memory and, on a GPU peer, of the device-to-host transfer; what it rounds away is below
+    x̂'s own precision and zero on average, and error feedback sends x − x̂ afresh at every
+    publish, so it never accumulates. "float32" hands the exact parameters. A node that keeps
+    them is always handed float32."""
     staleness: str = "pipemare:K=2000,p_min=0,tau_max=64"
     """Staleness schedule spec (see async_opt.parse_staleness). Without `gamma=`, the mixing
     rate is chosen from the compression (see `default_gamma`)."""
@@ -231,6 +239,8 @@ class GossipConfig:
         parse_staleness(self.resolved_staleness)
         if self.copy_dtype not in COPY_DTYPES:
             raise ValueError(f"copy_dtype must be one of {', '.join(COPY_DTYPES)}, got {self.copy_dtype!r}")
+        if self.handover_dtype not in COPY_DTYPES:
+            raise ValueError(f"handover_dtype must be one of {', '.join(COPY_DTYPES)}, got {self.handover_dtype!r}")
         if self.average_dtype not in AVERAGE_DTYPES:
             raise ValueError(f"average_dtype must be one of {', '.join(AVERAGE_DTYPES)}, got {self.average_dtype!r}")
 
@@ -239,6 +249,11 @@ class GossipConfig:
         """Whether a node keeps the exact parameters of its last publish: partner steps need them,
         and with float32 copies /v1/state serves them (with bfloat16 it serves x̂, held anyway)."""
         return self.copy_dtype == "float32" or self.partner_steps > 0
+
+    @property
+    def handover_bfloat16(self) -> bool:
+        """Whether a publish is handed a stochastically rounded bfloat16 parameter copy (`handover_dtype`)."""
+        return self.handover_dtype == "bfloat16" and not self.keeps_parameters and self.error_feedback
 
     @property
     def copy_torch_dtype(self) -> "torch.dtype":

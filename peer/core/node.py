@@ -132,11 +132,11 @@ class GossipNode:
         publish; with it (and `GossipConfig.partner_steps` on) the frame also carries our own
         steps (peer.core.partner_steps). `x` is handed over (`peer.boundary.PendingPublish` copies
         it): the node may keep it as `last_x`; no one may write it afterwards. `scratch`: `x` is
-        the node's to write; where it keeps no parameters, the residual x − x̂ is taken in it.
-
+        the node's to write; where it keeps no parameters, the residual x − x̂ is taken in it. A
+        bfloat16 `x` (`GossipConfig.handover_bfloat16`) is read as it is, a piece at a time.
         Raises ValueError (changing nothing) when `x` is not finite: the caller decides what that means.
         """
-        x = x.detach().to(torch.float32)
+        x = x.detach() if x.dtype == torch.bfloat16 and not self.cfg.keeps_parameters else x.detach().to(torch.float32)
         if not all_finite(x):
             raise ValueError(f"parameters at step {step} are not finite; nothing was published")
         self.step = int(step)

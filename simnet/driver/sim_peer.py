@@ -82,7 +82,8 @@ class SimPeer(SimServer, Driver):
         session_cfg = dataclasses.replace(self.session_cfg, join=join).for_partner_steps(cfg.partner_steps > 0)
         self.session = Session(session_cfg, peer_id=self.identity.peer_id, rng=self.rng)
         self.hook = BoundaryHook(Mixer(cfg, session_cfg.pulls), self.node.view_slot, self.pending, self.on_boundary,
-                                 self.metrics, cfg.publish_cadence(), self.world.clock, self.node.partner_steps.taken())
+                                 self.metrics, cfg.publish_cadence(), self.world.clock, self.node.partner_steps.taken(),
+                                 rounding_seed=self.index)
         self.on_start(self.world.book.bootstrap_for(self.index), step=trainer.step_count)
         if self.session.accepting:
             self._begin_training()

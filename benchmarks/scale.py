@@ -15,7 +15,8 @@ It prints, per size:
   own parameters and the partners' holdings (an estimate that also carries the partners'
   temporaries);
 - the temporaries of each of our stages (the rise of resident memory above its start, in a child
-  whose large blocks are given back when freed), and from them our node's peak: what it holds,
+  whose large blocks are given back when freed; the CPU figures come from a second child that
+  allocates as a peer does, `run_child`), and from them our node's peak: what it holds,
   the parameter copy the boundary hands the worker, and the largest stage's temporaries (the
   worker runs one stage at a time); the extrapolation uses this one;
 - the bytes our node sends and receives per period.
@@ -139,11 +140,15 @@ def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str
     }
 
 
-def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype: str) -> dict[str, Any]:
+def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype: str,
+              memory: bool = True) -> dict[str, Any]:
+    """One child's figures. `memory`: with a fixed threshold every large block is mapped and given
+    back when freed, so each stage's rise of resident memory is its own temporaries, not what an
+    earlier stage left in the heap; but then every temporary, a piece included, is faulted in
+    afresh, which a peer's allocator (glibc raises its threshold up to 32 MiB) does not do for
+    pieces, so CPU is measured in a child without it (`memory=False`)."""
     cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression, copy_dtype]
-    # a fixed threshold: every large block is mapped and given back when freed, so each stage's
-    # rise of resident memory is its own temporaries, not what an earlier stage left in the heap
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)} if memory else dict(os.environ)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"scale.py: size {numel:,} with {held} copies failed:\n{done.stderr[-2000:]}")
@@ -301,7 +306,9 @@ def main() -> None:
                 if held != helds[0] and n not in sorted(sizes)[:2]:
                     continue
                 print(f"measuring {n:,} parameters, {held} neighbour copies in {dtype}…", file=sys.stderr, flush=True)
-                runs[dtype].append(run_child(n, held, args.periods, args.compression, dtype))
+                row = run_child(n, held, args.periods, args.compression, dtype)
+                timed = run_child(n, held, args.periods, args.compression, dtype, memory=False)
+                runs[dtype].append({**row, "ns": timed["ns"], "cpu_s": timed["cpu_s"]})
     print(f"copies in {dtypes[0]}:")
     out = report(runs[dtypes[0]], helds)
     for other in dtypes[1:]:

@@ -97,3 +97,19 @@ def serve_handler(handler: Callable[[web.Request], Awaitable[web.StreamResponse]
 
         app.router.add_get("/v1/shards", listing)
     return Served(app)
+
+
+def held_writer() -> tuple[Any, asyncio.Event]:
+    """A mocked response writer whose writes wait until the event is set: an upload it serves
+    stays open (holding its slot) until then."""
+    from unittest import mock
+
+    release = asyncio.Event()
+    writer = mock.Mock()
+    writer.write_headers = writer.write_eof = writer.drain = mock.AsyncMock()
+
+    async def write(data: bytes) -> None:
+        await release.wait()
+
+    writer.write = write
+    return writer, release

@@ -12,7 +12,6 @@ control from as many /64s in as many /48s, which still get a budget each; and a 
 from __future__ import annotations
 
 import asyncio
-from unittest import mock
 
 import pytest
 from aiohttp import web
@@ -27,7 +26,7 @@ from peer.net.connection_caps import ConnectionCaps
 from peer.net.http_guard import TICKETED_KEY, RequestGuard
 from peer.net.refusal_bench import RefusalBench
 from peer.shards.config import SwarmDataConfig
-from tests.unit.shard_server_helpers import own_store
+from tests.unit.shard_server_helpers import held_writer, own_store
 
 SHARE = 4
 BLOCKS = Blocks(48, SHARE)
@@ -178,14 +177,7 @@ def uploads_held(tmp_path, monkeypatch, sources: list[str], cfg: SwarmDataConfig
                  and r.resource.canonical == "/v1/shards/{digest}")
 
     async def main() -> tuple[int, int]:
-        release = asyncio.Event()
-        writer = mock.Mock()
-        writer.write_headers = writer.write_eof = writer.drain = mock.AsyncMock()
-
-        async def write(data: bytes) -> None:
-            await release.wait()
-
-        writer.write = write
+        writer, release = held_writer()
 
         def get(key: str) -> asyncio.Task[web.StreamResponse]:
             request = make_mocked_request("GET", f"/v1/shards/{digest}", match_info={"digest": digest}, writer=writer)

@@ -9,7 +9,6 @@ many /64s, which still get a budget each."""
 from __future__ import annotations
 
 import asyncio
-from unittest import mock
 
 import pytest
 from aiohttp import web
@@ -24,7 +23,7 @@ from peer.net.http_app import PeerRoutes
 from peer.net.http_guard import BODY_KEY, TICKETED_KEY, RequestGuard
 from peer.net.refusal_bench import RefusalBench
 from peer.shards.config import SwarmDataConfig
-from tests.unit.shard_server_helpers import own_store
+from tests.unit.shard_server_helpers import held_writer, own_store
 
 BURST = 4
 
@@ -142,14 +141,7 @@ def test_shard_uploads_are_capped_per_64(tmp_path, monkeypatch, spread, second: 
     server = routes.ShardServer(store, SwarmDataConfig(max_uploads_per_address=1), Metrics(process=False))
 
     async def main() -> int | None:
-        release = asyncio.Event()
-        writer = mock.Mock()
-        writer.write_headers = writer.write_eof = writer.drain = mock.AsyncMock()
-
-        async def write(data: bytes) -> None:
-            await release.wait()
-
-        writer.write = write
+        writer, release = held_writer()
         requests = [make_mocked_request("GET", f"/v1/shards/{digest}", match_info={"digest": digest},
                                         writer=writer).clone(remote=r) for r in spread(2)]
         first = asyncio.create_task(server.serve(requests[0]))

@@ -24,7 +24,7 @@ from peer.core.gossip_config import GossipConfig
 from peer.core.mixer import Mixer
 from peer.core.node import GossipNode
 from peer.metrics import Metrics
-from peer.trainer import Capabilities, StepStats, flatten, unflatten_into
+from peer.trainer import Capabilities, StepStats, flatten, flatten_bf16, unflatten_into
 from protocol import Identity
 
 TAIL_STEPS = 8
@@ -96,6 +96,9 @@ class Replica:
 
     def get_flat_params(self) -> torch.Tensor:
         return flatten(self.params)
+
+    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+        return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)

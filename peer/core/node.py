@@ -161,8 +161,7 @@ class GossipNode:
                             before_write=lambda: self._publish_view(public_busy=True))
         self._versions = self._public_version = self._versions + 1
         if not self.cfg.error_feedback:
-            # Control arm: forget the residual. Receivers' copies drift from our x, and
-            # our mixing reference becomes x itself.
+            # Control arm: forget the residual. Receivers' copies drift from x, our mixing reference is x.
             self.public.reset(x, self.public.seq)
         self.last_x, self._published_at = (x if self.cfg.keeps_parameters else None), now
         self._state_cache = None
@@ -359,15 +358,16 @@ class GossipNode:
         frames, refusals = screen(raw_frames, sender, bound=control.bundle == bundle_digest(raw_frames))
         for reason, count in Counter(refusals).items():
             self.metrics.inc("frames_refused_total", count, reason=reason)
-        refused, news = len(refusals), 0
-        if frames and n.copy.x_hat is not None:  # updates are added into the copy: no mix may read it meanwhile
-            self._publish_view(busy=frozenset({sender}))
-            self._writing = n
+        refused, news, self._writing = len(refusals), 0, None
         for raw in frames:
             try:  # signature and header first: a forged frame under a remembered signature is refused
                 checked = check_frame(raw, self.policy, now, control.epoch)
                 if (dropped := dropped_unread(n, raw, checked.header, self.metrics)) is None:
-                    news += self._apply(n, checked.decode(), raw[-SIGNATURE_SIZE:], now)
+                    frame = checked.decode()  # then the copy it is added into, in place, leaves the mixer
+                    if self._writing is not n and n.copy.x_hat is not None:
+                        self._publish_view(busy=frozenset({sender}))
+                        self._writing = n
+                    news += self._apply(n, frame, raw[-SIGNATURE_SIZE:], now)
             except FrameRefused as exc:
                 dropped = exc.reason.value
             if dropped:

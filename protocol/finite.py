@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from protocol.codec_input import PIECE as _PIECE  # entries tested at a time: the piece a codec reads
+
 __all__ = ["all_finite"]
 
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 _EXPONENT_BITS = {torch.bfloat16: np.int16(0x7F80), torch.float16: np.int16(0x7C00)}
-_PIECE = 1 << 18
-"""Entries tested at a time."""
 
 
 def all_finite(x: torch.Tensor) -> bool:

@@ -1,10 +1,10 @@
 """Stochastic rounding of float32 to bfloat16: unbiased, E[round(x)] = x.
 
 A peer hands its publish a bfloat16 copy of its parameters x, half the bytes of float32, and
-CHOCO-SGD (Koloskova et al. 2019) sends the residual x − x̂ taken in it. Rounded to nearest, a
-parameter that moves by less than half a bfloat16 step between publishes would keep rounding to
-the same value and never be sent; rounded stochastically, the copy is x on average, so the error
-feedback still carries every small move, spread over several publishes.
+CHOCO-SGD (Koloskova et al. 2019) sends the residual x − x̂ taken in it. x̂ is bfloat16 itself,
+so what it can follow of x is the same either way; the copy is also what the averaged weights
+sample at that publish, and there only an unbiased rounding averages out over their samples
+(a nearest rounding's error stays put while a parameter sits inside one bfloat16 step).
 
 How: add 16 uniform random bits to the float32 bit pattern, below the 16 bits bfloat16 keeps,
 and keep the top 16. The magnitude bits go up by one bfloat16 unit with probability (dropped

@@ -1,7 +1,7 @@
 """Three real peer processes on 127.0.0.1 train one model together.
 
 Each gossip peer trains on its own speaker's shard; the control trains alone on shard 0
-for the same number of steps. Held-back clips cover all speakers, so a peer that learned
+for the same number of steps (once, beside the first swarm: both swarms are judged against it). Held-back clips cover all speakers, so a peer that learned
 from the others through gossip must beat the control, and gossip must keep the peers'
 parameters much closer to each other than to the control's.
 
@@ -11,15 +11,43 @@ for gossip peers vs 1.114 for the control; mean pairwise parameter distance 3.4â
 top-1% (Î³=0.02) the spread was 8.8 vs 13.1, so that setting would fail it.
 """
 
+from functools import cached_property
+from pathlib import Path
+
 import pytest
+import torch
 
 from tests.integration.conftest import tiny_args
+from tests.integration.peers import PeerProcess
 from tests.integration.swarm_checks import eval_loss, flat_params, mean_pairwise_distance
 
 pytestmark = pytest.mark.slow  # three real peer processes train for minutes: run by .ci/run's slow section
 
 STEPS = 400
 COMPRESSION = "topk:0.1+int8"
+
+
+class Control:
+    """The lone peer, started once for the module; its results read once it has finished."""
+
+    def __init__(self, process: PeerProcess, folder: Path, val: Path) -> None:
+        self.process, self.folder, self.val = process, folder, val
+
+    @cached_property
+    def results(self) -> tuple[float, torch.Tensor]:
+        """(held-out loss, flat parameters) of its last checkpoint."""
+        assert self.process.wait_exit(600) == 0, self.process.text()[-3000:]
+        return eval_loss(self.folder, self.val), flat_params(self.folder)
+
+
+@pytest.fixture(scope="module")
+def control(corpus, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("control")
+    process = PeerProcess(tiny_args(corpus["shard0"], folder / "ckpt", "--solo", steps=STEPS), folder / "control.log")
+    try:
+        yield Control(process, folder / "ckpt", corpus["val"])
+    finally:
+        process.kill()
 
 
 def _run_swarm(corpus, spawn, tmp_path, discovery_args_for):
@@ -31,10 +59,9 @@ def _run_swarm(corpus, spawn, tmp_path, discovery_args_for):
         p = spawn(f"peer{i}", *args)
         p.wait_listening()
         peers.append(p)
-    control = spawn("control", *tiny_args(corpus["shard0"], tmp_path / "control", "--solo", steps=STEPS))
-    for p in peers + [control]:
+    for p in peers:
         assert p.wait_exit(600) == 0, p.text()[-3000:]
-    return peers, control
+    return peers
 
 
 def _check(peers, control, corpus, tmp_path):
@@ -42,9 +69,8 @@ def _check(peers, control, corpus, tmp_path):
         text = p.text()
         assert "found peer" in text, text[-2000:]
     losses = [eval_loss(tmp_path / f"p{i}", corpus["val"]) for i in range(3)]
-    control_loss = eval_loss(tmp_path / "control", corpus["val"])
+    control_loss, x_control = control.results
     xs = [flat_params(tmp_path / f"p{i}") for i in range(3)]
-    x_control = flat_params(tmp_path / "control")
     spread = mean_pairwise_distance(xs)
     to_control = sum(float((x - x_control).norm()) for x in xs) / 3
     print(f"eval: gossip {losses} control {control_loss:.4f}; spread {spread:.3f} vs distance to control {to_control:.3f}")
@@ -53,23 +79,23 @@ def _check(peers, control, corpus, tmp_path):
     return losses, control_loss, spread, to_control
 
 
-def test_three_peers_find_each_other_by_mdns_and_beat_a_lone_peer(corpus, spawn, tmp_path, swarm_name):
+def test_three_peers_find_each_other_by_mdns_and_beat_a_lone_peer(corpus, spawn, tmp_path, swarm_name, control):
     def mdns_args(i, started):
         return ["--swarm", swarm_name, "--mdns-interface", "127.0.0.1"]
 
-    peers, control = _run_swarm(corpus, spawn, tmp_path, mdns_args)
+    peers = _run_swarm(corpus, spawn, tmp_path, mdns_args)
     assert all("via mdns" in p.text() for p in peers)
     _check(peers, control, corpus, tmp_path)
 
 
-def test_three_peers_from_one_bootstrap_address_without_mdns(corpus, spawn, tmp_path, swarm_name):
+def test_three_peers_from_one_bootstrap_address_without_mdns(corpus, spawn, tmp_path, swarm_name, control):
     def static_args(i, started):
         args = ["--swarm", swarm_name, "--no-mdns"]
         if started:
             args += ["--peer", started[0].address]
         return args
 
-    peers, control = _run_swarm(corpus, spawn, tmp_path, static_args)
+    peers = _run_swarm(corpus, spawn, tmp_path, static_args)
     # peer 2 was only told about peer 0, and learned about peer 1 (or vice versa) by peer exchange
     assert "via exchange" in peers[1].text() + peers[2].text()
     _check(peers, control, corpus, tmp_path)

@@ -8,7 +8,8 @@ of benchmarks/publish_cycle.py (our node, two partners we pull and who pull us, 
 without pulling; the trainer adds the mix in place, as the TTS trainer does; one torch thread).
 It prints, per size:
 
-- CPU per parameter per period, by stage and by thread (ns: thread CPU seconds / parameters);
+- CPU per parameter per period, by stage and by thread (ns: thread CPU seconds / parameters), and
+  what one elementwise pass over the model costs on the same machine (the whole period in passes);
 - what our node holds, in fp32 copies of the model (4 bytes a parameter): a census of every
   tensor storage and byte string reachable from the node, each counted once — the persistent
   cost — and the process's peak RSS turned into the same units after taking out the trainers'
@@ -43,6 +44,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -110,8 +112,25 @@ def by_attribute(node: Any) -> dict[str, int]:
     return {name: size for name, size in out.items() if size}
 
 
-def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str) -> dict[str, Any]:
-    """One size in this process: publish_cycle's periods, a census, the peak RSS."""
+def one_pass_ns(numel: int, repeats: int = 3) -> float:
+    """ns a parameter of one elementwise pass over a model of `numel` (c = a + b in float32, one
+    thread, the best of `repeats`): the unit the stages' figures are read in, since every stage is a
+    sequence of such torch or numpy passes, and what a pass costs differs between machines."""
+    a, b, c = torch.rand(numel), torch.rand(numel), torch.empty(numel)
+    torch.add(a, b, out=c)  # faulted in
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.add(a, b, out=c)
+        best = min(best, time.perf_counter() - start)
+    return best / numel * 1e9
+
+
+def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str,
+          calibrate: bool = False) -> dict[str, Any]:
+    """One size in this process: publish_cycle's periods, a census, the peak RSS; with `calibrate`,
+    after them, the cost of one pass (`one_pass_ns`; its three model-sized tensors would count in
+    the peak, so only the CPU child measures it)."""
     import publish_cycle
 
     torch.set_num_threads(1)
@@ -137,6 +156,7 @@ def child(numel: int, held: int, periods: int, compression: str, copy_dtype: str
         "stage_peaks": {name: size / copy for name, size in out["peaks"].items()},
         "wire_bytes": out["wire_bytes"], "update_bytes": out["update_bytes"],
         "cpu_s": out["worker"] + out["training"],
+        "pass_ns": one_pass_ns(numel) if calibrate else None,
     }
 
 
@@ -147,7 +167,8 @@ def run_child(numel: int, held: int, periods: int, compression: str, copy_dtype:
     earlier stage left in the heap; but then every temporary, a piece included, is faulted in
     afresh, which a peer's allocator (glibc raises its threshold up to 32 MiB) does not do for
     pieces, so CPU is measured in a child without it (`memory=False`)."""
-    cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression, copy_dtype]
+    cmd = [sys.executable, __file__, "--child", str(numel), str(held), str(periods), compression, copy_dtype,
+           "memory" if memory else "cpu"]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)} if memory else dict(os.environ)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
@@ -188,6 +209,12 @@ def report(rows: list[dict[str, Any]], helds: list[int]) -> dict[str, Any]:
     for name in (*STAGES, "worker", "training"):
         label = "· " + name.strip() if name.startswith(" ") else name
         print(f"| {label} | " + " | ".join(f"{at[n, low]['ns'][name]:.1f}" for n in sizes) + " |")
+    if all(at[n, low].get("pass_ns") for n in sizes):
+        def in_passes(r: dict[str, Any]) -> str:
+            return f"{r['pass_ns']:.2f} ({(r['ns']['worker'] + r['ns']['training']) / r['pass_ns']:.0f})"
+
+        print("| one pass, c = a + b in float32 (the unit: worker + training in passes) | "
+              + " | ".join(in_passes(at[n, low]) for n in sizes) + " |")
     for held in helds:
         present = [n for n in sizes if (n, held) in at]
         print(f"| node's copies held, census ({held} neighbours) | "
@@ -282,7 +309,8 @@ def beside(rows: list[dict[str, Any]], others: list[dict[str, Any]], name: str, 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         numel, held, periods, compression = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-        print(json.dumps(child(numel, held, periods, compression, sys.argv[6])))
+        calibrate = len(sys.argv) > 7 and sys.argv[7] == "cpu"
+        print(json.dumps(child(numel, held, periods, compression, sys.argv[6], calibrate=calibrate)))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000000,30000000,100000000")
@@ -308,7 +336,7 @@ def main() -> None:
                 print(f"measuring {n:,} parameters, {held} neighbour copies in {dtype}…", file=sys.stderr, flush=True)
                 row = run_child(n, held, args.periods, args.compression, dtype)
                 timed = run_child(n, held, args.periods, args.compression, dtype, memory=False)
-                runs[dtype].append({**row, "ns": timed["ns"], "cpu_s": timed["cpu_s"]})
+                runs[dtype].append({**row, "ns": timed["ns"], "cpu_s": timed["cpu_s"], "pass_ns": timed["pass_ns"]})
     print(f"copies in {dtypes[0]}:")
     out = report(runs[dtypes[0]], helds)
     for other in dtypes[1:]:

@@ -23,8 +23,10 @@ def test_the_census_counts_a_shared_storage_once_and_sees_bytes_and_views():
 
 
 def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
-    rows = [scale.child(60_000, held, periods=2, compression="topk:0.1+int8", copy_dtype="bfloat16") for held in (2, 3)]
+    rows = [scale.child(60_000, held, periods=2, compression="topk:0.1+int8", copy_dtype="bfloat16", calibrate=held == 2)
+            for held in (2, 3)]
     two, three = rows
+    assert two["pass_ns"] > 0 and three["pass_ns"] is None  # only the CPU child measures a pass
     for name in (*scale.STAGES, "worker", "training"):
         assert two["ns"][name] > 0, name
     # our node: its bfloat16 public copy and two neighbour copies (half an fp32 copy each), its
@@ -43,7 +45,11 @@ def test_one_tiny_size_gives_every_figure_and_the_extrapolation(capsys):
     for preset in scale.PRESETS:
         figures = out["presets"][preset]
         assert figures["cpu_s"] > 0 and figures["ram_offload_gib"] > figures["ram_gib"] > 0
-    assert "extrapolated (not measured)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "extrapolated (not measured)" in printed
+    passes = (two["ns"]["worker"] + two["ns"]["training"]) / two["pass_ns"]
+    assert f"| one pass, c = a + b in float32 (the unit: worker + training in passes) | {two['pass_ns']:.2f} " \
+           f"({passes:.0f}) |" in printed
     exact = scale.child(60_000, 2, periods=2, compression="topk:0.1+int8", copy_dtype="float32")
     # float32 copies: public, two neighbours and the last publish's parameters, one each, beside the average and outbox
     assert 4.75 < exact["census_copies"] < 5.5 and 0.99 < exact["by_attribute"]["last_x"] < 1.01

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from protocol.codec_input import PIECE as _PIECE  # entries tested at a time: the piece a codec reads
+from .codec_input import PIECE as _PIECE  # entries tested at a time: the piece a codec reads
 
 __all__ = ["all_finite"]
 

@@ -1,9 +1,10 @@
 """Three real peer processes on 127.0.0.1 train one model together.
 
 Each gossip peer trains on its own speaker's shard; the control trains alone on shard 0
-for the same number of steps (once, beside the first swarm: both swarms are judged against it). Held-back clips cover all speakers, so a peer that learned
-from the others through gossip must beat the control, and gossip must keep the peers'
-parameters much closer to each other than to the control's.
+for the same number of steps (once, beside the first swarm: both swarms are judged against
+it). Held-back clips cover all speakers, so a peer that learned from the others through
+gossip must beat the control, and gossip must keep the peers' parameters much closer to each
+other than to the control's.
 
 Measured on 2 shared cores (400 steps, tiny preset, top-10% + int8): eval loss 1.04–1.06
 for gossip peers vs 1.114 for the control; mean pairwise parameter distance 3.4–4.1 vs

@@ -30,10 +30,12 @@ _INT8_PIECE = 1 << 18
 
 
 def codec_input(x: torch.Tensor) -> CodecInput:
-    """A 1-D float32 or bfloat16 CPU tensor as the codecs read it; anything else is a caller bug."""
+    """A 1-D float32 or bfloat16 tensor as the codecs read it, copied to the host where it lives
+    elsewhere (a dense codec sends every entry, so every entry crosses; the sparse codecs select
+    where the tensor lives instead: `SparseCodec.compress_where_held`). Anything else is a caller bug."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"codec input must be a torch.Tensor, got {type(x).__name__}")
-    return CodecInput(x)
+    return CodecInput(x if x.device.type == "cpu" else x.detach().cpu())
 
 
 def check_layout(packed: dict[str, np.ndarray], layout: Layout) -> dict[str, np.ndarray]:

@@ -37,11 +37,12 @@ from .codec_input import CodecInput
 from .codecs_dense import CodecBase, Layout, check_layout, check_numel, codec_input
 from .errors import CodecError
 from .sparse import SparseVector
+from .randk import randk_indices
+from .topk_device import device_topk_indices
 
 __all__ = ["SparseCodec", "ef_encode", "ef_decode", "ef_nbytes", "randk_indices", "topk_indices",
            "TOPK_SAMPLED_MIN"]
 
-_MASK64 = (1 << 64) - 1
 TOPK_SAMPLED_MIN = 1 << 16
 """Vectors at least this long narrow top-k with a sampled threshold; shorter ones select directly."""
 _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitioned in far less than a pass)
@@ -128,27 +129,6 @@ def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
     if idx[-1] >= n:
         raise CodecError("indices are not strictly increasing within [0, numel)")
     return idx
-
-
-def _splitmix64(seed: int, count: int) -> np.ndarray:
-    """SplitMix64 outputs 1..count for `seed` (Steele, Lea, Flood 2014)."""
-    z = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    z += np.uint64(seed & _MASK64)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def randk_indices(n: int, k: int, seed: int) -> np.ndarray:
-    """k sorted distinct indices: one uniform pick in each stratum [jn/k, (j+1)n/k)."""
-    if k == 0:
-        return np.zeros(0, np.int64)
-    if k >= 1 << 31:
-        raise CodecError(f"randk: k = {k} is too large")
-    j = np.arange(k + 1, dtype=np.int64)
-    starts = j * (n // k) + (j * (n % k)) // k  # floor(j n / k) without overflowing int64
-    widths = np.diff(starts).astype(np.uint64)
-    return starts[:-1] + (_splitmix64(seed, k) % widths).astype(np.int64)
 
 
 def _order_statistic(pieces: list[np.ndarray], m: int) -> np.floating:
@@ -331,12 +311,15 @@ class SparseCodec(CodecBase):
 
     def _pack_indexed(self, v: CodecInput, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(packed arrays, the sorted indices they keep)."""
-        k = self.k(v.size)
-        idx = self._indices(v, k, seed)
-        packed = self.values._encode(v.take(idx), seed)
+        idx = self._indices(v, self.k(v.size), seed)
+        return self._pack_kept(v.take(idx), idx, v.size, seed), idx
+
+    def _pack_kept(self, kept: CodecInput, idx: np.ndarray, numel: int, seed: int) -> dict[str, np.ndarray]:
+        """The packed arrays of the values `kept` at the sorted indices `idx` of a vector of `numel`."""
+        packed = self.values._encode(kept, seed)
         if self.kind == "topk":
-            packed["ihi"], packed["ilo"] = ef_encode(idx, v.size)
-        return packed, idx
+            packed["ihi"], packed["ilo"] = ef_encode(idx, numel)
+        return packed
 
     def _encode(self, v: CodecInput, seed: int) -> dict[str, np.ndarray]:
         return self._pack_indexed(v, seed)[0]
@@ -349,9 +332,30 @@ class SparseCodec(CodecBase):
         `ef_encode` exactly and random-k's indices are a function of the seed, so the result
         is the receivers' bit for bit at a fraction of a decode's cost.
         """
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu":
+            return self.compress_where_held(x, seed)
         v = codec_input(x)
         packed, idx = self._pack_indexed(v, seed)
         return packed, SparseVector.of_arrays(v.size, self._kept(packed, idx.size, seed), idx)
+
+    def compress_where_held(self, x: torch.Tensor, seed: int = 0) -> tuple[dict[str, np.ndarray], SparseVector]:
+        """`compress_sparse` with the selection run as torch ops on x's own device (a GPU's, or
+        the CPU's): only the k kept values, in x's dtype, and their indices cross to the host,
+        where the value codec and the index code run on k entries. The same bits as
+        `compress_sparse` on a CPU copy of x (`protocol.topk_device`); `compress_sparse` takes this
+        path for any tensor off the CPU."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"codec input must be a 1-D float32 or bfloat16 tensor, got {x!r:.80}")
+        x, n = x.detach(), x.numel()
+        k = self.k(n)
+        if self.kind == "topk":
+            at = device_topk_indices(x, k)
+            idx = at.cpu().numpy()
+        else:
+            idx = randk_indices(n, k, seed)
+            at = torch.from_numpy(idx).to(x.device)
+        packed = self._pack_kept(CodecInput(x[at].cpu()), idx, n, seed)
+        return packed, SparseVector.of_arrays(n, self._kept(packed, k, seed), idx)
 
     def _kept(self, packed: dict[str, np.ndarray], k: int, seed: int) -> np.ndarray:
         """The kept values, decoded by the value codec (a fresh float32 array)."""

@@ -19,6 +19,9 @@ from .codec_input import PIECE as _PIECE  # entries tested at a time: the piece 
 __all__ = ["all_finite"]
 
 _NUMPY_DTYPES = (torch.float32, torch.float64)
+_DEVICE_PIECE = 1 << 24
+"""Entries tested at a time off the CPU: each piece's answer is a wait for the device, so pieces
+are long (16 MiB of flags), and still far shorter than a large model."""
 _EXPONENT_BITS = {torch.bfloat16: np.int16(0x7F80), torch.float16: np.int16(0x7C00)}
 
 
@@ -39,7 +42,8 @@ def all_finite(x: torch.Tensor) -> bool:
             if not np.isfinite(piece, out=flags[:piece.size]).all():
                 return False
         return True
-    return all(bool(torch.isfinite(flat[start:start + _PIECE]).all()) for start in range(0, flat.numel(), _PIECE))
+    piece = _PIECE if flat.device.type == "cpu" else _DEVICE_PIECE
+    return all(bool(torch.isfinite(flat[start:start + piece]).all()) for start in range(0, flat.numel(), piece))
 
 
 def _bits_finite(bits: np.ndarray, exponent: np.int16) -> bool:

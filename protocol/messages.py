@@ -62,7 +62,7 @@ def _vector_frame(identity: Identity, kind: FrameKind, vectors: dict[str, torch.
     packed_all, recons, specs = {}, {}, []
     for name, x in vectors.items():
         _check_vector(name, x)
-        x = x.detach().cpu()
+        x = x.detach()  # off the CPU, a sparse codec selects where x lives and moves only what it keeps
         packed, recons[name] = codec.compress_sparse(x, codec_seed(identity.public_key, seq, name))
         packed_all.update({f"{name}/{k}": v for k, v in packed.items()})
         specs.append(TensorSpec(name, (x.numel(),), "float32"))

@@ -11,7 +11,8 @@ import torch
 
 from protocol import CodecError, TensorCodec, parse_codec
 from protocol import codecs_sparse
-from protocol.codecs_sparse import _splitmix64, ef_decode, ef_encode, ef_nbytes, randk_indices
+from protocol.codecs_sparse import ef_decode, ef_encode, ef_nbytes, randk_indices
+from protocol.randk import _splitmix64
 
 ALL_SPECS = ["identity", "fp16", "bf16", "int8", "int8:block=128", "int8:block=1",
              "topk:0.01", "topk:0.01+int8", "topk:0.1+bf16", "topk:1+fp32",

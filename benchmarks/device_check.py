@@ -15,7 +15,9 @@
    extra it says so in one line;
 4. a 2-process torchrun peer (`gossip-tts peer --nproc 2`, DDP) on this one GPU (gloo: NCCL
    refuses two ranks on one device), its progress line;
-5. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py).
+5. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py);
+0. first, the node's arithmetic on the GPU (benchmarks/device_gossip.py): the codec's frames the
+   same bits as the CPU's, and a node pair's seconds per period on the GPU beside the CPU.
 The figures are the ones the peer itself reports (gossip_tts.train.mfu). The JSON report goes to
 `$OUT/device_check.json` when OUT is set (else `--json PATH`). Without a CUDA GPU it says so
 and exits 0. Parts that would overrun `--budget-s` are skipped and marked so in the report.
@@ -41,6 +43,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import device_gossip  # noqa: E402
 from machine import describe  # noqa: E402
 
 from gossip_tts.data import ensure_builtin_corpus  # noqa: E402
@@ -173,6 +176,7 @@ class Budget:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="100m,800m")
+    ap.add_argument("--gossip-sizes", default="30000000,100000000", help="parameters of part 0's node pairs")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the same code paths (tiny presets), no GPU figures")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -197,6 +201,10 @@ def main() -> int:
     report: dict[str, Any] = {"machine": describe(), "gpu": gpu, "torch": torch.__version__,
                               "train": [], "skipped": []}
     presets = args.presets.split(",")
+    if budget.allows(90):
+        report["device_gossip"] = device_gossip.run(args.device, [int(s) for s in args.gossip_sizes.split(",")])
+    else:
+        report["skipped"].append("device gossip")
     guesses = {"100m": 40.0, "800m": 90.0}
     plan = [(p, c, o) for p in presets for c, o in ((False, False), (True, False), (False, True))]
     work = args.work or (Path(os.environ["OUT"]) / "device_check_judge" if os.environ.get("OUT")

@@ -97,8 +97,8 @@ class Replica:
     def get_flat_params(self) -> torch.Tensor:
         return flatten(self.params)
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
-        return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator)
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
+        return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         unflatten_into(flat, self.params)

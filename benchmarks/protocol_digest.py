@@ -43,10 +43,10 @@ NOW = 1.7e9
 class Stand:
     """A stand-in trainer: three tensors that drift by seeded noise (a larger jump every third step)."""
 
-    def __init__(self, n: int, seed: int, in_place: bool) -> None:
-        self.g = torch.Generator().manual_seed(seed)
-        self.params = [torch.randn(s, generator=self.g) * 0.05 for s in (n // 3, n // 3, n - 2 * (n // 3))]
-        self.steps, self.capabilities = 0, Capabilities(add_in_place=in_place)
+    def __init__(self, n: int, seed: int, in_place: bool, device: str = "cpu") -> None:
+        self.g = torch.Generator().manual_seed(seed)  # on the CPU: the same noise whatever the device
+        self.params = [(torch.randn(s, generator=self.g) * 0.05).to(device) for s in (n // 3, n // 3, n - 2 * (n // 3))]
+        self.steps, self.capabilities = 0, Capabilities(add_in_place=in_place, device=device)
 
     @property
     def step_count(self) -> int:
@@ -55,7 +55,7 @@ class Stand:
     def train(self) -> None:
         self.steps += 1
         for p in self.params:
-            p.add_(torch.randn(p.shape, generator=self.g) * (1e-2 if self.steps % 3 else 1e-1))
+            p.add_((torch.randn(p.shape, generator=self.g) * (1e-2 if self.steps % 3 else 1e-1)).to(p.device))
 
     def get_flat_params(self) -> torch.Tensor:
         return flatten(self.params)
@@ -73,25 +73,28 @@ class Stand:
         pass
 
 
-def life(n: int, codec: str, periods: int = 10, copy_dtype: str = "bfloat16") -> str:
+def life(n: int, codec: str, periods: int = 10, copy_dtype: str = "bfloat16", device: str = "cpu") -> str:
+    """The digest of one scripted life; `device`: where the stand-ins' parameters and the nodes'
+    copies live (off the CPU, reductions such as norms may sum in another order, so its digest
+    need not equal the CPU's once a mix has weighed a distance)."""
     digest = hashlib.sha256()
 
     def add(tag: str, value: object) -> None:
         if isinstance(value, torch.Tensor):
-            value = value.detach().contiguous()
+            value = value.detach().cpu().contiguous()
             value = (value.view(torch.int16) if value.dtype == torch.bfloat16 else value).numpy().tobytes()
         digest.update(tag.encode() + b"=" + (value if isinstance(value, bytes) else repr(value).encode()))
 
     cfg = GossipConfig(swarm="digest", compression=codec, copy_dtype=copy_dtype)
-    trainers = [Stand(n, 1, False), Stand(n, 2, True), Stand(n, 3, False)]
+    trainers = [Stand(n, 1, False, device), Stand(n, 2, True, device), Stand(n, 3, False, device)]
     for t in trainers[1:]:
         t.set_flat_params(trainers[0].get_flat_params())
     x0, clock = trainers[0].get_flat_params(), [NOW]
     nodes = [GossipNode(cfg, Identity.generate(bytes([i + 1]) * 32), {"p": ((n,), "float32")}, x0, now=NOW,
-                        metrics=Metrics(process=False), entropy=bytes([i + 1]) * 16) for i in range(3)]
+                        metrics=Metrics(process=False), entropy=bytes([i + 1]) * 16, device=device) for i in range(3)]
     pending = [PendingPublish() for _ in nodes]
     hooks = [BoundaryHook(Mixer(cfg, pulls=2), node.view_slot, p, lambda step, due: None, Metrics(process=False),
-                          cfg.publish_cadence(), lambda: clock[0]) for node, p in zip(nodes, pending)]
+                          cfg.publish_cadence(), lambda: clock[0], device=node.device) for node, p in zip(nodes, pending)]
     keys = [node.identity.public_key for node in nodes]
     for period in range(periods):
         clock[0] += 0.1

@@ -114,11 +114,11 @@ class Params(Trainer):
         with self.timer.stage("  get_flat_params"):
             return flatten(self.params)
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """As the TTS trainer hands a publish its parameters where the node keeps none: rounded a
         tensor at a time, no float32 copy of them all."""
         with self.timer.stage("  get_flat_params"):
-            return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator)
+            return flatten_bf16(self.params, sum(p.numel() for p in self.params), generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         with self.timer.stage("  set_flat_params"):

@@ -105,13 +105,14 @@ class BoundaryHook:
     def __init__(self, mixer: Mixer, view_slot: ViewSlot, pending: PendingPublish,
                  notify: Callable[[int, bool], None], metrics: Metrics, cadence: PublishCadence,
                  clock: Callable[[], float], steps: StepInbox | None = None,
-                 protocol: ProtocolTime | None = None, rounding_seed: int = 0) -> None:
+                 protocol: ProtocolTime | None = None, rounding_seed: int = 0, device: torch.device | None = None) -> None:
         """`cadence` decides when a publish is due (a peer's: `GossipConfig.publish_cadence()`);
         `steps`: the node's `partner_steps.inbox` (None: this peer takes no partner steps);
         `protocol`: what gossip costs this peer, which a budgeted cadence weighs at each publish
-        (None: nothing, so a budget keeps a publish every step)."""
+        (None: nothing, so a budget keeps a publish every step); `device`: where the node holds its
+        copies (`GossipNode.device`), where a bfloat16 hand-over is made (None: the CPU)."""
         self.mixer, self.view_slot, self.pending, self.notify = mixer, view_slot, pending, notify
-        self.metrics, self.cadence, self.clock, self.steps = metrics, cadence, clock, steps
+        self.metrics, self.cadence, self.clock, self.steps, self.device = metrics, cadence, clock, steps, device
         self.protocol = protocol or ProtocolTime.free()
         self._rounding = torch.Generator().manual_seed(rounding_seed)
         """Random bits of a bfloat16 hand-over's rounding (`GossipConfig.handover_bfloat16`): peers
@@ -179,7 +180,7 @@ class BoundaryHook:
             self.metrics.set("publish_period_steps", self.cadence.period.steps())
             cadence_gauges.record(self.metrics, self.cadence.reading())
             bf16 = self.mixer.cfg.handover_bfloat16
-            x = trainer.flat_params_bf16(self._rounding) if bf16 else trainer.get_flat_params()
+            x = trainer.flat_params_bf16(self._rounding, self.device) if bf16 else trainer.get_flat_params()
             outside = None
             if self.steps is not None:
                 outside = self._outside if self._outside is not None else torch.zeros_like(x)
@@ -197,7 +198,7 @@ class BoundaryHook:
                     trainer.add_to_flat_params(piece, start)
                     self._count_outside(piece, start, change.numel())
             return report
-        x = trainer.get_flat_params()
+        x = trainer.get_flat_params().to(self.device)  # mixed where the copies are
         mixed, report = self.mixer.mix(x, view, k, now, period)
         if report.mixed:
             trainer.set_flat_params(mixed)

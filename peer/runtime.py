@@ -107,7 +107,7 @@ class GossipPeer:
         return BoundaryHook(Mixer(self.gossip_cfg, self.session_cfg.pulls), self.node.view_slot, self.worker.pending,
                             self.driver.notify_boundary, self.metrics, self.gossip_cfg.publish_cadence(), time.time,
                             self.node.partner_steps.taken(), ProtocolTime(time.perf_counter, self.worker.protocol_cpu_s),
-                            rounding_seed=secrets.randbits(63))
+                            rounding_seed=secrets.randbits(63), device=self.node.device)
 
     @property
     def address(self) -> str:

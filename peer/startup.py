@@ -18,6 +18,7 @@ from typing import Callable
 from peer.core.config import SessionConfig
 from peer.core.gossip_config import GossipConfig
 from peer.core.node import GossipNode
+from peer.core.placement import place_node
 from peer.local import averaged_weights
 from peer.local.loop import LOSS_HISTORY_KEY, LoopConfig, resume_if_asked
 from peer.local.status_history import LossHistory
@@ -55,8 +56,14 @@ def build_parts(trainer: Trainer, loop_cfg: LoopConfig, gossip_cfg: GossipConfig
     history = LossHistory()
     resumed = resume_if_asked(trainer, loop_cfg, emit)
     gossip_cfg, session_cfg = final_configs(gossip_cfg, session_cfg or SessionConfig(), net_cfg, identity, trainer, emit)
-    node = GossipNode(gossip_cfg, identity, trainer.param_spec(), trainer.get_flat_params(), now=time.time(),
-                      metrics=metrics, entropy=secrets.token_bytes(16), view_gate=threading.Lock())  # training mixes on its own thread
+    x0 = trainer.get_flat_params()
+    placement = place_node(gossip_cfg, x0.numel(), trainer.capabilities.device, trainer.capabilities.add_in_place)
+    if placement.reason:
+        emit(placement.reason)
+    gossip_cfg = dataclasses.replace(gossip_cfg, max_neighbours=placement.max_neighbours)
+    node = GossipNode(gossip_cfg, identity, trainer.param_spec(), x0, now=time.time(), metrics=metrics,
+                      entropy=secrets.token_bytes(16), view_gate=threading.Lock(),  # training mixes on its own thread
+                      device=placement.device)
     if resumed is not None:  # before the node worker runs: this thread still owns the node
         averaged_weights.restore(node.average, trainer.param_spec(), *resumed)
         history.restore(resumed[1].get(LOSS_HISTORY_KEY))  # the page's curve spans the run before --resume too

@@ -49,6 +49,9 @@ class Capabilities:
     collective_reads: bool = True
     """Reading the parameters or the state needs every rank of a torchrun group (FSDP2 shards);
     True is always safe, False saves the group a broadcast per read."""
+    device: str = "cpu"
+    """Where the parameters `get_flat_params` reads live ("cpu", "cuda:0", "mps"): a node may hold
+    its copies there (`GossipConfig.device_budget_gib`, peer.core.placement)."""
 
 
 class Trainer(abc.ABC):
@@ -78,15 +81,15 @@ class Trainer(abc.ABC):
     def get_flat_params(self) -> torch.Tensor:
         """A float32 CPU copy of all gossiped parameters as one 1-D vector."""
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
-        """`get_flat_params` as a new bfloat16 CPU vector, stochastically rounded (unbiased: the
-        rounding of x is x on average, `async_opt.stochastic_round_bf16`) with random bits from
-        `generator` (a CPU one): half the bytes of the float32 copy, for a publish to take its
-        residual in. This default rounds `get_flat_params()` a piece at a time, so that float32
-        copy is still made for a moment; a trainer that can round its own tensors overrides it
-        (`flatten_bf16`) to make none."""
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
+        """`get_flat_params` as a new bfloat16 vector on `device` (None: the CPU; a node on the
+        trainer's GPU names it), stochastically rounded (unbiased: the rounding of x is x on
+        average, `async_opt.stochastic_round_bf16`) with random bits from `generator` (a CPU one):
+        half the bytes of the float32 copy, for a publish to take its residual in. This default
+        rounds `get_flat_params()` a piece at a time, so that float32 copy is still made for a
+        moment; a trainer that can round its own tensors overrides it (`flatten_bf16`) to make none."""
         flat = self.get_flat_params()
-        return flatten_bf16([flat], flat.numel(), generator)
+        return flatten_bf16([flat], flat.numel(), generator, device)
 
     @abc.abstractmethod
     def set_flat_params(self, flat: torch.Tensor) -> None:
@@ -156,9 +159,9 @@ class WrappedTrainer(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         return self.inner.get_flat_params()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """The inner trainer's: a wrapper that changes `get_flat_params` overrides this too."""
-        return self.inner.flat_params_bf16(generator)
+        return self.inner.flat_params_bf16(generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.inner.set_flat_params(flat)
@@ -195,16 +198,18 @@ def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in tensors])
 
 
-def flatten_bf16(tensors: Iterable[torch.Tensor], numel: int, generator: torch.Generator) -> torch.Tensor:
+def flatten_bf16(tensors: Iterable[torch.Tensor], numel: int, generator: torch.Generator,
+                 device: torch.device | None = None) -> torch.Tensor:
     """`flatten` of tensors of `numel` entries in all, stochastically rounded to bfloat16
-    (`async_opt.stochastic_round_bf16`) into a new CPU vector, one tensor at a time: no float32
-    copy of them all is made. A tensor on a device is rounded there and its bfloat16 result copied
-    to the host, half the bytes of its float32 copy; its random bits come from a generator on that
-    device seeded from `generator` (a CPU one), so the result is a function of `generator`'s state.
+    (`async_opt.stochastic_round_bf16`) into a new vector on `device` (None: the CPU), one tensor at
+    a time: no float32 copy of them all is made. A tensor off the CPU is rounded where it lives and
+    its bfloat16 result copied to `device`, half the bytes of its float32 copy (none cross where it
+    lives there: a node on the trainer's GPU); its random bits come from a generator on that device
+    seeded from `generator` (a CPU one), so the result is a function of `generator`'s state.
     float32 and bfloat16 tensors are read as they are; any other dtype is converted to float32 first."""
     if generator.device.type != "cpu":
         raise ValueError(f"flatten_bf16 takes a CPU generator, got one on {generator.device}")
-    out, offset = torch.empty(numel, dtype=torch.bfloat16), 0
+    out, offset = torch.empty(numel, dtype=torch.bfloat16, device=device), 0
     on_device: dict[torch.device, torch.Generator] = {}
     for t in tensors:
         flat = t.detach().reshape(-1)
@@ -214,13 +219,13 @@ def flatten_bf16(tensors: Iterable[torch.Tensor], numel: int, generator: torch.G
         if part.numel() != flat.numel():
             raise ValueError(f"the tensors hold more than the {numel} values they were said to")
         if flat.device.type == "cpu":
-            stochastic_round_bf16(flat, part, generator)
-        else:
-            if flat.device not in on_device:
-                seed = int(torch.randint(0, 1 << 62, (), generator=generator))
-                on_device[flat.device] = torch.Generator(device=flat.device).manual_seed(seed)
-            staged = torch.empty_like(flat, dtype=torch.bfloat16)
-            part.copy_(stochastic_round_bf16(flat, staged, on_device[flat.device]))
+            bits = generator
+        elif (bits := on_device.get(flat.device)) is None:
+            seed = int(torch.randint(0, 1 << 62, (), generator=generator))
+            bits = on_device[flat.device] = torch.Generator(device=flat.device).manual_seed(seed)
+        staged = part if part.device == flat.device else torch.empty_like(flat, dtype=torch.bfloat16)
+        if stochastic_round_bf16(flat, staged, bits) is not part:
+            part.copy_(staged)
         offset += flat.numel()
     if offset != numel:
         raise ValueError(f"the tensors hold {offset} values, {numel} were said")

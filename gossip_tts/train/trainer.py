@@ -193,7 +193,8 @@ class TTSTrainer(Trainer):
         """Probes, mixes in place, scales its rate on rollbacks; its reads need every rank
         only when FSDP2 shards the parameters (a read gathers them)."""
         return Capabilities(probe=True, add_in_place=True, scale_lr=True,
-                            collective_reads=self.group is not None and self.group.strategy == "fsdp2")
+                            collective_reads=self.group is not None and self.group.strategy == "fsdp2",
+                            device=str(self._master[0].device) if self._master else "cpu")
 
     def step(self) -> StepStats:
         batch = self.next_batch().to(self.device)
@@ -274,13 +275,13 @@ class TTSTrainer(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         return flatten([full_tensor(p) for p in self._master])
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """The master weights stochastically rounded to bfloat16 (the Trainer seam), a tensor at a
         time where each lives: from a GPU only the bfloat16 result crosses, half of
         `get_flat_params`' transfer, and no float32 copy of the model is made. With FSDP2 a
         collective, gathering the tensors in `get_flat_params`' order."""
         numel = sum(p.numel() for p in self._master)
-        return flatten_bf16((full_tensor(p) for p in self._master), numel, generator)
+        return flatten_bf16((full_tensor(p) for p in self._master), numel, generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         total = sum(p.numel() for p in self._master)

@@ -121,6 +121,12 @@ class GossipConfig:
     one we pulled (least recently heard first within each): in a swarm larger than this, the
     neighbours that choose us would otherwise evict our own partners' copies, and every pull
     would need a fresh snapshot."""
+    device_budget_gib: float = 0.0
+    """GPU memory (GiB) the node may take beside a trainer whose parameters live on a GPU, to hold
+    its public copy, the hand-over, the averaged weights and its neighbour copies there, and so run
+    its arithmetic there instead of on the CPU (peer.core.placement): the budget also caps
+    `max_neighbours`. 0 (the default) keeps the node in CPU memory, where training's own GPU
+    memory is never at risk; a CPU peer ignores it."""
     outbox_bytes: int = 256 * 2**20
     """Recent update frames kept to fill a neighbour's gap without a full snapshot, at most (and
     at most `outbox_copies` of the model)."""
@@ -201,6 +207,9 @@ class GossipConfig:
             raise ValueError(f"publish_catch_up must be finite and >= 0 (0: off), got {self.publish_catch_up!r}")
         if self.max_neighbours < 1:
             raise ValueError(f"max_neighbours must be >= 1, got {self.max_neighbours}")
+        if not 0 <= self.device_budget_gib < float("inf"):
+            raise ValueError(f"device_budget_gib must be finite and >= 0 (0: the node stays on the CPU), "
+                             f"got {self.device_budget_gib!r}")
         if self.outbox_bytes < 0 or self.outbox_min_frames < 0 or not self.outbox_copies >= 0:
             raise ValueError(f"outbox_bytes, outbox_copies and outbox_min_frames must be >= 0, got {self.outbox_bytes}, "
                              f"{self.outbox_copies} and {self.outbox_min_frames}")

@@ -15,6 +15,8 @@ dropped there. The caller counts every frame refused here (`frames_refused_total
 
 from __future__ import annotations
 
+import torch
+
 from async_opt import NeighbourCopy
 from peer.core.metrics_sink import MetricsSink
 from peer.core.neighbour import Neighbour
@@ -127,17 +129,19 @@ def dropped_unread(n: Neighbour, raw: bytes, header: FrameHeader, metrics: Metri
 
 
 def apply_frame(n: Neighbour, frame: Frame, signature: bytes, now: float, keep_steps: bool,
-                metrics: MetricsSink, in_place: bool = False) -> bool:
+                metrics: MetricsSink, in_place: bool = False, device: torch.device | None = None) -> bool:
     """Apply one verified frame that `dropped_unread` let through (`signature`: its last bytes) to
     `n`'s copy; True when the copy changed. `keep_steps`: whether a frame's steps sum is kept (a
     parameter-sized vector beside the copy, held only where we take partners' steps). `in_place`:
-    no one reads the copy now, so an update may be added into it (`NeighbourCopy.apply_update`)."""
+    no one reads the copy now, so an update may be added into it (`NeighbourCopy.apply_update`).
+    `device`: where the node holds its copies (None: the CPU); a snapshot decoded on the host moves
+    there, an update's kept entries as they are added."""
     h, parts = frame.header, frame.parts  # an update is added by the entries it keeps, never expanded
     steps = parts.get(STEP_TENSOR) if keep_steps else None
     stamped = published_at(h.timestamp, now)
     if h.kind == FrameKind.SNAPSHOT:  # exact, and finite as decoding checked
-        n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(held_dtype(h)), h.step,
-                            None if steps is None else steps.dense())
+        n.copy.set_snapshot(h.seq, parts[SNAPSHOT_TENSOR].dense().to(device, held_dtype(h)), h.step,
+                            None if steps is None else steps.dense().to(device))
         n.published_at = stamped
         metrics.inc("snapshots_received_total")
         return True

@@ -68,6 +68,7 @@ class GossipNode:
         limits: Limits | None = None,
         entropy: bytes | None = None,
         view_gate: AbstractContextManager[object] | None = None,  # `peer.core.view.ViewSlot`'s
+        device: str = "cpu",  # where every copy lives (`peer.core.placement`)
     ) -> None:
         self.cfg = cfg
         self.identity = identity
@@ -81,26 +82,23 @@ class GossipNode:
             swarm=cfg.swarm, fingerprint=self.fingerprint, allowed_keys=cfg.allowed_keys,
             max_clock_skew_s=cfg.max_clock_skew_s, limits=self.limits, model_spec=flat_model_spec(self.numel),
         )
-        x0 = x0.detach().to(torch.float32).cpu().clone()
+        self.device = torch.device(device)
+        x0 = x0.detach().to(self.device, torch.float32, copy=True)
         self.public = PublicCopy(x0, cfg.clip_own_window, dtype=cfg.copy_torch_dtype)
-        self.last_x: torch.Tensor | None = x0 if cfg.keeps_parameters else None
-        """The exact parameters at the last publish, kept for partner steps or with float32 copies."""
+        self.last_x = x0 if cfg.keeps_parameters else None  # the exact parameters at the last publish, if kept
         self.outbox = Outbox(cfg.outbox_bound(x0.numel()), cfg.outbox_min_frames)
         self.neighbours: dict[bytes, Neighbour] = {}
-        # A fresh epoch per start: others then know our public copy began anew, and nothing
-        # recorded for an earlier run of ours is taken. A real peer passes random `entropy`;
-        # simnet and tests derive it from the key and the start time, reproducibly.
+        # A fresh epoch per start: others then know our public copy began anew, and nothing recorded for an
+        # earlier run of ours is taken. A real peer passes random `entropy`; simnet and tests derive it reproducibly.
         seed = entropy if entropy is not None else identity.public_key + struct.pack(">d", now)
         self.tickets = TicketBook(identity.public_key, epoch_from(seed))
-        self.held_tickets = HeldTickets()
-        """Tickets others issued us: without one, a request to that peer pushes nothing."""
+        self.held_tickets = HeldTickets()  # tickets others issued us: without one, a request pushes nothing
         self._control_seq = self._versions = self._public_version = self.step = 0
         self._writing: Neighbour | None = None  # whose copy `_ingest` may write in place now (busy in the view)
         self._state_cache: bytes | None = None
         self._snapshots = SnapshotCache()
         self.answers = AnswerBudget(cfg.answer_snapshot_every_s, cfg.answer_snapshots_per_min, cfg.max_neighbours, now)
-        self.last_publish_bytes = 0
-        """Size of the newest published update frame (simnet charges its signing)."""
+        self.last_publish_bytes = 0  # size of the newest published update frame (simnet charges its signing)
         self._published_at: float | None = None
         self._views, self._offered = ViewBuilder(), OfferedStates()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()), view_gate)
@@ -136,7 +134,8 @@ class GossipNode:
         bfloat16 `x` (`GossipConfig.handover_bfloat16`) is read as it is, a piece at a time.
         Raises ValueError (changing nothing) when `x` is not finite: the caller decides what that means.
         """
-        x = x.detach() if x.dtype == torch.bfloat16 and not self.cfg.keeps_parameters else x.detach().to(torch.float32)
+        half = x.dtype == torch.bfloat16 and not self.cfg.keeps_parameters
+        x = x.detach().to(self.device, None if half else torch.float32)
         if not all_finite(x):
             raise ValueError(f"parameters at step {step} are not finite; nothing was published")
         self.step = int(step)
@@ -178,7 +177,7 @@ class GossipNode:
         """Start our public copy afresh from `x`, a neighbour's state, at its `step` (`Trainer.adopt`);
         a state read by `read_state` that names its sender's x̂ also seeds our copy of that sender."""
         source = self._offered.take(x)
-        x, self.step = x.detach().to(torch.float32).clone(), int(step)
+        x, self.step = x.detach().to(self.device, torch.float32, copy=True), int(step)
         self.public.reset(x, 0)
         self._versions = self._public_version = self._versions + 1
         self.last_x = x if self.cfg.keeps_parameters else None
@@ -388,7 +387,8 @@ class GossipNode:
     def _apply(self, n: Neighbour, frame: Frame, signature: bytes, now: float) -> bool:
         """Apply one verified frame to `n`'s copy (`peer.core.ingest.apply_frame`); True when it changed.
         A method so that simnet's control arms can believe what the core does not."""
-        return apply_frame(n, frame, signature, now, self.partner_steps.enabled, self.metrics, in_place=n is self._writing)
+        return apply_frame(n, frame, signature, now, self.partner_steps.enabled, self.metrics, in_place=n is self._writing,
+                           device=self.device)
 
     def _neighbour(self, key: bytes) -> Neighbour:
         n = self.neighbours.get(key)

@@ -129,14 +129,14 @@ class GroupTrainer(Trainer):
                 self.comm.command(GET)
             return self.inner.get_flat_params()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """Rank 0's parameters, rounded as its inner trainer rounds them (the Trainer seam). The other
         ranks follow a `GET`: reading the parameters to round them takes the same collectives in the
         same order as `get_flat_params` (FSDP2's gathers, a tensor at a time)."""
         with self._lock:
             if self.collective_reads:
                 self.comm.command(GET)
-            return self.inner.flat_params_bf16(generator)
+            return self.inner.flat_params_bf16(generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         with self._lock:

@@ -105,9 +105,9 @@ class LeastSquaresTrainer(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         return self.w.clone()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """The weights rounded straight from where they are held (the Trainer seam): no float32 copy."""
-        return flatten_bf16([self.w], self.w.numel(), generator)
+        return flatten_bf16([self.w], self.w.numel(), generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         if flat.shape != self.w.shape:

@@ -134,10 +134,10 @@ class AttackTrainer(WrappedTrainer):
         self._shown = self._attack(x)
         return self._shown.clone()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """The vector `get_flat_params` shows (the attack, once armed), rounded as `Trainer`'s default
         does, from its float32 copy: the lie is built in float32, and so no faster path exists."""
-        return Trainer.flat_params_bf16(self, generator)
+        return Trainer.flat_params_bf16(self, generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         """Apply the mixing delta (new − what we showed) to the honest parameters (unless it does not mix)."""

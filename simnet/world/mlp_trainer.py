@@ -210,9 +210,9 @@ class MLPTrainer(Trainer):
     def get_flat_params(self) -> torch.Tensor:
         return self.flat.clone()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
         """The parameters rounded straight from where they are held (the Trainer seam): no float32 copy."""
-        return flatten_bf16([self.flat], self.flat.numel(), generator)
+        return flatten_bf16([self.flat], self.flat.numel(), generator, device)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         if flat.shape != self.flat.shape:

@@ -44,6 +44,7 @@ FAST: dict[str, tuple[list[str], str]] = {
     "codec": (["--delta-source", "synthetic", "--numel", "20000", "--repeats", "1"], "summary: "),
     "device_check": (["--device", "cpu", "--presets", "tiny", "--steps", "1", "--judge-clips", "0",
                       "--budget-s", "0"], "summary: "),
+    "device_gossip": (["--device", "cpu", "--sizes", "70001"], "codec parity: every frame the same bits"),
     "lockstep_peers": (["--peers", "2", "--steps", "8", "--seeds", "0", "--no-late"], "result: "),
     "offload_step": (["--preset", "tiny", "--adamw", "for-loop", "--chunk-mib", "0.25", "--repeats", "2"], "summary: "),
     "protocol_cost": (["--sizes", "1000,10000", "--repeats", "1"], "[world.cost]"),
@@ -64,6 +65,7 @@ FAST_MORE: dict[str, tuple[str, list[str], str]] = {
     "protocol_digest --topk": ("protocol_digest", ["--topk", "1000"], "1000"),
     "averaging_probe --straggler": ("averaging_probe", ["--straggler", "--steps", "8", "--seeds", "0"], "straggler"),
     "device_check without a GPU": ("device_check", [], "no CUDA GPU here"),
+    "device_gossip without a GPU": ("device_gossip", [], "no CUDA GPU here"),
 }
 # script -> (arguments, text its output must hold); a process of its own, slow
 SLOW: dict[str, tuple[list[str], str]] = {

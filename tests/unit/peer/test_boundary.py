@@ -26,8 +26,8 @@ class Flat:
     def get_flat_params(self) -> torch.Tensor:
         return self.x.clone()
 
-    def flat_params_bf16(self, generator: torch.Generator) -> torch.Tensor:
-        return self.x.to(torch.bfloat16)
+    def flat_params_bf16(self, generator: torch.Generator, device: torch.device | None = None) -> torch.Tensor:
+        return self.x.to(device=device, dtype=torch.bfloat16)
 
     def set_flat_params(self, flat: torch.Tensor) -> None:
         self.x = flat.clone()

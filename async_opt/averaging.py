@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .mixing import HALF_WIDTH, PIECE, pull_scale
+from .mixing import HALF_WIDTH, piece_for, pull_scale
 from .packed_float import PackedFloats
 
 SIGMA_REL_MAX = math.sqrt(1.0 / 12.0)
@@ -195,9 +195,9 @@ def swarm_estimate(x: Tensor, public: Tensor, copies: Sequence[tuple[Tensor, flo
 def swarm_estimate_of(estimate: "SwarmEstimate") -> Tensor:
     """The whole of a piecewise estimate as one new float32 tensor."""
     out = torch.empty(estimate.x.shape, dtype=torch.float32, device=estimate.x.device)
-    flat_out = out.view(-1)
-    for start in range(0, flat_out.numel(), PIECE):
-        part = slice(start, start + PIECE)
+    flat_out, step = out.view(-1), piece_for(out)
+    for start in range(0, flat_out.numel(), step):
+        part = slice(start, start + step)
         estimate.piece(part, out=flat_out[part])
     return out
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .mixing import PIECE, _pulls, _sub_into
+from .mixing import _pulls, _sub_into, piece_for
 
 
 class MixChange:
@@ -48,9 +48,10 @@ class MixChange:
             out = torch.empty(stop - start, dtype=self.dtype, device=self._ref.device)
         if not self._flat:
             return out.zero_()
-        diff = torch.empty(min(PIECE, max(stop - start, 1)), dtype=self.dtype, device=self._ref.device)
-        for at in range(start, stop, PIECE):
-            cut = slice(at, min(at + PIECE, stop))
+        step = piece_for(self._ref)
+        diff = torch.empty(min(step, max(stop - start, 1)), dtype=self.dtype, device=self._ref.device)
+        for at in range(start, stop, step):
+            cut = slice(at, min(at + step, stop))
             piece = out[at - start:cut.stop - start]
             d = diff[:piece.numel()]
             for i, (x, w) in enumerate(self._flat):

@@ -30,19 +30,20 @@ def safe_norm(v: Tensor) -> float:
     # a half-width copy (`PublicCopy(dtype=torch.bfloat16)`) is summed in float32: its own 8-bit
     # mantissa would round the norm to two or three digits. A piece at a time: widening the whole
     # copy would allocate a float32 copy of the model
-    if v.dtype in HALF_WIDTH and v.numel() > PIECE:
+    piece = piece_for(v)
+    if v.dtype in HALF_WIDTH and v.numel() > piece:
         flat = v.detach().reshape(-1)
-        squares = sum(float(torch.linalg.vector_norm(flat[i:i + PIECE], dtype=torch.float32)) ** 2
-                      for i in range(0, flat.numel(), PIECE))
+        squares = sum(float(torch.linalg.vector_norm(flat[i:i + piece], dtype=torch.float32)) ** 2
+                      for i in range(0, flat.numel(), piece))
         n = math.sqrt(squares)
     else:
         n = float(torch.linalg.vector_norm(v, dtype=torch.float32) if v.dtype in HALF_WIDTH else torch.linalg.vector_norm(v))
     if math.isfinite(n):
         return n
-    if v.dtype in HALF_WIDTH and v.numel() > PIECE:  # a float64 copy would be four of the vector
+    if v.dtype in HALF_WIDTH and v.numel() > piece:  # a float64 copy would be four of the vector
         flat = v.detach().reshape(-1)
-        return math.sqrt(sum(float(torch.linalg.vector_norm(flat[i:i + PIECE], dtype=torch.float64)) ** 2
-                             for i in range(0, flat.numel(), PIECE)))
+        return math.sqrt(sum(float(torch.linalg.vector_norm(flat[i:i + piece], dtype=torch.float64)) ** 2
+                             for i in range(0, flat.numel(), piece)))
     return float(torch.linalg.vector_norm(v.double()))
 
 
@@ -64,6 +65,16 @@ PIECE = 1 << 17
 """Entries per piece of the piecewise passes over parameter-sized vectors (`safe_distances`,
 `async_opt.averaging.swarm_estimate`): 512 KiB of each stays in a core's cache while the piece
 of every other vector is read, so each vector is read from memory once."""
+DEVICE_PIECE = 1 << 24
+"""Entries per piece off the CPU (a node on the trainer's GPU, `peer.core.placement`): there each
+piece costs kernel launches and, where a norm is read, a wait for the device, so pieces are long
+(64 MiB of float32, small beside a GPU's memory): a pass over a large model is a few hundred
+launches, not tens of thousands."""
+
+
+def piece_for(t: Tensor) -> int:
+    """The piece of a piecewise pass over `t`: `PIECE` on the CPU, `DEVICE_PIECE` elsewhere."""
+    return PIECE if t.device.type == "cpu" else DEVICE_PIECE
 
 
 def safe_distances(vectors: Sequence[Tensor], reference: Tensor) -> list[float]:
@@ -78,13 +89,13 @@ def safe_distances(vectors: Sequence[Tensor], reference: Tensor) -> list[float]:
         if v.shape != reference.shape:
             raise ValueError(f"distance between shapes {tuple(v.shape)} and {tuple(reference.shape)}")
     ref, flat = reference.detach().reshape(-1), [v.detach().reshape(-1) for v in vectors]
-    n = ref.numel()
-    if n <= PIECE:
+    n, step = ref.numel(), piece_for(ref)
+    if n <= step:
         return [safe_norm(difference(v, ref)) for v in flat]
     dtype = functools.reduce(torch.promote_types, (v.dtype for v in flat), torch.promote_types(ref.dtype, torch.float32))
-    buf, totals = torch.empty(PIECE, dtype=dtype, device=ref.device), [0.0] * len(flat)
-    for start in range(0, n, PIECE):
-        part = slice(start, start + PIECE)
+    buf, totals = torch.empty(step, dtype=dtype, device=ref.device), [0.0] * len(flat)
+    for start in range(0, n, step):
+        part = slice(start, start + step)
         piece = buf[:ref[part].numel()]
         for i, v in enumerate(flat):
             _sub_into(piece, v[part], ref[part])

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .mixing import PIECE
+from .mixing import piece_for
 
 _NEAREST = 1 << 7
 """Added to the dropped byte to round to nearest (half a last place)."""
@@ -84,11 +84,12 @@ class PackedFloats:
 
     def lerp_(self, target: Callable[[slice], Tensor], weight: float, generator: torch.Generator) -> None:
         """In place: each value moves `weight` of the way to `target(piece)` (float32 values of that
-        slice), a `PIECE` at a time, rounded stochastically from `generator`."""
+        slice), a piece at a time (`async_opt.mixing.piece_for`), rounded stochastically from `generator`."""
         self.version += 1
         try:
-            for start in range(0, self.numel(), PIECE):
-                part = slice(start, start + PIECE)
+            step = piece_for(self.hi)
+            for start in range(0, self.numel(), step):
+                part = slice(start, start + step)
                 hi, lo = self.hi[part], self.lo[part]
                 values = unpack(hi, lo).lerp_(target(part).to(torch.float32), weight)
                 pack_into(values, hi, lo, random_bytes(values.numel(), generator, values.device))

@@ -19,7 +19,7 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from .mixing import HALF_WIDTH, PIECE, safe_norm
+from .mixing import HALF_WIDTH, piece_for, safe_norm
 
 __all__ = ["Compressor", "Increment", "PublicCopy", "NeighbourCopy"]
 
@@ -73,9 +73,9 @@ def _add_into(x: Tensor, q: "Tensor | Increment", name: str) -> Tensor:
         q = q.detach().to(device=x.device)
         if x.dtype not in HALF_WIDTH:
             return x.add_(q.to(dtype=x.dtype))
-        fx, fq = x.view(-1), q.reshape(-1)
-        for start in range(0, fx.numel(), PIECE):
-            part = slice(start, start + PIECE)
+        fx, fq, piece = x.view(-1), q.reshape(-1), piece_for(x)
+        for start in range(0, fx.numel(), piece):
+            part = slice(start, start + piece)
             fx[part] = (fx[part].to(torch.float32) + fq[part]).to(x.dtype)
         return x
     if q.numel != x.numel():
@@ -107,9 +107,9 @@ def _check_same_shape(name: str, got: Tensor, want: Tensor) -> None:
 def _in_pieces(op: Callable[[Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
     """``op(x, y)`` in place (``Tensor.sub_``, ``Tensor.add_``), a `PIECE` at a time: with a narrower
     ``y`` the widened piece, not a widened copy of the whole, is the temporary."""
-    fx, fy = x.reshape(-1), y.detach().reshape(-1)
-    for start in range(0, fx.numel(), PIECE):
-        op(fx[start:start + PIECE], fy[start:start + PIECE])
+    fx, fy, piece = x.reshape(-1), y.detach().reshape(-1), piece_for(x)
+    for start in range(0, fx.numel(), piece):
+        op(fx[start:start + piece], fy[start:start + piece])
     return x
 
 

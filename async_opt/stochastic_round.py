@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from .mixing import PIECE
+from .mixing import piece_for
 
 __all__ = ["stochastic_round_bf16"]
 
@@ -46,7 +46,8 @@ def stochastic_round_bf16(src: Tensor, out: Tensor, generator: torch.Generator) 
 
     Unbiased: the mean of the roundings of x tends to x, every result is one of the two bfloat16
     values around x, so a parameter copy made this way feeds CHOCO-SGD's residual (Koloskova et al.
-    2019) no bias. A `PIECE` at a time, so the only temporaries are a piece's, on `src`'s device.
+    2019) no bias. A piece at a time (`async_opt.mixing.piece_for`), so the only temporaries are a
+    piece's, on `src`'s device.
     Deterministic for a generator in a given state; a non-contiguous `src` is copied first.
     """
     if out.dtype != torch.bfloat16 or not out.is_contiguous():
@@ -64,13 +65,13 @@ def stochastic_round_bf16(src: Tensor, out: Tensor, generator: torch.Generator) 
         return out
     values = src.detach().reshape(-1)
     words, kept = values.view(torch.int32), flat_out.view(torch.int16)
-    n = values.numel()
+    n, step = values.numel(), piece_for(values)
     # 64 random bits give four entries their 16 each: a quarter of the generator's calls
-    bits = torch.empty(-(-min(PIECE, n) // 4), dtype=torch.int64, device=src.device)
-    noise = torch.empty(min(PIECE, n), dtype=torch.int32, device=src.device)
-    nan = torch.empty(min(PIECE, n), dtype=torch.bool, device=src.device)
-    for start in range(0, n, PIECE):
-        part = slice(start, start + PIECE)
+    bits = torch.empty(-(-min(step, n) // 4), dtype=torch.int64, device=src.device)
+    noise = torch.empty(min(step, n), dtype=torch.int32, device=src.device)
+    nan = torch.empty(min(step, n), dtype=torch.bool, device=src.device)
+    for start in range(0, n, step):
+        part = slice(start, start + step)
         m = words[part].numel()
         r, is_nan = noise[:m], nan[:m]
         bits[:-(-m // 4)].random_(_INT64_MIN, None, generator=generator)  # every 64-bit pattern

@@ -15,12 +15,16 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-__all__ = ["CodecInput", "INPUT_DTYPES", "PIECE"]
+__all__ = ["CodecInput", "INPUT_DTYPES", "PIECE", "DEVICE_PIECE"]
 
 INPUT_DTYPES = (torch.float32, torch.bfloat16)
 """What a codec reads; anything else is a caller bug."""
 PIECE = 1 << 18
 """Entries of a bfloat16 input widened at a time: 1 MiB of float32, in a core's cache."""
+DEVICE_PIECE = 1 << 24
+"""Entries a piecewise pass reads at a time off the CPU: each piece is kernel launches and, where
+its answer is read, a wait for the device, so pieces are long (16 MiB of flags, 64 MiB of float32),
+and still far shorter than a large model."""
 
 
 class CodecInput:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .codec_input import DEVICE_PIECE as _DEVICE_PIECE
 from .codec_input import PIECE as _PIECE  # entries tested at a time: the piece a codec reads
 
 __all__ = ["all_finite"]
 
 _NUMPY_DTYPES = (torch.float32, torch.float64)
-_DEVICE_PIECE = 1 << 24
-"""Entries tested at a time off the CPU: each piece's answer is a wait for the device, so pieces
-are long (16 MiB of flags), and still far shorter than a large model."""
 _EXPONENT_BITS = {torch.bfloat16: np.int16(0x7F80), torch.float16: np.int16(0x7C00)}
 
 

@@ -16,13 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .codec_input import DEVICE_PIECE
 from .finite import all_finite
 
 __all__ = ["SparseVector"]
 
 _HALF = (torch.bfloat16, torch.float16)
 _PIECE = 1 << 17
-"""Entries summed at a time into a half-width copy: 512 KiB of float32, in a core's cache."""
+"""Entries summed at a time into a half-width copy on the CPU: 512 KiB of float32, in a core's cache
+(`DEVICE_PIECE` elsewhere)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,15 +99,16 @@ class SparseVector:
                 return out.add_(values.to(dtype=out.dtype).view_as(out))
             out.view(-1).index_add_(0, self.indices.to(out.device), values.to(dtype=out.dtype))
             return out
+        piece = _PIECE if out.device.type == "cpu" else DEVICE_PIECE
         if self.indices is not None:
             flat_out, at_all = out.view(-1), self.indices.to(out.device)
-            for start in range(0, self.kept, _PIECE):
-                at = at_all[start:start + _PIECE]
-                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + _PIECE]).to(out.dtype)
+            for start in range(0, self.kept, piece):
+                at = at_all[start:start + piece]
+                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + piece]).to(out.dtype)
             return out
         flat_out, flat_values = out.view(-1), values.view(-1)
-        for start in range(0, self.numel, _PIECE):
-            part = slice(start, start + _PIECE)
+        for start in range(0, self.numel, piece):
+            part = slice(start, start + piece)
             flat_out[part] = (flat_out[part].to(torch.float32) + flat_values[part]).to(out.dtype)
         return out
 

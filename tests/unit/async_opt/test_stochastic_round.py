@@ -124,7 +124,7 @@ def test_the_same_generator_state_gives_the_same_bits() -> None:
 def test_pieces_edges(piece: int, masks: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pieces of any length, a NaN in some and none in others, and entries on their edges; masking
     NaNs in every piece, as on a device, changes nothing."""
-    monkeypatch.setattr(sr, "PIECE", piece)
+    monkeypatch.setattr(sr, "piece_for", lambda values: piece)
     if masks == "every piece":
         monkeypatch.setattr(sr, "_may_hold_nan", lambda piece: True)
     x = spread(4 * piece + 3, seed=piece)

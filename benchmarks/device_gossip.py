@@ -96,8 +96,10 @@ def node_cost(device: str, n: int, periods: int = 3) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
             host_cpu.append(time.process_time() - c0)
     best = min(times)
+    average = nodes[0].average.weights()  # what a checkpoint writes: on the host
     return dict(n=n, device=device, period_s=round(best, 4), ns_per_param=round(best / n * 1e9, 2),
-                host_cpu_s=round(min(host_cpu), 4))
+                host_cpu_s=round(min(host_cpu), 4), node_device=str(nodes[0].public.x_hat.device),
+                average_on_host=average is None or average[0].device.type == "cpu")
 
 
 def run(device: str, sizes: list[int]) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from peer.core.view import MixView
 class SwarmAverage:
     """Owned by the node's owner thread (`GossipNode.publish` calls `update`); others call `weights`."""
 
-    def __init__(self, cfg: GossipConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: GossipConfig, device: torch.device | None = None) -> None:
+        """`device`: where the node holds its copies, and so the average (None: the CPU)."""
+        self.cfg, self.device = cfg, device
         self.ema = (PowerEma(cfg.average_sigma_rel, packed=cfg.average_dtype != "float32")
                     if cfg.average_sigma_rel > 0 else None)
         # Its own radius, by the mixer's rule and settings (the mixer's belongs to the training
@@ -39,7 +40,7 @@ class SwarmAverage:
         `benchmarks/averaging_probe.py --straggler`; async_opt.averaging says why it is on)."""
 
     def weights(self, attempts: int = 8, pause: Callable[[], None] | None = None) -> tuple[torch.Tensor, int] | None:
-        """(the averaged weights as a float32 tensor no one writes again, the step of the newest
+        """(the averaged weights as a float32 CPU tensor no one writes again, the step of the newest
         sample), from any thread; None before the first sample, or while an update overlapped every
         one of `attempts` copies (`pause` runs between them: a checkpoint waits there rather than
         be written without its average). An update that ends during the call may leave the step one
@@ -47,7 +48,7 @@ class SwarmAverage:
         if self.ema is None:
             return None
         step, value = self.ema.step, self.ema.read(attempts, pause)
-        return None if value is None else (value, step)
+        return None if value is None else (value.cpu(), step)  # a checkpoint writes from host memory
 
     def due(self, step: int) -> bool:
         """Whether `update` at `step` would take a sample (callers skip building `x` when not)."""
@@ -78,4 +79,4 @@ class SwarmAverage:
         """Start again from `x` at `step` (we adopted a neighbour's state, at its step: what we
         averaged is not ours; or we resumed a saved average)."""
         if self.ema is not None:
-            self.ema.reset(x, step)
+            self.ema.reset(x.to(self.device), step)

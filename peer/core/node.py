@@ -4,7 +4,7 @@ Thread contract: a `GossipNode` belongs to exactly one thread, its owner (the no
 of a real peer, `peer.net.node_worker.NodeWorker`; simnet's event loop). Every method mutates
 state and must be called from the owner only. The training thread never calls it: it reads
 the `view_slot` (whose copies the owner writes only once no mix reads them, `peer.core.view`)
-and `average.current`, and hands parameter copies to the owner to `publish`.
+and `average.weights()`, and hands parameter copies to the owner to `publish`.
 
 An exchange is push-pull in one request. Each side sends a control frame (its epoch, step, listen
 address, the last seq it holds of the *other* side's public copy, tickets; see `peer.core.control`)
@@ -102,7 +102,7 @@ class GossipNode:
         self._published_at: float | None = None
         self._views, self._offered = ViewBuilder(), OfferedStates()
         self.view_slot = ViewSlot(self._views.build(self.public.x_hat, [], None, ()), view_gate)
-        self.average = SwarmAverage(cfg)  # the weights users get; other threads read `average.current`
+        self.average = SwarmAverage(cfg, self.device)  # the weights users get; other threads read `weights()`
         self.partner_steps = PartnerSteps(cfg.partner_steps, cfg.partner_step_clip, cfg.clip_own_window, cfg.max_neighbours,
                                           cfg.clip_power, self.codecs.period if cfg.per_period else None)
         """Our steps out, pulled partners' in; the training thread drains `partner_steps.inbox`."""

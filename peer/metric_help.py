@@ -93,6 +93,8 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "snapshots_sent_total": (COUNTER, "exact public-copy snapshots sent to fill a gap", SUMMED),
     "snapshots_to_made_up_total": (COUNTER, "simnet: state requests sent to an address no peer listens at", SUMMED),
     "snapshots_withheld_total": (COUNTER, "answers that carried no snapshot where the asker lacks our copy, by reason"),
+    "states_resumed_total": (COUNTER, "/v1/state answers that sent only the bytes a broken transfer lacked "
+                                      "(peer.net.state_resume)"),
     "step_scale": (GAUGE, "step-size multiplier for the swarm this peer mixes with"),
     "publish_period_steps": (GAUGE, "our steps per publish as measured: what the cadence aims at (publish_every_steps) "
                                     "at least, more where the node worker takes longer to publish "

@@ -161,6 +161,11 @@ class SessionConfig:
     """Known peers asked for their step when joining (each costs one small hello)."""
     join_retry_s: float = 1.0
     """While joining and nobody answered yet, known peers are asked again after this long."""
+    state_resumes: int = 4
+    """Times a state transfer cut short asks the same peer again for the bytes it lacks, each with
+    a deadline for those bytes alone (peer.net.state_resume), before the join gives that peer up:
+    at the large presets a state is gigabytes, which one dropped connection would otherwise cost
+    whole. 0 never resumes."""
     candidates: CandidateConfig = field(default_factory=CandidateConfig)
     """How unverified candidates share the `max_candidates` slots."""
     partners: PartnerConfig = field(default_factory=PartnerConfig)
@@ -189,8 +194,9 @@ class SessionConfig:
         if self.pulls_per_publish is not None and self.pulls_per_publish > min(self.max_in_flight, self.max_partners):
             raise ValueError(f"pulls_per_publish ({self.pulls_per_publish}) must be <= max_in_flight "
                              f"({self.max_in_flight}) and max_partners ({self.max_partners})")
-        if self.hello_sample < 0:
-            raise ValueError(f"hello_sample must be >= 0, got {self.hello_sample!r}")
+        if self.hello_sample < 0 or self.state_resumes < 0:
+            raise ValueError(f"hello_sample and state_resumes must be >= 0, got {self.hello_sample!r}, "
+                             f"{self.state_resumes!r}")
         if self.bootstrap_retry_max_s < self.bootstrap_retry_min_s:
             raise ValueError("bootstrap_retry_max_s must be >= bootstrap_retry_min_s")
         for name in ("join_wait_s", "join_timeout_s"):

@@ -31,6 +31,7 @@ from peer.core import (
 from peer.boundary import PendingPublish
 from peer.net.errors import busy_for, describe_failure, describe_status
 from peer.net.http_io import BodyTooLarge, read_capped
+from peer.net.state_fetch import fetch_state
 from peer.metrics import Metrics
 from peer.net.config import NetConfig
 from peer.net.node_worker import NodeWorker
@@ -290,11 +291,10 @@ class AsyncDriver(Driver):
     async def _fetch_state(self, a: FetchState) -> None:
         try:
             assert self._client is not None
-            deadline = self.session.cfg.transfer_deadline_s(self.node.snapshot_bytes)
-            async with self._client.get(f"http://{a.address}/v1/state", timeout=self._timeout(deadline)) as resp:
-                data = await read_capped(resp, self.node.limits.max_frame_bytes)
-                if resp.status != 200:
-                    raise RuntimeError(describe_status(resp.status))
+            expected, cfg = self.node.snapshot_bytes, self.session.cfg
+            data = await fetch_state(self._client, f"http://{a.address}/v1/state", limit=self.node.limits.max_frame_bytes,
+                                     resumes=cfg.state_resumes,  # each request's deadline for the bytes still to come
+                                     timeout_for=lambda got: self._timeout(cfg.transfer_deadline_s(expected - got)))
             x, step = await self.worker.read_state(data)
             # Scored off the loop: the training thread is waiting for the join, not using the trainer.
             better = await asyncio.get_running_loop().run_in_executor(None, self.probe, x) if self.probe else None

@@ -17,6 +17,7 @@ from peer.net.http_guard import BODY_KEY, TICKETED_KEY, RequestGuard, remote_key
 from peer.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from peer.net.node_worker import WorkerBusy
 from peer.net.shard_routes import add_shard_routes
+from peer.net.state_resume import resume_offset, state_etag
 from peer.net.status import StatusFace, StatusService
 from protocol import FrameRefused
 
@@ -86,9 +87,16 @@ class PeerRoutes:
             data = await self.face.serve_state()
         except WorkerBusy as exc:
             return self._refused(503, "worker_busy", str(exc))
-        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+        etag = state_etag(data)
+        start = resume_offset(request.headers.get("Range"), request.headers.get("If-Range"), etag, len(data))
+        view = memoryview(data)[start:]  # a resume of this frame gets the bytes it lacks (peer.net.state_resume)
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(view)), "ETag": etag,
+                   "Accept-Ranges": "bytes"}
+        if start:
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            self.metrics.inc("states_resumed_total")
+        response = web.StreamResponse(status=206 if start else 200, headers=headers)
         await response.prepare(request)
-        view = memoryview(data)
         try:  # a reader that stops reading holds its connection only until the asker's own deadline
             await asyncio.wait_for(_write_all(response, view), self.deadline_s(len(view)))
         except asyncio.TimeoutError:

@@ -15,7 +15,8 @@
    extra it says so in one line;
 4. a 2-process torchrun peer (`gossip-tts peer --nproc 2`, DDP) on this one GPU (gloo: NCCL
    refuses two ranks on one device), its progress line;
-5. gossip overhead: one peer's samples/s with a neighbour vs alone (benchmarks/gossip_overhead.py);
+5. gossip overhead: one peer's samples/s with two neighbours vs alone (benchmarks/gossip_overhead.py),
+   its node on the CPU and then, with `device_budget_gib` 40, on the GPU;
 0. first, the node's arithmetic on the GPU (benchmarks/device_gossip.py): the codec's frames the
    same bits as the CPU's, and a node pair's seconds per period on the GPU beside the CPU.
 The figures are the ones the peer itself reports (gossip_tts.train.mfu). The JSON report goes to
@@ -126,10 +127,11 @@ def group_peer(sources: list[str], preset: str, steps: int, timeout: float, devi
             "seconds": round(time.perf_counter() - t0, 1), "last_line": last, "tail": text[-1500:] if out.returncode else ""}
 
 
-def gossip_overhead(preset: str, timeout: float) -> dict[str, Any]:
-    """benchmarks/gossip_overhead.py: the same trainer's samples/s with gossip on (one neighbour) vs off."""
+def gossip_overhead(preset: str, timeout: float, device: str = "cuda", budget_gib: float = 0.0) -> dict[str, Any]:
+    """benchmarks/gossip_overhead.py: the same trainer's samples/s with gossip on (two neighbours) vs off,
+    training on `device`, its node on the GPU where `budget_gib` lets it (else on the CPU)."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gossip_overhead.py"), "--preset", preset, "--phases", "4",
-           "--steps-per-phase", "8", "--max-frames", "256"]
+           "--steps-per-phase", "8", "--max-frames", "256", "--device", device, "--device-budget-gib", str(budget_gib)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -235,11 +237,12 @@ def main() -> int:
         print("torchrun peer:", json.dumps(report["torchrun_peer"]), flush=True)
     else:
         report["skipped"].append("torchrun peer")
-    if budget.allows(90):
-        report["gossip_overhead"] = gossip_overhead(presets[0], timeout=min(240, budget.end - time.monotonic()))
-        print("gossip overhead:", json.dumps(report["gossip_overhead"]), flush=True)
-    else:
-        report["skipped"].append("gossip overhead")
+    for label, gib in (("gossip_overhead", 0.0), ("gossip_overhead_node_on_gpu", 40.0)):  # the node on the CPU, then the GPU
+        if budget.allows(90):
+            report[label] = gossip_overhead(presets[0], min(240, budget.end - time.monotonic()), args.device, gib)
+            print(f"{label.replace('_', ' ')}:", json.dumps(report[label]), flush=True)
+        else:
+            report["skipped"].append(label.replace("_", " "))
     report["seconds"] = round(time.time() - t_start, 1)
     target = args.json or (Path(os.environ["OUT"]) / "device_check.json" if os.environ.get("OUT") else None)
     if target is not None:

@@ -1,6 +1,7 @@
 """Training throughput of one peer with gossip on, relative to the same trainer with it off.
 
     python benchmarks/gossip_overhead.py [--preset small] [--phases 12] [--steps-per-phase 8] [--threads 1]
+                                         [--device cuda] [--device-budget-gib 16]
 
 The measured peer trains in this process and talks to two neighbour processes over real
 HTTP on 127.0.0.1. Its training alternates between phases with gossip (mix, publish every
@@ -16,6 +17,9 @@ For the same reason the measured peer trains on one torch thread by default (`--
 the neighbours' own signing and decoding, which on a real swarm runs on other machines,
 then lands on the second core instead of stalling a two-thread step, whose threads spin at
 every barrier while one of them waits for a core.
+On a GPU (`--device cuda`) the measured peer trains there, and `--device-budget-gib` lets its node
+hold its copies on the GPU too (`GossipConfig.device_budget_gib`, peer/core/placement.py): run it
+with 0 and with a budget to compare the node's arithmetic on the CPU and on the GPU.
 Target: ratio >= 0.97.
 """
 
@@ -99,8 +103,8 @@ class PhasedPeer(GossipPeer):
         return hook
 
 
-def trainer_cfg(args, sources, seed: int) -> TrainConfig:
-    return TrainConfig(preset=args.preset, device="cpu", sources=sources, batch_size=args.batch_size,
+def trainer_cfg(args, sources, seed: int, device: str = "cpu") -> TrainConfig:
+    return TrainConfig(preset=args.preset, device=device, sources=sources, batch_size=args.batch_size,
                        max_frames=args.max_frames, seed=seed, threads=args.threads)
 
 
@@ -135,6 +139,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-frames", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the measured trainer")
+    ap.add_argument("--device", default="cpu", help="where the measured peer trains (its neighbours: the CPU)")
+    ap.add_argument("--device-budget-gib", type=float, default=0.0,
+                    help="GossipConfig.device_budget_gib of the measured peer (0: its node on the CPU)")
     ap.add_argument("--neighbour", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--neighbour-period", type=float, default=3.0, help=argparse.SUPPRESS)
     ap.add_argument("--peer", action="append", default=[], help=argparse.SUPPRESS)
@@ -148,10 +155,11 @@ def main() -> None:
         p1, a1 = spawn_neighbour(args, 1, [])
         p2, a2 = spawn_neighbour(args, 2, [a1])
         procs = [p1, p2]
-        trainer = ReplayTrainer(trainer_cfg(args, sources, seed=0), args.steps_per_phase)
+        trainer = ReplayTrainer(trainer_cfg(args, sources, seed=0, device=args.device), args.steps_per_phase)
         total = args.steps_per_phase * (args.phases + 1)
         peer = PhasedPeer(build_parts(trainer, LoopConfig(max_steps=total, log_every_s=1e9),
-                                      GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression),
+                                      GossipConfig(swarm="bench", gossip_every=args.gossip_every, compression=args.compression,
+                                                   device_budget_gib=args.device_budget_gib),
                                       NetConfig(listen="127.0.0.1:0", mdns=False, peers=[a1, a2]), Identity.generate(),
                                       emit=lambda s: None, session_cfg=SessionConfig(join=False)),
                           steps_per_phase=args.steps_per_phase)
@@ -182,7 +190,7 @@ def main() -> None:
     print(f"training-thread CPU time without / with gossip: {cpu_ratio:.3f} "
           "(what gossip costs the training thread itself; immune to other processes' load)")
     print("summary: " + json.dumps({"ratio": round(ratio, 4), "cpu_ratio": round(cpu_ratio, 4),
-                                    "exchanges": m.total("exchanges_ok_total"),
+                                    "exchanges": m.total("exchanges_ok_total"), "node_device": str(peer.node.device),
                                     "preset": args.preset, "phases_per_arm": n}, sort_keys=True))
 
 

@@ -53,8 +53,11 @@ STEPS = 100
 RUNS = 3
 BOUND = 1.05
 """A victim's held-out loss beside a steerer, at most this many times its control's."""
-UNDEFENDED_AT_LEAST = 1.2
-"""The control that can fail: with the old radius and plain clipping the steerer costs at least this."""
+UNDEFENDED_AT_LEAST = 1.1
+"""The control that can fail: with the old radius and plain clipping the steerer costs at least this,
+twice the defended bound's margin. How far it drags depends on when the lie starts (the first
+exchange, between steps 25 and 33 of STEPS with the host's load): 1.13-1.20 on a quiet host,
+further under load (docs/mixing.md, "Small swarms"); a bound of 1.2 failed on a quiet host."""
 UNDEFENDED = {"GOSSIP_TTS_GOSSIP_CLIP_OWN_MULTIPLIER": "1e12", "GOSSIP_TTS_GOSSIP_CLIP_POWER": "1"}
 """The victim's settings in that control: only the cap (half our norm) bounds the radius before three
 neighbours, as before the radius followed our own moves, and a copy beyond it pulls the whole radius."""

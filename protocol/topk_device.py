@@ -26,11 +26,10 @@ import math
 
 import torch
 
-__all__ = ["device_topk_indices", "magnitude_keys", "DEVICE_CHUNK"]
+from .codec_input import DEVICE_PIECE
 
-DEVICE_CHUNK = 1 << 24
-"""Entries a pass reads at a time: 64 MiB of keys and 16 MiB of mask, small beside a GPU's memory
-and long enough that a pass is a few kernel launches, not thousands."""
+__all__ = ["device_topk_indices", "magnitude_keys"]
+
 _NAN_KEY = 0x7F800001
 """Every NaN's key: above +inf's 0x7F800000, the same for all, as numpy's selection ranks them."""
 _SAMPLE = 1 << 15
@@ -117,7 +116,7 @@ def _keep(at: torch.Tensor, keys: torch.Tensor, kth: int, k: int) -> torch.Tenso
     return at[keep]
 
 
-def device_topk_indices(x: torch.Tensor, k: int, chunk: int = DEVICE_CHUNK) -> torch.Tensor:
+def device_topk_indices(x: torch.Tensor, k: int, chunk: int = DEVICE_PIECE) -> torch.Tensor:
     """Sorted int64 indices (on x's device) of the k largest |x_i| of a 1-D float32 or bfloat16
     tensor: ties to the lowest indices, NaN largest; `topk_indices`'s indices exactly."""
     if x.dim() != 1 or x.dtype not in (torch.float32, torch.bfloat16):

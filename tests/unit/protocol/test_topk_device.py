@@ -10,6 +10,7 @@ import torch
 
 import protocol.topk_device as topk_device
 from protocol.codecs import parse_codec
+from protocol.codec_input import DEVICE_PIECE
 from protocol.codecs_sparse import TOPK_SAMPLED_MIN, topk_indices
 from protocol.topk_device import device_topk_indices, magnitude_keys
 
@@ -36,7 +37,7 @@ def test_the_indices_are_the_numpy_selections(n, share):
     k = max(1, round(n * share))
     for name, v in _vectors(n, seed=n).items():
         want = topk_indices(torch.from_numpy(v), k)
-        for chunk in (1 << 12, topk_device.DEVICE_CHUNK):
+        for chunk in (1 << 12, DEVICE_PIECE):
             got = device_topk_indices(torch.from_numpy(v), k, chunk=chunk)
             assert got.dtype == torch.int64
             np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{name}, k={k}, chunk={chunk}")

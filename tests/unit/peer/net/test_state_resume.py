@@ -64,7 +64,6 @@ class Flaky:
         self.requests: list[tuple[str | None, str | None]] = []
         self.metrics = Metrics()
         self.routes = PeerRoutes(self, self.metrics, lambda n: 30.0)
-        self.accepting = True
 
     async def serve_state(self) -> bytes:
         late = self.publish_after is not None and len(self.requests) > self.publish_after

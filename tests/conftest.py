@@ -21,6 +21,10 @@ import pytest
 
 SUITES = ("unit", "sim", "integration", "adversarial")
 """The folders under tests/ in the order the default run takes them: quickest first."""
+ONE_THREAD_SUITES = ("unit", "sim")
+"""Suites whose tensor work is small and in-process: torch's second thread only waits for the
+first there, and on a busy 2-core machine (CI's niced simulator streams) its spinning costs
+2-5x the CPU of one thread."""
 _TESTS = Path(__file__).resolve().parent
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
@@ -70,3 +74,20 @@ def signal_handlers_restored(request: pytest.FixtureRequest) -> Iterator[None]:
                 signal.signal(sig, handler)
         if ctrl_c.pressed:
             request.session.shouldstop = "Ctrl+C during a test"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """One torch thread for each module of ONE_THREAD_SUITES, restored after it; module-wide so
+    that the module's own fixtures (a simulated swarm shared by its tests) run on it too."""
+    if suite_rank(request.path) >= len(ONE_THREAD_SUITES):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

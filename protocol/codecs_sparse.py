@@ -35,6 +35,7 @@ import torch
 
 from .codec_input import CodecInput
 from .codecs_dense import CodecBase, Layout, check_layout, check_numel, codec_input
+from .elias_fano import ef_decode, ef_encode, ef_nbytes
 from .errors import CodecError
 from .sparse import SparseVector
 from .randk import randk_indices
@@ -49,86 +50,7 @@ _TOPK_SAMPLE = 1 << 15  # about this many |x_i| estimate the threshold (partitio
 _TOPK_MARGIN_SIGMAS = 4.0  # threshold this many binomial sigmas below the sample's k-th value
 _TOPK_CHUNK = 1 << 18  # entries per pass of the candidate scan: 1 MiB of |x|, within a core's cache
 _TOPK_ONE_PASS_MAX = 1 << 22  # up to here whole-vector passes stay in cache: scan in one piece
-_EF_ROWS = 1 << 20  # indices an Elias-Fano piece codes or decodes at a time (a multiple of 8)
-_EF_BITS = 1 << 22  # high bits an Elias-Fano decode scans at a time
 _ORDER_SAMPLE = 1 << 12  # entries of the candidates that bound the few to drop (see `_order_statistic`)
-
-
-def _ef_low_bits(n: int, k: int) -> int:
-    return max(0, (n // k).bit_length() - 1) if k else 0
-
-
-def ef_nbytes(n: int, k: int) -> tuple[int, int]:
-    """(high-part bytes, low-part bytes) of the Elias-Fano code of k sorted indices < n."""
-    if k == 0:
-        return 0, 0
-    low = _ef_low_bits(n, k)
-    return -(-(k + ((n - 1) >> low) + 1) // 8), -(-(k * low) // 8)
-
-
-def ef_encode(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Elias-Fano code of strictly increasing int64 indices in [0, n).
-
-    Written `_EF_ROWS` indices at a time (a multiple of 8, so each piece's low bits end on a byte):
-    at a dense top-k (40% of a large model) whole-array temporaries of int64 were several copies of
-    the model."""
-    k = idx.size
-    if k == 0:
-        return np.zeros(0, np.uint8), np.zeros(0, np.uint8)
-    low = _ef_low_bits(n, k)
-    bits = np.zeros(k + ((n - 1) >> low) + 1, np.uint8)
-    lo = np.empty(-(-(k * low) // 8), np.uint8)
-    for start in range(0, k, _EF_ROWS):
-        part = idx[start:start + _EF_ROWS]
-        bits[(part >> low) + np.arange(start, start + part.size)] = 1
-        if low:
-            matrix = np.empty((part.size, low), np.uint8)
-            for b in range(low):
-                matrix[:, b] = (part >> b) & 1
-            packed = np.packbits(matrix.reshape(-1), bitorder="little")
-            lo[start * low // 8:start * low // 8 + packed.size] = packed
-    return np.packbits(bits, bitorder="little"), lo
-
-
-def ef_decode(hi: np.ndarray, lo: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Inverse of `ef_encode`; CodecError unless the code is exactly one it can produce.
-
-    Read a piece of the high bits at a time into one int64 array of k: no whole-code temporaries
-    beyond the unpacked high bits (a byte per bit, about 2k bytes)."""
-    if k == 0:
-        return np.zeros(0, np.int64)
-    low = _ef_low_bits(n, k)
-    nbits = k + ((n - 1) >> low) + 1
-    bits = np.unpackbits(hi, bitorder="little")
-    if bits[nbits:].any():
-        raise CodecError("index code has stray padding bits")
-    if lo.size * 8 < k * low or np.unpackbits(lo[(k * low) // 8:], bitorder="little")[(k * low) % 8:].any():
-        raise CodecError("index code has stray padding bits")
-    flags = bits[:nbits].view(bool)  # 0/1 bytes; numpy finds bools much faster than uint8 (docs/benchmarks/peer.md#finiteness-checks-and-index-decoding)
-    if (held := int(np.count_nonzero(flags))) != k:
-        raise CodecError(f"index code holds {held} indices, expected {k}")
-    idx = np.empty(k, np.int64)
-    found = 0
-    for start in range(0, nbits, _EF_BITS):
-        pos = np.flatnonzero(flags[start:start + _EF_BITS])
-        # the j-th set bit sits at (index_j >> low) + j: written in place, no temporaries
-        high = idx[found:found + pos.size]
-        np.subtract(pos, np.arange(found - start, found - start + pos.size), out=high)
-        np.left_shift(high, low, out=high)
-        found += pos.size
-    for first in range(0, k, _EF_ROWS):
-        rows = min(_EF_ROWS, k - first)
-        lbits = np.unpackbits(lo[first * low // 8:-(-((first + rows) * low) // 8)], bitorder="little")
-        matrix = lbits[:rows * low].reshape(rows, low)
-        part = idx[first:first + rows]
-        for b in range(low):
-            part |= matrix[:, b].astype(np.int64) << b
-        # strictly increasing within this piece and from the one before
-        if (rows > 1 and not (np.diff(part) > 0).all()) or (first and part[0] <= idx[first - 1]):
-            raise CodecError("indices are not strictly increasing within [0, numel)")
-    if idx[-1] >= n:
-        raise CodecError("indices are not strictly increasing within [0, numel)")
-    return idx
 
 
 def _order_statistic(pieces: list[np.ndarray], m: int) -> np.floating:

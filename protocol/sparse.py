@@ -72,9 +72,7 @@ class SparseVector:
         """The whole vector as a new tensor (or `values` itself when dense)."""
         if self.indices is None:
             return self.values
-        out = torch.zeros(self.numel, dtype=torch.float32)
-        out[self.indices] = self.values
-        return out
+        return torch.zeros(self.numel, dtype=torch.float32).index_copy_(0, self.indices, self.values)
 
     def added_to(self, x: torch.Tensor) -> torch.Tensor:
         """x + this vector as a new tensor, in x's dtype and device; x is not written.
@@ -102,9 +100,10 @@ class SparseVector:
         piece = _PIECE if out.device.type == "cpu" else DEVICE_PIECE
         if self.indices is not None:
             flat_out, at_all = out.view(-1), self.indices.to(out.device)
-            for start in range(0, self.kept, piece):
+            for start in range(0, self.kept, piece):  # index_select/index_copy_: half the time of x[at]
                 at = at_all[start:start + piece]
-                flat_out[at] = (flat_out[at].to(torch.float32) + values[start:start + piece]).to(out.dtype)
+                summed = flat_out.index_select(0, at).to(torch.float32)
+                flat_out.index_copy_(0, at, summed.add_(values[start:start + piece]).to(out.dtype))
             return out
         flat_out, flat_values = out.view(-1), values.view(-1)
         for start in range(0, self.numel, piece):
@@ -133,4 +132,4 @@ class SparseVector:
     def finite_where_set(self, x: torch.Tensor) -> bool:
         """Whether `x` is finite at every entry this vector sets: after `x = self.added_to(x0)`
         with x0 finite, the only entries that can have overflowed."""
-        return all_finite(x.detach() if self.indices is None else x.detach()[self.indices.to(x.device)])
+        return all_finite(x.detach() if self.indices is None else x.detach().view(-1).index_select(0, self.indices.to(x.device)))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from protocol import Identity, make_step_update_frame, make_update_frame, parse_codec
-from protocol import codec_input, codecs_dense, codecs_sparse, finite
+from protocol import codec_input, codecs_dense, codecs_sparse, elias_fano, finite
 from protocol.codec_table import KINDS
 from protocol.sparse import SparseVector
 from tests.paths import REPO
@@ -70,8 +70,8 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codecs_sparse, "_TOPK_CHUNK", 999)
     monkeypatch.setattr(codecs_sparse, "_TOPK_ONE_PASS_MAX", 3000)
     monkeypatch.setattr(codecs_sparse, "_ORDER_SAMPLE", 64)
-    monkeypatch.setattr(codecs_sparse, "_EF_ROWS", 16)
-    monkeypatch.setattr(codecs_sparse, "_EF_BITS", 23)
+    monkeypatch.setattr(elias_fano, "_EF_ROWS", 16)
+    monkeypatch.setattr(elias_fano, "_EF_BITS", 23)
     monkeypatch.setattr(finite, "_PIECE", 333)
 
 

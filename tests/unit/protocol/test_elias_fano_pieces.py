@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol import codecs_sparse
-from protocol.codecs_sparse import _ef_low_bits, ef_decode, ef_encode
+from protocol import elias_fano
+from protocol.elias_fano import _ef_low_bits, ef_decode, ef_encode
 from protocol.errors import CodecError
 
 
@@ -23,8 +23,8 @@ def whole_array_code(idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codecs_sparse, "_EF_ROWS", 16)
-    monkeypatch.setattr(codecs_sparse, "_EF_BITS", 23)  # pieces that end inside a byte
+    monkeypatch.setattr(elias_fano, "_EF_ROWS", 16)
+    monkeypatch.setattr(elias_fano, "_EF_BITS", 23)  # pieces that end inside a byte
 
 
 @pytest.mark.parametrize("n,k", [(1000, 1), (1000, 17), (1000, 400), (4096, 4000), (100_003, 1_000), (64, 64)])
@@ -50,3 +50,16 @@ def test_a_step_back_across_a_piece_boundary_is_refused(small_pieces: None) -> N
     bits[16 + 16], bits[15 + 16] = 0, 1  # row 16's set bit one lower: its high part becomes 15
     with pytest.raises(CodecError, match="strictly increasing"):
         ef_decode(np.packbits(bits, bitorder="little"), lo, n, k)
+
+
+@pytest.mark.parametrize("low", list(range(1, 13)))
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 63, 1000])
+def test_low_bits_packed_by_words_are_the_bit_by_bit_packing(low: int, rows: int) -> None:
+    """Eight indices' low bits as one 64-bit word (up to 8 bits each) write the bytes the
+    bit-by-bit packing writes, padding included, and read back the low bits alone."""
+    part = np.random.default_rng(low * 1000 + rows).integers(0, 1 << 40, rows).astype(np.int64)
+    matrix = np.array([[(i >> b) & 1 for b in range(low)] for i in part.tolist()], np.uint8)
+    want = np.packbits(matrix.reshape(-1), bitorder="little")
+    packed = elias_fano._pack_low(part, low)
+    np.testing.assert_array_equal(packed, want)
+    np.testing.assert_array_equal(elias_fano._unpack_low(packed, rows, low), part & ((1 << low) - 1))

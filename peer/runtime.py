@@ -1,5 +1,6 @@
 """A real peer: training on the calling thread, the network on an event-loop thread, node work
-on the node worker thread. See docs/architecture.md for the thread model.
+on the node worker thread, both at a lower priority than training (`NetConfig.network_nice`).
+See docs/architecture.md for the thread model.
 
 A `GossipPeer` is handed its parts whole (`PeerParts`, built by `peer.startup.build_peer`:
 the resumed trainer, the final configs, node, node worker, driver, HTTP server, loss history).
@@ -42,6 +43,7 @@ from peer.metrics import Metrics
 from peer.net.node_worker import NodeWorker
 from peer.protocol_time import ProtocolTime
 from peer.net.shard_routes import ShardServer
+from peer.net.thread_priority import lower_this_thread
 from peer.trainer import Trainer
 from protocol import Identity
 
@@ -99,8 +101,16 @@ class GossipPeer:
         self.node, self.worker, self.driver, self.http = parts.node, parts.worker, parts.driver, parts.http
         self.metrics, self.history, self.emit, self.corpus = parts.metrics, parts.history, parts.emit, parts.corpus
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gossip-net", daemon=True)
+        self._thread = threading.Thread(target=self._run_network, name="gossip-net", daemon=True)
         self._network_up = False
+
+    def _run_network(self) -> None:
+        """The event loop's thread: at a lower priority than training's (`NetConfig.network_nice`),
+        which the threads it starts (the node worker) inherit."""
+        why = lower_this_thread(self.driver.net_cfg.network_nice)
+        if why:
+            self.emit(why)
+        self._loop.run_forever()
 
     def make_hook(self) -> StepHook:
         """The step-boundary hook the training loop runs (benchmarks wrap it to switch gossip off)."""

@@ -117,6 +117,11 @@ class NetConfig:
     this many addresses' worth however many /64s it speaks from, while a site with a few honest
     hosts (each of which may itself be a few peers) still fits."""
 
+    network_nice: int = 10
+    """Added to the nice value of the network side's threads (event loop, node worker) on Linux
+    (`peer.net.thread_priority`): where training saturates a core, what exchanges and strangers'
+    requests cost comes out of what training leaves, about a tenth of a contended core at 10, not
+    out of training. Idle cores serve it at full speed. 0 leaves them as training is."""
     trusted_keys: str | None = None
     """A file of public keys (hex, one per line, # comments): only these peers are talked to."""
 
@@ -128,6 +133,8 @@ class NetConfig:
         for name in ("max_requests_per_address", "max_connections", "max_connections_per_address", "max_queued_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.network_nice <= 19:
+            raise ValueError(f"network_nice must be within 0..19 (added to the threads' nice value), got {self.network_nice}")
         if self.reserved_connections < 0:
             raise ValueError(f"reserved_connections must be >= 0, got {self.reserved_connections}")
         if not (self.body_budget_frames >= 1 and self.idle_timeout_s > 0):

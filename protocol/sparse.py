@@ -100,7 +100,7 @@ class SparseVector:
         piece = _PIECE if out.device.type == "cpu" else DEVICE_PIECE
         if self.indices is not None:
             flat_out, at_all = out.view(-1), self.indices.to(out.device)
-            for start in range(0, self.kept, piece):  # index_select/index_copy_: half the time of x[at]
+            for start in range(0, self.kept, piece):  # index_select/index_copy_: advanced indexing is slower
                 at = at_all[start:start + piece]
                 summed = flat_out.index_select(0, at).to(torch.float32)
                 flat_out.index_copy_(0, at, summed.add_(values[start:start + piece]).to(out.dtype))
@@ -132,4 +132,6 @@ class SparseVector:
     def finite_where_set(self, x: torch.Tensor) -> bool:
         """Whether `x` is finite at every entry this vector sets: after `x = self.added_to(x0)`
         with x0 finite, the only entries that can have overflowed."""
-        return all_finite(x.detach() if self.indices is None else x.detach().view(-1).index_select(0, self.indices.to(x.device)))
+        if self.indices is None:
+            return all_finite(x.detach())
+        return all_finite(x.detach().reshape(-1).index_select(0, self.indices.to(x.device)))

@@ -29,12 +29,17 @@ _TESTS = Path(__file__).resolve().parent
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 
+def suite_of(path: Path) -> str | None:
+    """The folder under tests/ that holds `path` (None outside tests/)."""
+    try:
+        return Path(path).resolve().relative_to(_TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+
+
 def suite_rank(path: Path) -> int:
     """Where a test file's suite comes in SUITES; files elsewhere come after them all."""
-    try:
-        folder = Path(path).resolve().relative_to(_TESTS).parts[0]
-    except (ValueError, IndexError):
-        return len(SUITES)
+    folder = suite_of(path)
     return SUITES.index(folder) if folder in SUITES else len(SUITES)
 
 
@@ -80,14 +85,10 @@ def signal_handlers_restored(request: pytest.FixtureRequest) -> Iterator[None]:
 def one_torch_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     """One torch thread for each module of ONE_THREAD_SUITES, restored after it; module-wide so
     that the module's own fixtures (a simulated swarm shared by its tests) run on it too."""
-    if suite_rank(request.path) >= len(ONE_THREAD_SUITES):
+    if suite_of(request.path) not in ONE_THREAD_SUITES:
         yield
         return
-    import torch
+    from peer.torch_threads import one_torch_thread  # here: this file imports nothing heavy
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)

@@ -17,18 +17,17 @@ import os
 import shutil
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
-import torch
 
 from gossip_tts.audio.base import Codec
 from gossip_tts.cache_root import cache_root
 from gossip_tts.data.sample import CodecInfo, LatentSample
 from gossip_tts.data.tars import ShardWriter
+from peer.torch_threads import one_torch_thread
 
 VERSION = "builtin-v1"
 MARKER = "corpus.json"
@@ -180,22 +179,12 @@ Built in {secs:.1f} s. Delete this folder to rebuild it; corpus.json is the mark
 """
 
 
-@contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """Per-clip tensors are small: on a busy machine, intra-op threads cost more than they save
-    (docs/benchmarks/peer.md#the-built-in-corpus-on-one-torch-thread)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def build_corpus(out: Path, codec: Codec, n_speakers: int, clips_per_speaker: int, val_clips_per_speaker: int) -> dict:
     """Write train/ and val/ latent tars into `out` (which must be empty); returns the marker fields."""
     start = time.perf_counter()
-    with _one_torch_thread():
+    # per-clip tensors are small: on a busy machine, intra-op threads cost more than they save
+    # (docs/benchmarks/peer.md#the-built-in-corpus-on-one-torch-thread)
+    with one_torch_thread():
         counts = _write_splits(out, codec, n_speakers, clips_per_speaker, val_clips_per_speaker)
     secs = time.perf_counter() - start
     info = CodecInfo(codec.name, int(codec.latent_dim), float(codec.frame_rate))
@@ -301,7 +290,7 @@ def ensure_builtin_corpus(
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
     try:
-        with _one_torch_thread():
+        with one_torch_thread():
             codec = load_codec("mel")
         fields = build_corpus(tmp, codec, n_speakers, clips_per_speaker, val_clips_per_speaker)
         (tmp / MARKER).write_text(json.dumps(fields, indent=2, sort_keys=True) + "\n", "utf-8")

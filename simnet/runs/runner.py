@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-import torch
-
+from peer.torch_threads import one_torch_thread
 from simnet.runs.baselines import SyncSim
 from simnet.runs.config import SimConfig, WorldConfig
 from simnet.runs.low_comm import NoLoCoSim, SparseLoCoSim
@@ -134,20 +133,17 @@ def progress_line(scenario: str, run: str, row: dict, stop_t: float, real_s: flo
 
 def run_records(cfg: SimConfig, emit: Callable[[str], None]) -> tuple[list[RunRecord], bool]:
     """Every run of the scenario, in order; stops early (keeping results) on Ctrl+C."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # deterministic reductions, and fair to a shared machine
     records: list[RunRecord] = []
-    try:
-        for run in cfg.runs:
-            emit(f"simnet {cfg.name}: {run.name} ({run.method}, {cfg.worlds[run.name].n_peers} peers)")
-            rec = run_one(cfg, run.name, run.method, emit)
-            records.append(rec)
-            if rec.interrupted:
-                return records, True
-    except KeyboardInterrupt:
-        return records, True
-    finally:
-        torch.set_num_threads(threads)
+    with one_torch_thread():  # deterministic reductions, and fair to a shared machine
+        try:
+            for run in cfg.runs:
+                emit(f"simnet {cfg.name}: {run.name} ({run.method}, {cfg.worlds[run.name].n_peers} peers)")
+                rec = run_one(cfg, run.name, run.method, emit)
+                records.append(rec)
+                if rec.interrupted:
+                    return records, True
+        except KeyboardInterrupt:
+            return records, True
     return records, False
 
 

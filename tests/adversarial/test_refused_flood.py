@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 UNDEFENDED = {"GOSSIP_TTS_NET_REFUSALS_PER_S": "inf", "GOSSIP_TTS_NET_NETWORK_NICE": "0"}
 """The control's settings: benching off, and the network threads at training's priority. With
-benching off alone the lowered threads keep most of training (docs/benchmarks/peer.md)."""
+benching off alone the lowered threads keep most of training (SECURITY.md, the refused-flood row)."""
 WINDOW_S = 10.0
 SOCKETS = 8
 """Sockets the attacker sends on at once, spread over the attack's addresses."""

@@ -40,7 +40,7 @@ from peer.net.refusal_bench import RefusalBench
 from protocol import Limits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
+BODY_KEY: web.RequestKey[bytes] = web.RequestKey("body", bytes)
 """The request body, read (and counted against the budget) by the guard before the handler runs."""
 TICKETED_KEY: web.RequestKey[bool] = web.RequestKey("ticketed", bool)
 """Set by the exchange handler once the node has read the request: whether it spent a ticket of
@@ -160,7 +160,7 @@ class RequestGuard:
             for key in opened:
                 count_down(self._open, key)
 
-    def _key_refusal(self, head: bytearray) -> web.Response | None:
+    def _key_refusal(self, head: bytes) -> web.Response | None:
         """A 429 where the key a body's first bytes name (`peer.core.ingest.bundle_sender`) is out of
         its work budget: refused before the rest of its body is read."""
         key = bundle_sender(head).hex()
@@ -169,7 +169,7 @@ class RequestGuard:
         return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
                             f"{self.cfg.key_work_per_s:g} applied updates' work a second", self._key_work.wait(key, self.clock()))
 
-    def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float]:
+    def _charge(self, remote: str, body: bytes | None) -> tuple[str, float]:
         """An exchange's work (`peer.core.ingest.exchange_work`, ticketed or not), charged to its address
         before the node sees it; (the key it names, the work). The key is unverified here: it is charged
         once the node has verified the control frame it signed (`check`), so naming another's key spends
@@ -179,38 +179,51 @@ class RequestGuard:
         return key.hex(), work
 
     async def _read_body(self, request: web.Request, held: list[int],
-                         head: Callable[[bytearray], web.Response | None] | None = None) -> web.Response | None:
+                         head: Callable[[bytes], web.Response | None] | None = None) -> web.Response | None:
         """Read the body into `request[BODY_KEY]`, counting each received byte against the budget
         (`held[0]` is this request's share, given back when the request ends); `head` may refuse it
-        from its first `HEAD_BYTES` (or all of a shorter one), the rest unread."""
-        body = bytearray()
+        from its first `HEAD_BYTES` (or all of a shorter one), the rest unread.
+
+        The body is held as the pieces the connection delivered (`readchunk`, not `iter_any`, which
+        joins whatever is buffered into a new copy) and joined once, whole: a body refused part way,
+        as most under a flood are, costs no copy and no regrown buffer beyond what it counts."""
+        chunks: list[bytes] = []
+        received = 0
 
         async def receive() -> web.Response | None:
-            nonlocal head
+            nonlocal head, received
             loop = asyncio.get_running_loop()
-            start, chunks = loop.time(), request.content.iter_any().__aiter__()
+            start, content = loop.time(), request.content
+            first = b""
             while True:  # the deadline moves on with every byte received, at the floor rate
-                left = start + self.cfg.body_read_timeout_s + len(body) / self.min_body_rate - loop.time()
+                left = start + self.cfg.body_read_timeout_s + received / self.min_body_rate - loop.time()
                 if left <= 0:
                     raise asyncio.TimeoutError
-                try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), left)
-                except StopAsyncIteration:
-                    return head(body) if head is not None else None
-                if head is not None and len(body) + len(chunk) >= HEAD_BYTES:
-                    refusal, head = head(body + chunk[:HEAD_BYTES - len(body)]), None
+                chunk, _ = await asyncio.wait_for(content.readchunk(), left)
+                if not chunk:
+                    if content.at_eof():
+                        return head(first) if head is not None else None
+                    continue  # the end of an HTTP chunk
+                if head is not None and received + len(chunk) >= HEAD_BYTES:
+                    refusal, head = head(first + chunk[:HEAD_BYTES - received]), None
                     if refusal is not None:
                         return refusal
-                if len(body) + len(chunk) > self.max_body_bytes:
+                elif head is not None:
+                    first += chunk
+                if received + len(chunk) > self.max_body_bytes:
                     return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
                 if self.held + len(chunk) > self.body_budget:
                     return self._refuse(503, "body_budget", "too many request bodies in memory; try again later")
                 self.held += len(chunk)
                 held[0] += len(chunk)
-                body.extend(chunk)
+                received += len(chunk)
+                chunks.append(chunk)
 
         try:
             refusal = await receive()
+            if refusal is None:
+                request[BODY_KEY] = b"".join(chunks)
+            return refusal
         except asyncio.TimeoutError:
             return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s "
                                                   f"and {self.min_body_rate:g} bytes/s")
@@ -218,9 +231,10 @@ class RequestGuard:
             # The sender went away mid-body (aiohttp raises RuntimeError("Connection closed.") when
             # the transport is already gone), or broke the chunked framing.
             return self._refuse(400, "body_incomplete", f"body not received whole: {type(exc).__name__}")
-        if refusal is None:
-            request[BODY_KEY] = body
-        return refusal
+        finally:
+            # The exception aiohttp raises is kept by the request's reader and holds this frame in
+            # a cycle: a refused body's pieces go now, not at the collector's next full pass.
+            chunks.clear()
 
 
 def remote_key(request: web.Request) -> str:

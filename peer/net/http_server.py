@@ -30,6 +30,11 @@ LINGER_S = 0.0
 """How long the server keeps reading (and dropping) the rest of a body it refused unread. 0:
 the connection is closed after the answer: reading on lets refused senders keep streaming, and
 buffers what is dropped (docs/benchmarks/peer.md#the-http-servers-linger-and-shutdown-timeouts)."""
+READ_AHEAD_BYTES = 1 << 16
+"""How much of a body aiohttp buffers ahead of the guard on each connection (its `read_bufsize`;
+reading pauses past twice this, plus the one socket read of up to 256 KiB that crossed it). Its
+default, 256 KiB, let each of 60 connections sending bodies at once hold ~0.75 MiB unread on top
+of the body budget; the kernel's own socket buffer keeps an honest transfer flowing meanwhile."""
 SHUTDOWN_TIMEOUT_S = 5.0
 """At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
 reader) may go on before it is cancelled; the cancelled handler gets as long again to end.
@@ -53,7 +58,7 @@ class HttpServer:
         host, port = parse_address(self.net_cfg.listen, listener=True)
         self._runner = web.AppRunner(
             self._app, auto_decompress=False,  # a refused compressed body is then not inflated either
-            keepalive_timeout=self.net_cfg.idle_timeout_s, lingering_time=LINGER_S,
+            keepalive_timeout=self.net_cfg.idle_timeout_s, lingering_time=LINGER_S, read_bufsize=READ_AHEAD_BYTES,
             access_log_class=response_counter(self.metrics), access_log=log, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             logger=QuietBadRequests(logging.getLogger("aiohttp.server"), {}),
         )

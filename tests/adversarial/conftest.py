@@ -164,6 +164,18 @@ class PeakRss:
         return self.peak - self.base
 
 
+def settled_rss(pid: int, below: int = 4 * MB, window_s: float = 2.0, timeout: float = 40.0) -> int:
+    """Wait until a process's resident memory rises by less than `below` over a `window_s` window
+    (a peer's first steps and first exchanges still allocate); that window's growth. A measure of
+    an attack's memory starts from here, so training's own warm-up is not counted as the attack's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with PeakRss(pid) as rss:
+            time.sleep(window_s)
+        if rss.growth < below or time.monotonic() > deadline:
+            return rss.growth
+
+
 # ---------------------------------------------------------------------------------- sockets
 def connect_from(address: str, source_ip: str = "127.0.0.1", rcvbuf: int | None = None) -> socket.socket:
     """A TCP connection to `address` from `source_ip` (any 127.x.y.z is this machine)."""

@@ -29,7 +29,8 @@ from peer.net.status import REFRESH_S
 from protocol import unpack_bundle
 from protocol.limits import Limits
 from tests.adversarial.conftest import (
-    MB, Forger, Liar, PeakRss, connect_from, gzip_bomb, http, metric, read_state, source_ip, status, wait_until,
+    MB, Forger, Liar, PeakRss, connect_from, gzip_bomb, http, metric, read_state, settled_rss, source_ip, status,
+    wait_until,
 )
 from tests.integration.peers import last_step
 
@@ -91,8 +92,8 @@ def test_memory_attacks_from_sixty_addresses_are_bounded(peers, swarm_name):
     victim.wait_for(r"^step \d+ ", timeout=120)
     fingerprint, x = read_state(base, swarm_name, source=source_ip(ATTACKERS + 1))  # an address the attack does not use
     max_body = limits_for(x.numel()).max_frame_bytes  # the largest body the victim accepts
-    time.sleep(3)  # past the first steps' allocations
     pid, results = victim.proc.pid, {}
+    print(f"RSS growth over 2 s without an attack once settled: {settled_rss(pid) / MB:.1f} MB")
 
     def almost_whole(s: socket.socket) -> None:
         s.sendall(f"POST /v1/exchange HTTP/1.1\r\nHost: x\r\nContent-Length: {max_body}\r\n\r\n".encode())

@@ -49,7 +49,9 @@ class NetConfig:
     largest body accepted: twice an exact fp32 snapshot of the model). Received bytes count, not
     declared ones; a body that would pass the budget is refused (503)."""
     body_read_timeout_s: float = 30.0
-    """A request body not fully received within this is dropped (slow senders hold nothing)."""
+    """A request body's grace: it is dropped once it falls this far behind the floor rate
+    (`SessionConfig.min_transfer_rate`), and what it sends never buys more than this ahead, so a
+    slow, stalling or dripping sender holds nothing for long."""
     max_queued_requests: int = 16
     """Requests of others (exchanges, states) waiting for the node worker at once; more get 503,
     so that strangers cannot queue unbounded verify and decode work ahead of our own."""

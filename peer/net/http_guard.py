@@ -64,8 +64,9 @@ class RequestGuard:
                  clock: Callable[[], float] = time.monotonic, *, model_bytes: int | None = None,
                  min_body_rate: float = math.inf, bench: RefusalBench | None = None) -> None:
         """`min_body_rate`: bytes per second a body must keep up past `NetConfig.body_read_timeout_s`
-        (`SessionConfig.min_transfer_rate`): a pushed snapshot is the model's size, so the deadline
-        grows with what has arrived; inf keeps the fixed deadline. `bench` is told of every answer
+        (`SessionConfig.min_transfer_rate`) over every stretch of its transfer: a pushed snapshot is the
+        model's size, so the deadline grows with what arrives, by at most `body_read_timeout_s` ahead of
+        now; inf keeps the fixed deadline. `bench` is told of every answer
         that blames the request (`BLAMED`), so that an address refused too often is turned away
         before HTTP is parsed (`peer.net.refusal_bench`)."""
         self.cfg, self.metrics, self.clock = cfg, metrics, clock
@@ -193,13 +194,17 @@ class RequestGuard:
         async def receive() -> web.Response | None:
             nonlocal head, received
             loop = asyncio.get_running_loop()
-            start, content = loop.time(), request.content
-            first = b""
-            while True:  # the deadline moves on with every byte received, at the floor rate
-                left = start + self.cfg.body_read_timeout_s + received / self.min_body_rate - loop.time()
+            timeout, content = self.cfg.body_read_timeout_s, request.content
+            deadline, first = loop.time() + timeout, b""
+            while True:
+                left = deadline - loop.time()
                 if left <= 0:
                     raise asyncio.TimeoutError
                 chunk, _ = await asyncio.wait_for(content.readchunk(), left)
+                # The deadline moves on with every byte received, at the floor rate, but never
+                # past `timeout` from now: a sender cannot bank a fast start and then stall (or
+                # drip) while what it sent holds the body budget.
+                deadline = min(deadline + len(chunk) / self.min_body_rate, loop.time() + timeout)
                 if not chunk:
                     if content.at_eof():
                         return head(first) if head is not None else None
@@ -225,8 +230,8 @@ class RequestGuard:
                 request[BODY_KEY] = b"".join(chunks)
             return refusal
         except asyncio.TimeoutError:
-            return self._refuse(408, "slow_body", f"body not received within {self.cfg.body_read_timeout_s:g} s "
-                                                  f"and {self.min_body_rate:g} bytes/s")
+            return self._refuse(408, "slow_body", f"body fell behind {self.min_body_rate:g} bytes/s with "
+                                                  f"{self.cfg.body_read_timeout_s:g} s of grace")
         except (ConnectionError, OSError, RuntimeError, RequestPayloadError, HttpProcessingError) as exc:
             # The sender went away mid-body (aiohttp raises RuntimeError("Connection closed.") when
             # the transport is already gone), or broke the chunked framing.

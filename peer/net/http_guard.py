@@ -40,7 +40,7 @@ from peer.net.refusal_bench import RefusalBench
 from protocol import Limits
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-BODY_KEY: web.RequestKey[bytes] = web.RequestKey("body", bytes)
+BODY_KEY: web.RequestKey[bytearray] = web.RequestKey("body", bytearray)
 """The request body, read (and counted against the budget) by the guard before the handler runs."""
 TICKETED_KEY: web.RequestKey[bool] = web.RequestKey("ticketed", bool)
 """Set by the exchange handler once the node has read the request: whether it spent a ticket of
@@ -185,17 +185,16 @@ class RequestGuard:
         (`held[0]` is this request's share, given back when the request ends); `head` may refuse it
         from its first `HEAD_BYTES` (or all of a shorter one), the rest unread.
 
-        The body is held as the pieces the connection delivered (`readchunk`, not `iter_any`, which
-        joins whatever is buffered into a new copy) and joined once, whole: a body refused part way,
-        as most under a flood are, costs no copy and no regrown buffer beyond what it counts."""
-        chunks: list[bytes] = []
-        received = 0
+        Read piece by piece as the connection delivered them (`readchunk`; `iter_any` joins whatever
+        is buffered into a new copy first) into one buffer, so an honest body the model's size is
+        never held twice; a refused one's buffer is emptied whatever stopped it."""
+        body = bytearray()
 
         async def receive() -> web.Response | None:
-            nonlocal head, received
+            nonlocal head
             loop = asyncio.get_running_loop()
             timeout, content = self.cfg.body_read_timeout_s, request.content
-            deadline, first = loop.time() + timeout, b""
+            deadline = loop.time() + timeout
             while True:
                 left = deadline - loop.time()
                 if left <= 0:
@@ -207,27 +206,24 @@ class RequestGuard:
                 deadline = min(deadline + len(chunk) / self.min_body_rate, loop.time() + timeout)
                 if not chunk:
                     if content.at_eof():
-                        return head(first) if head is not None else None
+                        return head(bytes(body)) if head is not None else None
                     continue  # the end of an HTTP chunk
-                if head is not None and received + len(chunk) >= HEAD_BYTES:
-                    refusal, head = head(first + chunk[:HEAD_BYTES - received]), None
+                if head is not None and len(body) + len(chunk) >= HEAD_BYTES:
+                    refusal, head = head(bytes(body) + chunk[:HEAD_BYTES - len(body)]), None
                     if refusal is not None:
                         return refusal
-                elif head is not None:
-                    first += chunk
-                if received + len(chunk) > self.max_body_bytes:
+                if len(body) + len(chunk) > self.max_body_bytes:
                     return self._refuse(413, "too_large", f"bodies are at most {self.max_body_bytes} bytes")
                 if self.held + len(chunk) > self.body_budget:
                     return self._refuse(503, "body_budget", "too many request bodies in memory; try again later")
                 self.held += len(chunk)
                 held[0] += len(chunk)
-                received += len(chunk)
-                chunks.append(chunk)
+                body.extend(chunk)
 
         try:
             refusal = await receive()
             if refusal is None:
-                request[BODY_KEY] = b"".join(chunks)
+                request[BODY_KEY] = body
             return refusal
         except asyncio.TimeoutError:
             return self._refuse(408, "slow_body", f"body fell behind {self.min_body_rate:g} bytes/s with "
@@ -238,8 +234,9 @@ class RequestGuard:
             return self._refuse(400, "body_incomplete", f"body not received whole: {type(exc).__name__}")
         finally:
             # The exception aiohttp raises is kept by the request's reader and holds this frame in
-            # a cycle: a refused body's pieces go now, not at the collector's next full pass.
-            chunks.clear()
+            # a cycle: a refused body's bytes go now, not at the collector's next full pass.
+            if request.get(BODY_KEY) is not body:
+                body.clear()
 
 
 def remote_key(request: web.Request) -> str:

@@ -1,7 +1,7 @@
-"""The guard holds a request body as the pieces the connection delivered and joins them once whole
-(peer/net/http_guard.py): a body that arrives in many pieces, chunked or not, reaches the handler
-byte for byte, and one whose sender goes away part way leaves nothing of itself behind, even
-where the exception aiohttp raises keeps the reading frame in a reference cycle."""
+"""The guard reads a request body piece by piece into one buffer (peer/net/http_guard.py): a body
+that arrives in many pieces, chunked or not, reaches the handler byte for byte, and one whose
+sender goes away part way leaves nothing of itself behind, even where the exception aiohttp
+raises keeps the reading frame in a reference cycle."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def test_snapshots_in_answers_are_rationed_per_64(spread, withheld: int) -> None
     async def main() -> None:
         for remote in spread(4):
             request = make_mocked_request("POST", "/v1/exchange").clone(remote=remote)
-            request[BODY_KEY] = b"bundle"
+            request[BODY_KEY] = bytearray(b"bundle")
             assert (await exchanges.exchange(request)).status == 200
 
     asyncio.run(main())

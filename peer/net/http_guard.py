@@ -170,7 +170,7 @@ class RequestGuard:
         return self._refuse(429, "key_work", f"exchanges of one key may cost at most "
                             f"{self.cfg.key_work_per_s:g} applied updates' work a second", self._key_work.wait(key, self.clock()))
 
-    def _charge(self, remote: str, body: bytes | None) -> tuple[str, float]:
+    def _charge(self, remote: str, body: bytearray | None) -> tuple[str, float]:
         """An exchange's work (`peer.core.ingest.exchange_work`, ticketed or not), charged to its address
         before the node sees it; (the key it names, the work). The key is unverified here: it is charged
         once the node has verified the control frame it signed (`check`), so naming another's key spends

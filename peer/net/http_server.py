@@ -32,9 +32,9 @@ the connection is closed after the answer: reading on lets refused senders keep 
 buffers what is dropped (docs/benchmarks/peer.md#the-http-servers-linger-and-shutdown-timeouts)."""
 READ_AHEAD_BYTES = 1 << 16
 """How much of a body aiohttp buffers ahead of the guard on each connection (its `read_bufsize`;
-reading pauses past twice this, plus the one socket read of up to 256 KiB that crossed it). Its
-default, 256 KiB, let each of 60 connections sending bodies at once hold ~0.75 MiB unread on top
-of the body budget; the kernel's own socket buffer keeps an honest transfer flowing meanwhile."""
+reading pauses past twice this, plus the one socket read of up to 256 KiB that crossed it): ~0.4
+MB unread per connection on top of the body budget, where aiohttp's default of 256 KiB allows
+~0.75 MB. The kernel's own socket buffer keeps an honest transfer flowing meanwhile."""
 SHUTDOWN_TIMEOUT_S = 5.0
 """At stop, how long a request in progress (a shard upload, a /v1/state answer to a slow
 reader) may go on before it is cancelled; the cancelled handler gets as long again to end.
